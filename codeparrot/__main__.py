@@ -1,0 +1,3 @@
+from codeparrot.cli import main
+
+raise SystemExit(main())

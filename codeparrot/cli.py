@@ -1,0 +1,83 @@
+"""The ``codeparrot`` console script: a thin table of subcommands over library functions.
+
+Each entry names a module that exposes ``register(subparsers)``. Those modules import
+only the standard library and config dataclasses at module level, and import the heavy
+machinery (torch, transformers, gradio, pygls) inside the function that runs the
+command, so ``codeparrot --help`` answers at once.
+
+Libraries raise :class:`~codeparrot.errors.CodeparrotError`; this is the one place that
+prints the message and chooses the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from codeparrot import __version__
+
+# (subcommand, module that registers it). Order is the order of the pipeline.
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("quickstart", "codeparrot.quickstart_cli"),
+    ("data", "codeparrot.data.cli"),
+    ("tokenizer", "codeparrot.tokenizer.cli"),
+    ("init", "codeparrot.models.cli"),
+    ("train", "training.cli"),
+    ("finetune", "training.finetune_cli"),
+    ("complete", "codeparrot.generation.cli"),
+    ("eval", "eval.cli"),
+    ("app", "app.cli"),
+    ("lsp", "lsp.cli"),
+)
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="codeparrot",
+        description=(
+            "Build your own code-completion model end to end: a cleaned Python corpus, a "
+            "byte-level BPE tokenizer, GPT-2 pretraining with Accelerate, a HumanEval pass@k "
+            "harness, a Gradio playground and a language server."
+        ),
+        epilog="Start with `codeparrot quickstart`; every subcommand has --help.",
+    )
+    parser.add_argument("--version", action="version", version=f"codeparrot {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for _name, module_name in COMMANDS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name != module_name:
+                raise
+            continue  # a component not built yet; the table stays the single list
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from codeparrot.errors import CodeparrotError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        result = func(args)
+    except CodeparrotError as e:
+        print(f"codeparrot {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(e, ValueError) else EXIT_FAILURE
+    except KeyboardInterrupt:
+        print(f"codeparrot {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
