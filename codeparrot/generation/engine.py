@@ -2,6 +2,12 @@
 
 The playground, the language server and the HumanEval harness all call
 :class:`Engine`; none of them talks to ``transformers`` directly.
+
+A call runs ``prefill -> loop(sample, detokenize, check stops, drop finished rows)``.
+The prompt is run once for one row and its keys/values are shared by the ``n``
+candidates; GPT-2 checkpoints use the lean forward of :mod:`codeparrot.generation.gpt2`,
+any other causal LM the ``transformers`` forward. Text is detokenized incrementally
+(only the new token's bytes), so a step costs the same at token 5 and token 500.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ HUMANEVAL_STOP_SEQUENCES: tuple[str, ...] = (
     "\nprint",
     "\nif",
 )
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,7 @@ class StreamEvent:
 
 @dataclass
 class _Candidate:
+    decoder: Any  # an incremental detokenizer (tokenizers.decoders.DecodeStream) or None
     ids: list[int] = field(default_factory=list)
     text: str = ""
     emitted: int = 0  # characters already streamed
@@ -117,9 +126,9 @@ def _held_back(text: str, stops: tuple[str, ...]) -> int:
     """Characters at the end of ``text`` that could still become the start of a stop string."""
     hold = 0
     for s in stops:
-        for k in range(min(len(s) - 1, len(text)), 0, -1):
+        for k in range(min(len(s) - 1, len(text)), hold, -1):
             if text.endswith(s[:k]):
-                hold = max(hold, k)
+                hold = k
                 break
     # An incomplete UTF-8 sequence decodes to U+FFFD at the end: wait for the next token.
     if text.endswith("\ufffd"):
@@ -130,11 +139,13 @@ def _held_back(text: str, stops: tuple[str, ...]) -> int:
 class Engine:
     """A loaded causal LM and its tokenizer, shared by any number of callers.
 
-    Calls do not mutate the engine, so one instance serves concurrent threads without
-    copying weights.
+    Calls do not mutate the engine (each has its own cache and random generator), so
+    one instance serves concurrent threads without copying weights.
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, path: Path | None = None) -> None:
+        from codeparrot.generation.gpt2 import GPT2Decoder
+
         self.model = model
         self.tokenizer = tokenizer
         self.path = path
@@ -145,14 +156,22 @@ class Engine:
         )
         eos = tokenizer.eos_token_id
         self.eos_token_id: int | None = int(eos) if eos is not None else None
+        self._gpt2 = GPT2Decoder(model) if GPT2Decoder.supports(model) else None
+        self._backend = getattr(tokenizer, "backend_tokenizer", None)
 
     # -- loading ---------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | Path, *, device: str | None = None, dtype: str = "auto") -> Engine:
-        """Load a checkpoint directory (ours, or any local Hugging Face causal LM)."""
+        """Load a checkpoint directory (ours, or any local Hugging Face causal LM).
+
+        ``dtype``: ``"auto"`` is bfloat16 on a GPU and float32 on a CPU (see BENCHMARKS.md:
+        at our model sizes bf16 does not pay on CPU).
+        """
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        if dtype not in DTYPES:
+            raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         path = Path(path)
         if not path.is_dir():
             raise CheckpointError(f"checkpoint {path}: no such directory")
@@ -175,9 +194,13 @@ class Engine:
                 f"vocabulary has {model.config.vocab_size}"
             )
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        model.to(device)
-        if dtype == "bfloat16" or (dtype == "auto" and device.startswith("cuda")):
-            model.to(torch.bfloat16)
+        try:
+            model.to(device)
+        except (RuntimeError, AssertionError) as e:
+            raise ConfigError(f"device {device!r} is not usable here ({e})") from e
+        if dtype == "auto":
+            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+        model.to(getattr(torch, dtype))
         model.eval()
         return cls(model, tokenizer, path=path)
 
@@ -196,6 +219,9 @@ class Engine:
         if len(ids) > budget:
             return ids[-budget:], True
         return ids, False
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     # -- generation ------------------------------------------------------------------
     def generate(
@@ -220,27 +246,42 @@ class Engine:
         """Yield text as it is produced; each candidate stops on its own.
 
         Setting ``cancel`` ends every unfinished candidate within one token
-        (finish reason ``"cancelled"``).
+        (finish reason ``"cancelled"``). Stop strings are never streamed: text that
+        could still become a stop string is held back until it cannot.
         """
-        import torch
-
         config = config or GenerationConfig()
-        if not prompt:
+        if not isinstance(prompt, str) or not prompt:
             raise ConfigError("the prompt is empty")
         ids, truncated = self.encode_prompt(prompt, config.max_new_tokens)
+        # Checks done: the generator below starts work only when iterated.
+        return self._stream(ids, truncated, config, cancel)
+
+    def _stream(
+        self,
+        ids: list[int],
+        truncated: bool,
+        config: GenerationConfig,
+        cancel: threading.Event | None,
+    ) -> Iterator[StreamEvent]:
+        import torch
+
         seed = config.seed if config.seed is not None else int(time.time_ns() % (2**31))
         generator = torch.Generator(device=self.device).manual_seed(seed)
         n = config.n
         started = time.perf_counter()
-        cands = [_Candidate() for _ in range(n)]
+        cands = [_Candidate(self._new_decoder()) for _ in range(n)]
         stops = tuple(config.stop)
+        longest_stop = max((len(s) for s in stops), default=0)
+        eos = self.eos_token_id if config.stop_at_eos else None
 
         def finish(i: int, reason: str) -> StreamEvent:
             c = cands[i]
+            if reason != "stop":
+                self._flush(c, stops)
+                if c.stop_at is not None:
+                    reason = "stop"
             c.finish_reason = reason
             end = c.stop_at if c.stop_at is not None else len(c.text)
-            if reason != "stop" and c.text.endswith("\ufffd"):
-                end = min(end, len(c.text.rstrip("\ufffd")))
             delta = c.text[c.emitted : end]
             c.emitted = end
             return StreamEvent(
@@ -257,53 +298,152 @@ class Engine:
                 ),
             )
 
+        step = self._stepper(ids, n, config.max_new_tokens)
+        # inference_mode is entered around the tensor work only, never across a yield:
+        # the caller's code between events must not run inside it.
         with torch.inference_mode():
-            input_ids = torch.tensor([ids] * n, device=self.device)
-            past = None
-            active = list(range(n))  # candidate index of each row still in the batch
-            step_input = input_ids
-            for _step in range(config.max_new_tokens):
-                if cancel is not None and cancel.is_set():
-                    break
-                out = self.model(input_ids=step_input, past_key_values=past, use_cache=True)
-                past = out.past_key_values
-                logits = out.logits[:, -1, :].float()
+            logits = step.prefill()
+        active = list(range(n))  # candidate index of each row still in the batch
+        reason = "length"
+        for _ in range(config.max_new_tokens):
+            if cancel is not None and cancel.is_set():
+                reason = "cancelled"
+                break
+            with torch.inference_mode():
                 next_ids = _sample(logits, config, generator)
-                still: list[int] = []
-                keep_rows: list[int] = []
-                for row, i in enumerate(active):
-                    c = cands[i]
-                    tok = int(next_ids[row])
-                    if config.stop_at_eos and tok == self.eos_token_id:
-                        yield finish(i, "eos")
-                        continue
-                    c.ids.append(tok)
-                    c.text = self.tokenizer.decode(c.ids, skip_special_tokens=False)
-                    cut = _earliest_stop(c.text, stops, max(0, c.emitted - 1)) if stops else None
+            still: list[int] = []
+            keep_rows: list[int] = []
+            for row, (i, tok) in enumerate(zip(active, next_ids.tolist(), strict=True)):
+                c = cands[i]
+                if tok == eos:
+                    yield finish(i, "eos")
+                    continue
+                c.ids.append(tok)
+                before = len(c.text)
+                self._append_text(c, tok)
+                if stops and len(c.text) > before:
+                    cut = _earliest_stop(c.text, stops, max(0, before - longest_stop + 1))
                     if cut is not None:
                         c.stop_at = cut
                         yield finish(i, "stop")
                         continue
                     safe = len(c.text) - _held_back(c.text, stops)
-                    if safe > c.emitted:
-                        yield StreamEvent(i, c.text[c.emitted : safe])
-                        c.emitted = safe
-                    still.append(i)
-                    keep_rows.append(row)
-                if not still:
-                    return
-                if len(keep_rows) != len(active):
-                    rows = torch.tensor(keep_rows, device=self.device)
-                    past = _select_rows(past, rows)
-                    next_ids = next_ids[rows]
-                active = still
-                step_input = next_ids.unsqueeze(-1)
-            reason = "cancelled" if cancel is not None and cancel.is_set() else "length"
-            for i in active:
-                yield finish(i, reason)
+                else:
+                    safe = len(c.text) - _held_back(c.text, ())
+                if safe > c.emitted:
+                    yield StreamEvent(i, c.text[c.emitted : safe])
+                    c.emitted = safe
+                still.append(i)
+                keep_rows.append(row)
+            if not still:
+                return
+            active = still
+            if len(cands[active[0]].ids) >= config.max_new_tokens:
+                break  # no forward pass for logits nobody would sample from
+            with torch.inference_mode():
+                if len(keep_rows) < len(next_ids):
+                    next_ids = step.keep(keep_rows, next_ids)
+                logits = step.decode(next_ids)
+        for i in active:
+            yield finish(i, reason)
 
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+    # -- detokenization ----------------------------------------------------------------
+    def _new_decoder(self) -> Any:
+        if self._backend is None:
+            return None
+        from tokenizers.decoders import DecodeStream
+
+        return DecodeStream(skip_special_tokens=False)
+
+    def _append_text(self, c: _Candidate, tok: int) -> None:
+        if c.decoder is not None:
+            piece = c.decoder.step(self._backend, tok)
+            if piece:
+                c.text += piece
+        else:  # a slow tokenizer: decode everything (held back while it ends in U+FFFD)
+            c.text = self.tokenizer.decode(c.ids, skip_special_tokens=False)
+
+    def _flush(self, c: _Candidate, stops: tuple[str, ...]) -> None:
+        """Final text of an unstopped candidate: bytes still pending in the detokenizer."""
+        full = self.tokenizer.decode(c.ids, skip_special_tokens=False).rstrip("\ufffd")
+        if full != c.text and full.startswith(c.text[: c.emitted]):
+            c.text = full
+        if stops:
+            c.stop_at = _earliest_stop(c.text, stops, max(0, c.emitted - 1))
+
+    # -- forward passes ----------------------------------------------------------------
+    def _stepper(self, ids: list[int], n: int, max_new_tokens: int) -> Any:
+        if self._gpt2 is not None:
+            return _GPT2Steps(self._gpt2, ids, n, max_new_tokens)
+        return _HFSteps(self.model, ids, n, self.device)
+
+
+class _GPT2Steps:
+    """Prefill and decode steps over :class:`~codeparrot.generation.gpt2.GPT2Decoder`."""
+
+    def __init__(self, decoder: Any, ids: list[int], n: int, max_new_tokens: int) -> None:
+        self.decoder, self.ids, self.n = decoder, ids, n
+        self.length = len(ids) + max_new_tokens
+        self.cache: Any = None
+
+    def prefill(self) -> Any:
+        import torch
+
+        one = self.decoder.new_cache(1, self.length)
+        logits = self.decoder.forward(torch.tensor([self.ids], device=self.decoder.device), one)
+        self.cache = one.expand(self.n) if self.n > 1 else one
+        return logits.float().expand(self.n, -1)
+
+    def decode(self, next_ids: Any) -> Any:
+        return self.decoder.forward(next_ids.unsqueeze(-1), self.cache).float()
+
+    def keep(self, rows: list[int], next_ids: Any) -> Any:
+        import torch
+
+        index = torch.tensor(rows, device=next_ids.device)
+        self.cache.select(index)
+        return next_ids[index]
+
+
+class _HFSteps:
+    """The same steps over a ``transformers`` forward (any causal LM)."""
+
+    def __init__(self, model: Any, ids: list[int], n: int, device: Any) -> None:
+        self.model, self.ids, self.n, self.device = model, ids, n, device
+        self.past: Any = None
+
+    def _forward(self, input_ids: Any) -> Any:
+        try:
+            out = self.model(
+                input_ids=input_ids, past_key_values=self.past, use_cache=True, logits_to_keep=1
+            )
+        except TypeError:  # an older model class without logits_to_keep
+            out = self.model(input_ids=input_ids, past_key_values=self.past, use_cache=True)
+        self.past = out.past_key_values
+        return out.logits[:, -1, :].float()
+
+    def prefill(self) -> Any:
+        import torch
+
+        input_ids = torch.tensor([self.ids], device=self.device)
+        logits = self._forward(input_ids)
+        if self.n > 1:
+            if hasattr(self.past, "batch_repeat_interleave"):
+                self.past.batch_repeat_interleave(self.n)
+            else:
+                self.past = None
+                return self._forward(input_ids.expand(self.n, -1))
+        return logits.expand(self.n, -1)
+
+    def decode(self, next_ids: Any) -> Any:
+        return self._forward(next_ids.unsqueeze(-1))
+
+    def keep(self, rows: list[int], next_ids: Any) -> Any:
+        import torch
+
+        index = torch.tensor(rows, device=next_ids.device)
+        self.past = _select_rows(self.past, index)
+        return next_ids[index]
 
 
 def _sample(logits: Any, config: GenerationConfig, generator: Any) -> Any:
@@ -329,10 +469,10 @@ def _sample(logits: Any, config: GenerationConfig, generator: Any) -> Any:
 
 def _select_rows(past: Any, rows: Any) -> Any:
     """Keep only ``rows`` of a key/value cache (a transformers Cache or legacy tuples)."""
-    if hasattr(past, "reorder_cache"):
-        past.reorder_cache(rows)
-        return past
     if hasattr(past, "batch_select_indices"):
         past.batch_select_indices(rows)
+        return past
+    if hasattr(past, "reorder_cache"):
+        past.reorder_cache(rows)
         return past
     return tuple(tuple(t[rows] for t in layer) for layer in past)

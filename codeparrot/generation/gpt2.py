@@ -1,0 +1,155 @@
+"""A lean decode path for GPT-2 checkpoints: the model's own weights, a pre-allocated KV cache.
+
+``transformers``' forward is general (cache objects, mask builders, output records) and
+for the small models this project trains its Python overhead costs more than the
+arithmetic. :class:`GPT2Decoder` runs the same computation, nanoGPT style, over the
+parameters of a loaded ``GPT2LMHeadModel`` (references, no copies), so one loaded
+model still serves every caller. Other architectures use the ``transformers`` forward.
+
+What it saves, per call:
+- the prompt is prefilled once, for one row, and its keys/values are copied to the
+  ``n`` candidate rows (``model.generate`` prefills ``n`` copies of the prompt);
+- logits are computed for the last position only (not for the whole prompt);
+- keys/values go into a buffer sized for the whole call (no ``torch.cat`` per token);
+- no attention mask: the prompt uses causal attention, one new token sees everything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class _Layer:
+    ln_1: tuple[torch.Tensor, torch.Tensor]
+    c_attn: tuple[torch.Tensor, torch.Tensor]  # weight (C, 3C), bias (3C,)
+    c_proj: tuple[torch.Tensor, torch.Tensor]
+    ln_2: tuple[torch.Tensor, torch.Tensor]
+    c_fc: tuple[torch.Tensor, torch.Tensor]
+    mlp_proj: tuple[torch.Tensor, torch.Tensor]
+    scaling: float
+
+
+class KVCache:
+    """Keys and values of every layer for ``rows`` sequences, room for ``length`` positions."""
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        self.keys = keys  # per layer (B, nh, T_max, hs)
+        self.values = values
+        self.length = 0  # positions filled
+
+    @property
+    def rows(self) -> int:
+        return self.keys[0].size(0)
+
+    def expand(self, rows: int) -> KVCache:
+        """A cache of ``rows`` copies of this one-row cache (the prompt, shared by n samples)."""
+        keys = [k.expand(rows, -1, -1, -1).contiguous() for k in self.keys]
+        values = [v.expand(rows, -1, -1, -1).contiguous() for v in self.values]
+        out = KVCache(keys, values)
+        out.length = self.length
+        return out
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (finished candidates leave the batch). Copies the filled part."""
+        t = self.length
+        for store in (self.keys, self.values):
+            for i, buf in enumerate(store):
+                kept = buf.new_empty((len(rows), *buf.shape[1:]))
+                kept[:, :, :t] = buf[rows, :, :t]
+                store[i] = kept
+
+
+class GPT2Decoder:
+    """Forward passes of a ``GPT2LMHeadModel`` written out over its parameters."""
+
+    def __init__(self, model: Any) -> None:
+        cfg = model.config
+        t = model.transformer
+        self.n_head = cfg.n_head
+        self.n_embd = cfg.n_embd
+        self.eps = cfg.layer_norm_epsilon
+        self.context_length = cfg.n_positions
+        self.wte = t.wte.weight  # (V, C)
+        self.wpe = t.wpe.weight  # (T_ctx, C)
+        self.ln_f = (t.ln_f.weight, t.ln_f.bias)
+        self.lm_head = model.lm_head.weight  # (V, C), usually tied to wte
+        self.lm_bias = getattr(model.lm_head, "bias", None)
+        self.dtype = self.wte.dtype
+        self.device = self.wte.device
+        # gelu_new is the tanh approximation; torch has it as one fused kernel.
+        self.fast_gelu = cfg.activation_function in ("gelu_new", "gelu_pytorch_tanh")
+        self.acts = [block.mlp.act for block in t.h]
+        hs = cfg.n_embd // cfg.n_head
+        self.layers = []
+        for i, block in enumerate(t.h):
+            scaling = hs**-0.5 if cfg.scale_attn_weights else 1.0
+            if cfg.scale_attn_by_inverse_layer_idx:
+                scaling /= float(i + 1)
+            self.layers.append(
+                _Layer(
+                    ln_1=(block.ln_1.weight, block.ln_1.bias),
+                    c_attn=(block.attn.c_attn.weight, block.attn.c_attn.bias),
+                    c_proj=(block.attn.c_proj.weight, block.attn.c_proj.bias),
+                    ln_2=(block.ln_2.weight, block.ln_2.bias),
+                    c_fc=(block.mlp.c_fc.weight, block.mlp.c_fc.bias),
+                    mlp_proj=(block.mlp.c_proj.weight, block.mlp.c_proj.bias),
+                    scaling=scaling,
+                )
+            )
+
+    @staticmethod
+    def supports(model: Any) -> bool:
+        """True for a plain GPT-2 LM (no cross-attention) whose modules we know."""
+        if type(model).__name__ != "GPT2LMHeadModel":
+            return False
+        cfg = model.config
+        return not getattr(cfg, "add_cross_attention", False) and cfg.n_embd % cfg.n_head == 0
+
+    def new_cache(self, rows: int, length: int) -> KVCache:
+        hs = self.n_embd // self.n_head
+        shape = (rows, self.n_head, length, hs)
+        make = lambda: torch.empty(shape, dtype=self.dtype, device=self.device)  # noqa: E731
+        return KVCache([make() for _ in self.layers], [make() for _ in self.layers])
+
+    def forward(self, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits of the last position of ``ids`` (B, T), appending T positions to ``cache``."""
+        B, T = ids.shape
+        t0 = cache.length
+        t1 = t0 + T
+        C, nh = self.n_embd, self.n_head
+        x = F.embedding(ids, self.wte) + self.wpe[t0:t1]  # (B, T, C)
+        for i, layer in enumerate(self.layers):
+            h = F.layer_norm(x, (C,), *layer.ln_1, self.eps)
+            qkv = torch.addmm(layer.c_attn[1], h.view(B * T, C), layer.c_attn[0])  # (B*T, 3C)
+            q, k, v = qkv.view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs)
+            cache.keys[i][:, :, t0:t1] = k
+            cache.values[i][:, :, t0:t1] = v
+            if T == 1:  # one new token attends to every cached position: no mask
+                y = F.scaled_dot_product_attention(
+                    q, cache.keys[i][:, :, :t1], cache.values[i][:, :, :t1], scale=layer.scaling
+                )
+            elif t0 == 0:  # the prompt: causal attention over itself
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=layer.scaling)
+            else:  # a chunk after cached positions: causal mask offset by t0
+                mask = torch.ones(T, t1, dtype=torch.bool, device=x.device).tril(t0)
+                y = F.scaled_dot_product_attention(
+                    q,
+                    cache.keys[i][:, :, :t1],
+                    cache.values[i][:, :, :t1],
+                    attn_mask=mask,
+                    scale=layer.scaling,
+                )
+            y = y.transpose(1, 2).reshape(B * T, C)  # (B*T, C)
+            x = x + torch.addmm(layer.c_proj[1], y, layer.c_proj[0]).view(B, T, C)
+            h = F.layer_norm(x, (C,), *layer.ln_2, self.eps)
+            h = torch.addmm(layer.c_fc[1], h.view(B * T, C), layer.c_fc[0])  # (B*T, 4C)
+            h = F.gelu(h, approximate="tanh") if self.fast_gelu else self.acts[i](h)
+            x = x + torch.addmm(layer.mlp_proj[1], h, layer.mlp_proj[0]).view(B, T, C)
+        cache.length = t1
+        last = F.layer_norm(x[:, -1], (C,), *self.ln_f, self.eps)  # (B, C)
+        return F.linear(last, self.lm_head, self.lm_bias)  # (B, V)
