@@ -1,0 +1,128 @@
+"""The configuration of the corpus build (``codeparrot data build``).
+
+Standard library only: the CLI imports this module to build ``--help``.
+Thresholds follow the CodeParrot reference recipe (see ANCHORS.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from codeparrot.config import Config, option
+
+HUB_PREFIX = "hub:"
+
+
+@dataclass(frozen=True)
+class DataConfig(Config):
+    """Where the Python files come from, how they are cleaned and where the corpus goes."""
+
+    output: Path = option(help="directory to create: train/ and valid/ shards and manifest.json")
+    sources: tuple[str, ...] = option(
+        (),
+        "directories, git checkouts or hub:NAME datasets with a `content` column "
+        "(none: this Python installation's stdlib and site-packages)",
+        metavar="SOURCE",
+    )
+    force: bool = option(False, "replace --output if it exists (only once the new one is complete)")
+    max_files: int = option(
+        0, "read at most this many input files, a seeded sample of them (0: no limit)"
+    )
+    workers: int = option(0, "worker processes for reading, filtering and MinHash (0: all cores)")
+    seed: int = option(0, "seed of the random filters, the --max-files sample and the split")
+    valid_fraction: float = option(
+        0.05, "share of files (whole repositories) that go to the validation split"
+    )
+    shard_files: int = option(5000, "files per output shard")
+    # -- size and decoding ---------------------------------------------------------------
+    max_size: int = option(1_000_000, "drop files larger than this many bytes (reference: 1 MB)")
+    # -- heuristic filters (reference thresholds) --------------------------------------
+    line_max: int = option(1000, "drop files with a line longer than this many characters")
+    line_mean: float = option(100.0, "drop files whose mean line length exceeds this")
+    alpha_frac: float = option(
+        0.25, "drop files with a smaller fraction of alphanumeric characters"
+    )
+    header_lines: int = option(
+        5, "lines scanned for auto-generated and config/test markers at the top of a file"
+    )
+    config_test_fraction: float = option(
+        0.05, "a file is config/test-like if 'config' or 'test' occur more than this x lines"
+    )
+    filter_probability: float = option(
+        0.7, "probability of dropping a config/test-like file or one without keywords (seeded)"
+    )
+    min_assignments: int = option(5, "drop files with fewer `=` characters than this")
+    tokenizer: Path | None = option(
+        None, "tokenizer directory (tokenizer.json): enables the characters-per-token filter"
+    )
+    min_chars_per_token: float = option(
+        1.5, "with --tokenizer, drop files with fewer characters per token"
+    )
+    # -- dedup and decontamination ---------------------------------------------------------
+    near_dedup: bool = option(True, "remove near duplicates with MinHash LSH")
+    num_perm: int = option(256, "MinHash permutations")
+    jaccard_threshold: float = option(0.85, "Jaccard similarity above which files are duplicates")
+    min_tokens: int = option(10, "files with fewer distinct tokens are not near-deduplicated")
+    decontaminate: bool = option(
+        True, "drop files that contain a HumanEval prompt or canonical solution"
+    )
+    decontamination_min_lines: int = option(
+        3, "HumanEval snippets with fewer non-blank lines are too generic to look for"
+    )
+
+    def problems(self) -> list[str]:
+        out: list[str] = []
+        if not str(self.output):
+            out.append("--output: a directory is required")
+        for source in self.sources:
+            if source.startswith(HUB_PREFIX) and not source[len(HUB_PREFIX) :]:
+                out.append(f"SOURCE {source!r}: hub: needs a dataset name, e.g. hub:user/name")
+        if self.max_files < 0:
+            out.append(f"--max-files must be >= 0, got {self.max_files}")
+        if self.workers < 0:
+            out.append(f"--workers must be >= 0, got {self.workers}")
+        if not 0.0 <= self.valid_fraction < 1.0:
+            out.append(f"--valid-fraction must be in [0, 1), got {self.valid_fraction}")
+        if self.shard_files < 1:
+            out.append(f"--shard-files must be >= 1, got {self.shard_files}")
+        if self.max_size < 1:
+            out.append(f"--max-size must be >= 1 byte, got {self.max_size}")
+        if self.line_max < 1:
+            out.append(f"--line-max must be >= 1, got {self.line_max}")
+        if self.line_mean <= 0:
+            out.append(f"--line-mean must be > 0, got {self.line_mean}")
+        if not 0.0 <= self.alpha_frac <= 1.0:
+            out.append(f"--alpha-frac must be in [0, 1], got {self.alpha_frac}")
+        if self.header_lines < 0:
+            out.append(f"--header-lines must be >= 0, got {self.header_lines}")
+        if self.config_test_fraction < 0:
+            out.append(f"--config-test-fraction must be >= 0, got {self.config_test_fraction}")
+        if not 0.0 <= self.filter_probability <= 1.0:
+            out.append(f"--filter-probability must be in [0, 1], got {self.filter_probability}")
+        if self.min_assignments < 0:
+            out.append(f"--min-assignments must be >= 0, got {self.min_assignments}")
+        if self.min_chars_per_token < 0:
+            out.append(f"--min-chars-per-token must be >= 0, got {self.min_chars_per_token}")
+        if self.num_perm < 16:
+            out.append(f"--num-perm must be >= 16, got {self.num_perm}")
+        if not 0.0 < self.jaccard_threshold <= 1.0:
+            out.append(f"--jaccard-threshold must be in (0, 1], got {self.jaccard_threshold}")
+        if self.min_tokens < 1:
+            out.append(f"--min-tokens must be >= 1, got {self.min_tokens}")
+        if self.decontamination_min_lines < 1:
+            out.append(
+                f"--decontamination-min-lines must be >= 1, got {self.decontamination_min_lines}"
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class StatsConfig(Config):
+    """Summarise a built corpus: a table and a PNG histogram."""
+
+    corpus: Path = option(help="a directory written by `codeparrot data build`")
+    plot: Path | None = option(None, "where to write the PNG (default: CORPUS/stats.png)")
+
+    def problems(self) -> list[str]:
+        return [] if str(self.corpus) else ["CORPUS: a directory is required"]
