@@ -1,0 +1,49 @@
+"""``codeparrot app``: serve the Gradio playground. Imports gradio only when run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from app.config import AppConfig
+from codeparrot.config import add_config_arguments, config_from_args
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "app",
+        help="serve the Gradio playground over one or more checkpoints",
+        description=(
+            "A Gradio playground: prompt editor, sampling controls, streamed candidates, "
+            "the CodeParrot chapter's examples, and each checkpoint's model card, training "
+            "curve and HumanEval report."
+        ),
+    )
+    # --checkpoint repeats (``--checkpoint A --checkpoint B``) and takes lists (``A B``).
+    parser.add_argument(
+        "--checkpoint",
+        dest="checkpoints",
+        action="extend",
+        nargs="+",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="checkpoint directory to offer in the picker; repeat for several",
+    )
+    add_config_arguments(parser, AppConfig, skip=("checkpoints",))
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(AppConfig, args)
+    from app.model_card import read_model_card
+    from app.ui import launch
+
+    for path in config.checkpoints:
+        if not read_model_card(path).exists:
+            print(
+                f"codeparrot app: warning: checkpoint {path}: no such directory (shown as missing)"
+            )
+    print(f"codeparrot app: serving {len(config.checkpoints)} checkpoint(s); Ctrl+C stops")
+    launch(config, block=True)
+    return 0

@@ -1,0 +1,58 @@
+"""Configuration of the playground (``codeparrot app``). Standard library only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from codeparrot.config import Config, option
+
+# Candidates shown side by side: each is a pre-built editor in the page.
+MAX_CANDIDATES = 8
+
+
+@dataclass(frozen=True)
+class AppConfig(Config):
+    """A Gradio playground over one or more checkpoints."""
+
+    checkpoints: tuple[Path, ...] = option(
+        (),
+        "checkpoint directory to offer in the picker; repeat for several",
+        flag="--checkpoint",
+        metavar="DIR",
+    )
+    host: str = option("127.0.0.1", "address to listen on (0.0.0.0: every interface)")
+    port: int = option(7860, "port to listen on (0: any free port)")
+    concurrency: int = option(
+        1,
+        "generations running at once; one uses every core of a small CPU machine, "
+        "the others wait in the queue",
+    )
+    queue_size: int = option(
+        16, "requests allowed to wait in the queue before new ones are refused"
+    )
+    max_new_tokens_limit: int = option(
+        256, "largest number of new tokens the page lets one ask for"
+    )
+    stream_interval: float = option(
+        0.05, "seconds between streamed updates of the page (0: send every token)"
+    )
+    device: str | None = option(None, "torch device for the models (default: cuda if present)")
+
+    def problems(self) -> list[str]:
+        out = []
+        if not self.checkpoints:
+            out.append("--checkpoint: give at least one checkpoint directory")
+        if not 0 <= self.port <= 65535:
+            out.append(f"--port must be in 0..65535, got {self.port}")
+        if self.concurrency < 1:
+            out.append(f"--concurrency must be >= 1, got {self.concurrency}")
+        if self.queue_size < 1:
+            out.append(f"--queue-size must be >= 1, got {self.queue_size}")
+        if not 1 <= self.max_new_tokens_limit <= 4096:
+            out.append(
+                f"--max-new-tokens-limit must be in 1..4096, got {self.max_new_tokens_limit}"
+            )
+        if self.stream_interval < 0:
+            out.append(f"--stream-interval must be >= 0, got {self.stream_interval}")
+        return out

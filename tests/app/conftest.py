@@ -1,0 +1,66 @@
+"""Fixtures of the playground tests: checkpoints with reports beside them, a served app."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+@dataclass(frozen=True)
+class Playground:
+    url: str
+    trained: Path  # a copy of tiny_checkpoint with training facts and a HumanEval report
+    foreign: Path  # tiny_checkpoint as is: no codeparrot files beside it
+    missing: Path  # offered in the picker but not on disk
+
+
+def write_reports(checkpoint: Path) -> dict:
+    """Facts, metrics and a HumanEval summary in the documented layout; returns the facts."""
+    facts = {
+        "step": 1500,
+        "tokens_seen": 12_345_678,
+        "parameters": 149_248,
+        "preset": "tiny",
+        "eval_loss": 3.2109,
+        "perplexity": 24.8,
+    }
+    (checkpoint / "codeparrot_checkpoint.json").write_text(json.dumps(facts))
+    with open(checkpoint / "metrics.jsonl", "w") as fh:
+        for step in range(0, 1600, 100):
+            fh.write(json.dumps({"step": step, "loss": 6.0 - step / 500, "lr": 5e-4}) + "\n")
+    report = checkpoint / "humaneval"
+    report.mkdir()
+    summary = {"pass_at_k": {"pass@1": 0.0125, "pass@10": 0.0375}, "num_problems": 164}
+    (report / "summary.json").write_text(json.dumps(summary))
+    return facts
+
+
+@pytest.fixture(scope="session")
+def playground(
+    tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Playground]:
+    """The playground served in this process on a free port of 127.0.0.1."""
+    from app.config import AppConfig
+    from app.ui import launch
+
+    root = tmp_path_factory.mktemp("playground")
+    trained = root / "run"
+    shutil.copytree(tiny_checkpoint, trained)
+    write_reports(trained)
+    missing = root / "deleted-run"
+    config = AppConfig(
+        checkpoints=(trained, tiny_checkpoint, missing),
+        port=0,
+        stream_interval=0.0,
+        max_new_tokens_limit=128,
+    )
+    demo, url = launch(config, block=False)
+    try:
+        yield Playground(url=url, trained=trained, foreign=tiny_checkpoint, missing=missing)
+    finally:
+        demo.close()
