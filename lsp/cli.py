@@ -1,0 +1,32 @@
+"""``codeparrot lsp``: serve completions to editors over stdio (default) or TCP.
+
+Standard library and config only at module level; pygls and torch load in :func:`run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from codeparrot.config import add_config_arguments, config_from_args
+from lsp.config import LspConfig
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "lsp",
+        help="language server: inline completion and completion items for editors",
+        description=(
+            "A Language Server Protocol server over a checkpoint: textDocument/inlineCompletion "
+            "(ghost text) and textDocument/completion (items with a textEdit). Talks over "
+            "stdin/stdout unless --tcp is given. Editor set-up: docs/editors.md."
+        ),
+    )
+    add_config_arguments(parser, LspConfig)
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from lsp.server import serve
+
+    serve(config_from_args(LspConfig, args))
+    return 0

@@ -1,0 +1,97 @@
+"""One suggestion from the shared engine: prompt, decode, stop early, post-process.
+
+:func:`suggest` blocks (it runs the model); the server calls it in its generation thread
+with a ``cancel`` event that supersession and ``$/cancelRequest`` set, which stops
+decoding within one token.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lsp.config import LspConfig
+from lsp.documents import Window, fit_prefix
+from lsp.postprocess import indent_width, postprocess
+
+if TYPE_CHECKING:
+    from codeparrot.generation import Engine
+
+# Ends of a block the model may run into (besides a dedent, detected while streaming).
+MULTILINE_STOPS = ("\n\n\n", "\nclass ", "\ndef ", "\nif __name__")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the model produced and what the user gets (``None``: nothing worth showing)."""
+
+    suggestion: str | None
+    raw: str
+    finish_reason: str
+    prompt_tokens: int
+    new_tokens: int
+
+
+def prompt_budget(engine: Engine, config: LspConfig, multiline: bool) -> tuple[int, int]:
+    """(prompt tokens, new tokens) that fit in the model's context."""
+    new = config.multiline_max_new_tokens if multiline else config.max_new_tokens
+    new = min(new, max(1, engine.context_length // 2))
+    return min(config.context_tokens, engine.context_length - new - 1), new
+
+
+def suggest(
+    engine: Engine,
+    window: Window,
+    base_indent: int | None,
+    config: LspConfig,
+    cancel: threading.Event,
+) -> Outcome | None:
+    """Generate and post-process a suggestion for ``window``; ``None`` when cancelled."""
+    from codeparrot.generation import GenerationConfig
+
+    if cancel.is_set():
+        return None
+    multiline = base_indent is not None
+    budget, max_new = prompt_budget(engine, config, multiline)
+    prompt = fit_prefix(window.prefix, budget, engine.count_tokens)
+    if not prompt:
+        # an empty document (or cursor at its start): start from end-of-text
+        prompt = engine.tokenizer.eos_token or "\n"
+    gen = GenerationConfig(
+        n=1,
+        max_new_tokens=max_new,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        seed=0,
+        stop=MULTILINE_STOPS if multiline else ("\n",),
+    )
+    raw = ""
+    finish = "length"
+    prompt_tokens = new_tokens = 0
+    stream = engine.stream(prompt, gen, cancel=cancel)
+    try:
+        for event in stream:
+            raw += event.delta
+            if event.completion is not None:
+                finish = event.completion.finish_reason
+                prompt_tokens = event.completion.prompt_tokens
+                new_tokens = event.completion.new_tokens
+                break
+            if multiline and _block_ended(raw, base_indent):
+                finish = "block"
+                break
+    finally:
+        stream.close()
+    if cancel.is_set():
+        return None
+    text = postprocess(raw, window, base_indent)
+    return Outcome(text, raw, finish, prompt_tokens, new_tokens)
+
+
+def _block_ended(text: str, base: int | None) -> bool:
+    """Has ``text`` a finished line (after the first) dedented to the opener or left?"""
+    if base is None:
+        return False
+    lines = text.split("\n")
+    return any(line.strip() and indent_width(line) <= base for line in lines[1:-1])

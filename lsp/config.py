@@ -1,0 +1,184 @@
+"""The language server's settings: one dataclass for the command line and the editor.
+
+The same fields come from three places, later ones winning: the command line
+(``codeparrot lsp --max-new-tokens 24``), the client's ``initializationOptions`` and
+``workspace/didChangeConfiguration``. Editors send settings as JSON objects, in
+camelCase or snake_case, optionally under a ``codeparrot`` section; :func:`settings_update`
+turns such an object into field values and :meth:`LspConfig.replace` validates them.
+
+This module imports only the standard library (the CLI imports it for ``--help``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from codeparrot.config import Config, option
+from codeparrot.errors import ConfigError
+
+# Fields an editor may set at run time (the transport is fixed once the server runs).
+EDITOR_SETTINGS = (
+    "checkpoint",
+    "max_new_tokens",
+    "multiline_max_new_tokens",
+    "temperature",
+    "top_p",
+    "debounce_ms",
+    "context_tokens",
+    "suffix_chars",
+    "cache_size",
+    "multiline",
+)
+
+
+@dataclass(frozen=True)
+class LspConfig(Config):
+    """Settings of ``codeparrot lsp``: which model, how much to generate, how to serve."""
+
+    checkpoint: Path | None = option(
+        None,
+        "checkpoint directory to complete with (or `checkpoint` in the editor's "
+        "initializationOptions)",
+        metavar="DIR",
+    )
+    max_new_tokens: int = option(32, "most tokens generated for a single-line completion")
+    multiline_max_new_tokens: int = option(
+        96, "most tokens generated when the cursor opens an empty block"
+    )
+    temperature: float = option(0.0, "sampling temperature; 0 is greedy (repeatable suggestions)")
+    top_p: float = option(0.95, "nucleus sampling mass when temperature > 0")
+    debounce_ms: int = option(
+        0,
+        "wait this long before generating; a newer request for the document during the "
+        "wait replaces this one without any model work (clients debounce too)",
+    )
+    context_tokens: int = option(
+        768, "token budget of the prompt (the text before the cursor, nearest lines kept)"
+    )
+    suffix_chars: int = option(
+        2000, "characters after the cursor read for post-processing (not sent to the model)"
+    )
+    cache_size: int = option(128, "completions kept in the LRU cache (0 disables it)")
+    multiline: bool = option(
+        True, "complete a whole block when the cursor opens an empty one (`def f():|`)"
+    )
+    threads: int = option(
+        1,
+        "torch threads for generation: small models decode fastest on one, which also "
+        "leaves a core to the editor",
+    )
+    device: str | None = option(None, "torch device (default: cuda when available, else cpu)")
+    tcp: str | None = option(
+        None, "listen on HOST:PORT instead of talking over stdin/stdout", metavar="HOST:PORT"
+    )
+    log_file: Path | None = option(None, "write the server's log to this file", metavar="FILE")
+
+    def problems(self) -> list[str]:
+        out = []
+        if not 1 <= self.max_new_tokens <= 512:
+            out.append(f"--max-new-tokens must be in 1..512, got {self.max_new_tokens}")
+        if not 1 <= self.multiline_max_new_tokens <= 1024:
+            out.append(
+                "--multiline-max-new-tokens must be in 1..1024, got "
+                f"{self.multiline_max_new_tokens}"
+            )
+        if self.temperature < 0:
+            out.append(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            out.append(f"--top-p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.debounce_ms <= 5000:
+            out.append(f"--debounce-ms must be in 0..5000, got {self.debounce_ms}")
+        if not 16 <= self.context_tokens <= 32768:
+            out.append(f"--context-tokens must be in 16..32768, got {self.context_tokens}")
+        if self.suffix_chars < 0:
+            out.append(f"--suffix-chars must be >= 0, got {self.suffix_chars}")
+        if self.cache_size < 0:
+            out.append(f"--cache-size must be >= 0, got {self.cache_size}")
+        if not 1 <= self.threads <= 256:
+            out.append(f"--threads must be in 1..256, got {self.threads}")
+        if self.tcp is not None and parse_host_port(self.tcp) is None:
+            out.append(f"--tcp must look like HOST:PORT (e.g. 127.0.0.1:2087), got {self.tcp!r}")
+        return out
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of ``--tcp``, or ``None`` for stdio."""
+        return None if self.tcp is None else parse_host_port(self.tcp)
+
+
+def parse_host_port(text: str) -> tuple[str, int] | None:
+    """``"HOST:PORT"`` -> ``(host, port)``; ``None`` when it is not one."""
+    match = re.fullmatch(r"\[?([^\[\]]*?)\]?:(\d{1,5})", text.strip())
+    if match is None or not 0 < int(match.group(2)) < 65536:
+        return None
+    return match.group(1) or "127.0.0.1", int(match.group(2))
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+# Short names editors commonly use, mapped to fields.
+_ALIASES = {"max_tokens": "max_new_tokens", "multiline_max_tokens": "multiline_max_new_tokens"}
+
+
+def settings_update(settings: Any) -> tuple[dict[str, Any], list[str]]:
+    """Field values from an editor's settings object, and warnings for what was ignored.
+
+    Accepts ``{"maxTokens": 16}``, ``{"max_new_tokens": 16}`` or either of them under a
+    ``"codeparrot"`` key. Values are not validated here: :meth:`LspConfig.replace` does.
+    """
+    if settings is None:
+        return {}, []
+    if not isinstance(settings, dict):
+        return {}, [f"settings must be a JSON object, got {type(settings).__name__}"]
+    if isinstance(settings.get("codeparrot"), dict):
+        settings = settings["codeparrot"]
+    names = {f.name for f in fields(LspConfig)}
+    changes: dict[str, Any] = {}
+    warnings: list[str] = []
+    for key, value in settings.items():
+        name = _snake(str(key))
+        name = _ALIASES.get(name, name)
+        if name not in EDITOR_SETTINGS:
+            reason = "set on the command line" if name in names else "unknown"
+            warnings.append(f"setting {key!r} ignored ({reason})")
+            continue
+        changes[name] = value
+    return changes, warnings
+
+
+def apply_settings(config: LspConfig, settings: Any) -> tuple[LspConfig, list[str]]:
+    """``config`` with an editor's settings applied; raises ConfigError on bad values."""
+    changes, warnings = settings_update(settings)
+    if not changes:
+        return config, warnings
+    typed: dict[str, Any] = {}
+    problems = []
+    for name, value in changes.items():
+        try:
+            typed[name] = _coerce(name, value)
+        except (TypeError, ValueError):
+            problems.append(f"setting {name!r}: cannot use {value!r}")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return config.replace(**typed), warnings
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if name == "checkpoint":
+        return None if value in (None, "") else Path(str(value)).expanduser()
+    if name == "multiline":
+        if not isinstance(value, bool):
+            raise TypeError(name)
+        return value
+    if name in ("temperature", "top_p"):
+        if isinstance(value, bool):
+            raise TypeError(name)
+        return float(value)
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise TypeError(name)
+    return int(value)

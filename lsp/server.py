@@ -1,0 +1,381 @@
+"""The pygls language server: ghost text and completion items from the shared engine.
+
+Handlers are thin: they turn a request into a call of :func:`lsp.completion.suggest`
+and its answer back into LSP types. What makes it feel responsive lives in
+:meth:`CodeparrotServer.suggestion`:
+
+- generation runs in one worker thread, never on the event loop;
+- a newer request for a document supersedes the older one: its cancel event is set,
+  decoding stops within one token and the older request answers with an empty result;
+- ``$/cancelRequest`` cancels the handler's task, which sets the same event;
+- an LRU cache answers repeated requests and a user typing through a suggestion.
+
+Documents are kept by :class:`lsp.documents.Document` (LSP line breaks, positions in the
+negotiated encoding, large files indexed once per version), not by pygls' workspace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+
+from codeparrot import __version__
+from codeparrot.errors import CodeparrotError
+from lsp.cache import PREFIX_KEY, SuggestionCache
+from lsp.completion import Outcome, suggest
+from lsp.config import LspConfig, apply_settings
+from lsp.documents import UTF16, Document, Position, Window, cursor_window
+from lsp.postprocess import block_indent
+
+logger = logging.getLogger("codeparrot.lsp")
+
+TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", " ", "=", ":"]
+_WORD_END = re.compile(r"\w*$")
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A suggestion placed in a document: insert ``text`` at ``position``.
+
+    ``word_start`` is where the identifier under the cursor starts, ``word`` its text:
+    completion items replace it so that editors filtering by it keep the item.
+    """
+
+    text: str
+    position: types.Position
+    word_start: types.Position
+    word: str
+
+
+class CodeparrotProtocol(LanguageServerProtocol):
+    """pygls' protocol with our own document store and errors for malformed requests."""
+
+    _server: CodeparrotServer
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
+        doc = params.text_document
+        self._server.documents[doc.uri] = Document(doc.uri, doc.text, doc.version)
+        yield from ()
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+        self._server.apply_changes(params)
+        yield from ()
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
+        self._server.close_document(params.text_document.uri)
+        yield from ()
+
+    def structure_message(self, data: dict[str, Any]):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException:
+            # pygls drops a request it cannot parse; answer it so the client does not wait
+            if isinstance(data, dict) and "id" in data and "method" in data:
+                error = JsonRpcInvalidParams(f"invalid params for {data.get('method')}")
+                self._send_response(data["id"], error=error.to_response_error())
+            raise
+
+
+class CodeparrotServer(LanguageServer):
+    """The language server; one instance per client connection."""
+
+    def __init__(self, config: LspConfig) -> None:
+        super().__init__(
+            "codeparrot",
+            __version__,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            protocol_cls=CodeparrotProtocol,
+        )
+        self.config = config
+        self.documents: dict[str, Document] = {}
+        self.cache = SuggestionCache(config.cache_size)
+        self._generator = ThreadPoolExecutor(1, thread_name_prefix="codeparrot-generate")
+        self._engine: Future | None = None
+        self._engine_path: Any = None
+        self._load_error_shown = False
+        self._pending: dict[str, threading.Event] = {}
+        self.stats = {"requests": 0, "generated": 0, "cached": 0, "superseded": 0}
+
+    # -- configuration and model -------------------------------------------------------
+    @property
+    def encoding(self) -> str:
+        try:
+            enc = self.workspace.position_encoding
+        except RuntimeError:  # not initialised yet
+            return UTF16
+        return str(enc.value if hasattr(enc, "value") else enc or UTF16)
+
+    def load_engine(self) -> None:
+        """Start loading the configured checkpoint in the generation thread (once per path)."""
+        path = self.config.checkpoint
+        if path is None or path == self._engine_path:
+            return
+        self._engine_path = path
+        self._load_error_shown = False
+        self._engine = self._generator.submit(_load, path, self.config.device, self.config.threads)
+        self.cache.clear()
+
+    def update_settings(self, settings: Any, source: str) -> None:
+        """Apply editor settings; bad values are reported and the old settings kept."""
+        try:
+            config, warnings = apply_settings(self.config, settings)
+        except CodeparrotError as e:
+            self.show(types.MessageType.Error, f"codeparrot: {source} rejected: {e}")
+            return
+        for warning in warnings:
+            self.show(types.MessageType.Warning, f"codeparrot: {source}: {warning}")
+        if config != self.config:
+            logger.info("settings from %s: %s", source, config.to_dict())
+            self.config = config
+            self.cache = SuggestionCache(config.cache_size)
+            self.load_engine()
+
+    def show(self, kind: types.MessageType, message: str) -> None:
+        logger.warning(message)
+        try:
+            self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+        except Exception:  # no client attached (unit use)
+            pass
+
+    async def engine(self):
+        """The loaded engine, or ``None`` (with one message to the user) when there is none."""
+        if self._engine is None:
+            if not self._load_error_shown:
+                self._load_error_shown = True
+                self.show(
+                    types.MessageType.Error,
+                    "codeparrot: no checkpoint configured; start the server with "
+                    "--checkpoint DIR or set `checkpoint` in initializationOptions",
+                )
+            return None
+        try:
+            return await asyncio.wrap_future(self._engine)
+        except CodeparrotError as e:
+            if not self._load_error_shown:
+                self._load_error_shown = True
+                self.show(types.MessageType.Error, f"codeparrot: {e}")
+            return None
+
+    # -- documents -----------------------------------------------------------------------
+    def apply_changes(self, params: types.DidChangeTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        doc = self.documents.get(uri)
+        if doc is None:
+            logger.warning("change to %s, which is not open", uri)
+            return
+        for change in params.content_changes:
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                r = change.range
+                doc.apply_change(
+                    change.text,
+                    Position(r.start.line, r.start.character),
+                    Position(r.end.line, r.end.character),
+                    self.encoding,
+                )
+            else:
+                doc.apply_change(change.text)
+        doc.version = params.text_document.version
+
+    def close_document(self, uri: str) -> None:
+        self.documents.pop(uri, None)
+        pending = self._pending.pop(uri, None)
+        if pending is not None:
+            pending.set()
+
+    # -- the one path from a cursor to a suggestion ---------------------------------------
+    async def suggestion(self, uri: str, position: types.Position) -> Suggestion | None:
+        self.stats["requests"] += 1
+        doc = self.documents.get(uri)
+        if doc is None:
+            return None
+        config, encoding = self.config, self.encoding
+        offset = doc.offset_at(position.line, position.character, encoding)
+        window = cursor_window(
+            doc, offset, max(4 * PREFIX_KEY, config.context_tokens * 8), config.suffix_chars
+        )
+        base = block_indent(window) if config.multiline else None
+
+        previous = self._pending.pop(uri, None)
+        if previous is not None:
+            previous.set()
+            self.stats["superseded"] += 1
+        cancel = threading.Event()
+        self._pending[uri] = cancel
+        try:
+            text = self.cache.get(uri, window.prefix, window.suffix)
+            if text is not None:
+                self.stats["cached"] += 1
+            else:
+                outcome = await self._generate(window, base, config, cancel)
+                if outcome is None:
+                    return None  # superseded, cancelled or no model
+                # "" remembers that there was nothing worth showing here
+                text = outcome.suggestion or ""
+                self.cache.put(uri, window.prefix, window.suffix, text)
+            if not text:
+                return None
+            return self._place(doc, window, offset, text, encoding)
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
+        finally:
+            if self._pending.get(uri) is cancel:
+                del self._pending[uri]
+
+    async def _generate(
+        self, window: Window, base: int | None, config: LspConfig, cancel: threading.Event
+    ) -> Outcome | None:
+        if config.debounce_ms:
+            await asyncio.sleep(config.debounce_ms / 1000)
+            if cancel.is_set():
+                return None
+        engine = await self.engine()
+        if engine is None or cancel.is_set():
+            return None
+        future = self._generator.submit(suggest, engine, window, base, config, cancel)
+        try:
+            outcome: Outcome | None = await asyncio.wrap_future(future)
+        except CodeparrotError as e:
+            logger.warning("generation failed: %s", e)
+            return None
+        if outcome is None:
+            return None
+        self.stats["generated"] += 1
+        logger.debug("generated %r (%s)", outcome.raw, outcome.finish_reason)
+        return outcome
+
+    def _place(
+        self, doc: Document, window: Window, offset: int, text: str, encoding: str
+    ) -> Suggestion:
+        if window.eol != "\n":
+            text = text.replace("\n", window.eol)
+        word = _WORD_END.search(window.line_head).group(0)
+        here = doc.position_at(offset, encoding)
+        start = doc.position_at(offset - len(word), encoding)
+        return Suggestion(
+            text=text,
+            position=types.Position(here.line, here.character),
+            word_start=types.Position(start.line, start.character),
+            word=word,
+        )
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        # protocol errors (malformed messages) are answered or logged, not shown in pop-ups
+        logger.error("%s: %s", getattr(source, "__name__", source), error)
+
+
+def _load(path, device: str | None, threads: int):
+    """Runs in the generation thread, which is the one that decodes."""
+    import torch
+
+    from codeparrot.generation import Engine
+
+    torch.set_num_threads(threads)
+    return Engine.load(path, device=device)
+
+
+# -- handlers: one feature each, LSP types in and out ------------------------------------
+
+
+def build_server(config: LspConfig) -> CodeparrotServer:
+    """A server with every feature registered; call ``start_io``/``start_tcp`` on it."""
+    server = CodeparrotServer(config)
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: CodeparrotServer, params: types.InitializeParams) -> None:
+        if params.initialization_options is not None:
+            ls.update_settings(params.initialization_options, "initializationOptions")
+        ls.load_engine()
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def did_change_configuration(
+        ls: CodeparrotServer, params: types.DidChangeConfigurationParams
+    ) -> None:
+        ls.update_settings(params.settings, "workspace/didChangeConfiguration")
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(
+        ls: CodeparrotServer, params: types.InlineCompletionParams
+    ) -> types.InlineCompletionList:
+        found = await ls.suggestion(params.text_document.uri, params.position)
+        if found is None:
+            return types.InlineCompletionList(items=[])
+        item = types.InlineCompletionItem(
+            insert_text=found.text,
+            range=types.Range(found.position, found.position),
+        )
+        return types.InlineCompletionList(items=[item])
+
+    @server.feature(
+        types.TEXT_DOCUMENT_COMPLETION,
+        types.CompletionOptions(trigger_characters=TRIGGER_CHARACTERS),
+    )
+    async def completion(
+        ls: CodeparrotServer, params: types.CompletionParams
+    ) -> types.CompletionList:
+        found = await ls.suggestion(params.text_document.uri, params.position)
+        if found is None:
+            return types.CompletionList(is_incomplete=True, items=[])
+        new_text = found.word + found.text
+        first_line = new_text.splitlines()[0] if new_text.strip() else new_text
+        label = first_line.strip() or new_text.strip()
+        if "\n" in found.text.replace("\r", "\n"):
+            label += " …"
+        item = types.CompletionItem(
+            label=label[:80],
+            kind=types.CompletionItemKind.Text,
+            detail="codeparrot",
+            documentation=types.MarkupContent(
+                kind=types.MarkupKind.Markdown, value=f"```python\n{new_text}\n```"
+            ),
+            filter_text=new_text,
+            sort_text="0",
+            insert_text_format=types.InsertTextFormat.PlainText,
+            text_edit=types.TextEdit(
+                range=types.Range(found.word_start, found.position), new_text=new_text
+            ),
+            preselect=True,
+        )
+        # incomplete: the client asks again as the user types, rather than filtering
+        return types.CompletionList(is_incomplete=True, items=[item])
+
+    return server
+
+
+def serve(config: LspConfig) -> None:
+    """Run the server until the client exits (stdio) or forever (``--tcp``)."""
+    from codeparrot.errors import CheckpointError
+
+    if config.checkpoint is not None and not (config.checkpoint / "config.json").is_file():
+        raise CheckpointError(
+            f"checkpoint {config.checkpoint}: no config.json; expected a directory written "
+            "by `codeparrot train` or `save_pretrained`"
+        )
+    logging.basicConfig(
+        filename=config.log_file,
+        level=logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    # pygls logs every message at INFO; keep the log about us
+    logging.getLogger("pygls").setLevel(logging.WARNING)
+    server = build_server(config)
+    server.load_engine()  # start loading at once; initializationOptions may replace it
+    address = config.address
+    if address is None:
+        server.start_io()
+    else:
+        server.start_tcp(*address)
