@@ -381,9 +381,7 @@ def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]
                     }
                 )
         for w in writers.values():
-            if not w.shards:
-                w._open()  # an empty shard, so the split's glob still matches
-            w.close()
+            w.close()  # an empty split keeps an empty folder: `datasets` rejects empty shards
         spool_path.unlink()
 
         decoded = sum(g.copies for g in groups.values())
