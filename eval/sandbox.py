@@ -1,0 +1,232 @@
+"""The harness side of the sandbox: detect the isolation available, run programs in it.
+
+Each :class:`Sandbox` owns one zygote process (``eval/_zygote.py``) started inside the
+strongest isolation this machine allows; the zygote forks a fresh, namespaced process
+tree per program and reports a verdict decided outside the sample's reach (see
+``docs/threat-model.md``). The harness never runs sample code itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from codeparrot.errors import CodeparrotError, ExecutionNotAllowed
+
+logger = logging.getLogger(__name__)
+
+ZYGOTE = Path(__file__).with_name("_zygote.py")
+ALLOW_ENV = "CODEPARROT_ALLOW_CODE_EXECUTION"
+MODES = ("root", "userns", "none")
+# What each mode leaves out, for the loud warning and the report.
+MISSING = {
+    "root": [],
+    "userns": [
+        "samples share the harness user's uid (capabilities dropped, no setuid)",
+        "RLIMIT_NPROC counts every process of that user",
+    ],
+    "none": [
+        "no network isolation",
+        "no PID namespace: a process that leaves the sample's session can outlive it",
+        "no private /tmp: samples can write wherever the harness user can",
+        "samples run as the harness user",
+    ],
+}
+_CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+
+
+class SandboxError(CodeparrotError):
+    """The sandbox could not be started or stopped answering."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-sample resource limits."""
+
+    timeout: float = 3.0  # wall-clock seconds for the whole sample (definition and checks)
+    memory: int = 1 << 30  # RLIMIT_AS of each sandboxed process, bytes
+    file_size: int = 16 << 20  # RLIMIT_FSIZE, and the size of the private /tmp
+    processes: int = 8  # RLIMIT_NPROC of the sample's uid
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    result: str  # "passed", "timed out" or "failed: ..."
+    duration: float
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The isolation in use and what it lacks (recorded in every report)."""
+
+    mode: str
+    missing: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "missing": list(self.missing)}
+
+
+def require_permission(allow: bool) -> None:
+    """Raise :class:`ExecutionNotAllowed` unless the user opted in to running code."""
+    if allow or os.environ.get(ALLOW_ENV) == "1":
+        return
+    raise ExecutionNotAllowed(
+        "this runs untrusted, model-generated code; nothing was executed. Pass "
+        f"--allow-code-execution (or set {ALLOW_ENV}=1) once you have read "
+        "docs/threat-model.md"
+    )
+
+
+def _command(mode: str, slot: int) -> list[str]:
+    zygote = [sys.executable, "-I", "-S", str(ZYGOTE), mode, str(slot)]
+    if mode == "root":
+        return ["unshare", "--net", *zygote]
+    if mode == "userns":
+        return ["unshare", "--user", "--map-root-user", "--net", *zygote]
+    return zygote
+
+
+def _candidate_modes() -> list[str]:
+    modes = []
+    if shutil.which("unshare") and sys.platform.startswith("linux"):
+        if os.geteuid() == 0:
+            modes.append("root")
+        modes.append("userns")
+    modes.append("none")
+    return modes
+
+
+def detect_isolation(mode: str | None = None) -> Isolation:
+    """The strongest working mode (or check ``mode``); warns loudly when it is not ``root``.
+
+    Each candidate is proven by running a probe program through it, not assumed.
+    """
+    candidates = [mode] if mode else _candidate_modes()
+    errors = []
+    for candidate in candidates:
+        if candidate not in MODES:
+            raise SandboxError(f"unknown sandbox mode {candidate!r} (choose from {MODES})")
+        try:
+            with Sandbox(Isolation(candidate), slot=0) as box:
+                verdict = box.run("def f():\n    return 41\n", "assert f() + 1 == 42", "f")
+        except (OSError, SandboxError) as e:
+            errors.append(f"{candidate}: {e}")
+            continue
+        if verdict.passed:
+            isolation = Isolation(candidate, MISSING[candidate])
+            if isolation.missing:
+                message = (
+                    f"SANDBOX IS WEAKER THAN IT SHOULD BE (mode {candidate!r}): "
+                    + "; ".join(isolation.missing)
+                    + (f" [stronger modes failed: {'; '.join(errors)}]" if errors else "")
+                )
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+                logger.warning(message)
+            return isolation
+        errors.append(f"{candidate}: probe failed ({verdict.result})")
+    raise SandboxError("no sandbox mode works here: " + "; ".join(errors))
+
+
+def _frame(payload: bytes) -> bytes:
+    return b"%010d" % len(payload) + payload
+
+
+class Sandbox:
+    """One zygote: runs programs one at a time. Not thread-safe; use one per worker."""
+
+    def __init__(self, isolation: Isolation, slot: int = 0, limits: Limits | None = None):
+        self.isolation = isolation
+        self.slot = slot
+        self.limits = limits or Limits()
+        self._proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> Sandbox:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        if self._proc is not None:
+            return
+        self._proc = subprocess.Popen(
+            _command(self.isolation.mode, self.slot),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=_CLEAN_ENV,
+            cwd="/",
+            start_new_session=True,
+        )
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()
+            proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self._kill(proc)
+        finally:
+            proc.stdout.close()
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    def run(self, program: str, test: str, entry_point: str, prompt: str = "") -> Verdict:
+        """Run ``program``, then ``test`` against it; ``entry_point`` is proxied into the test.
+
+        ``prompt`` is trusted code executed on the checker's side before the test (the
+        HumanEval prompt: helpers the test needs). With an empty ``entry_point`` every
+        function of the program that the test uses is proxied (the ``code_eval`` form).
+        """
+        self.start()
+        assert self._proc is not None
+        limits = self.limits
+        header = f"{limits.timeout} {limits.memory} {limits.file_size} {limits.processes}"
+        message = b"".join(
+            _frame(part.encode("utf-8", "surrogatepass"))
+            for part in (header, program, prompt, test, entry_point)
+        )
+        start = time.monotonic()
+        try:
+            self._proc.stdin.write(message)
+            self._proc.stdin.flush()
+            reply = self._read_reply(start + limits.timeout + 10)
+        except (OSError, SandboxError) as e:
+            logger.warning("sandbox %d restarted: %s", self.slot, e)
+            proc, self._proc = self._proc, None
+            self._kill(proc)
+            return Verdict(False, f"failed: sandbox error ({e})", time.monotonic() - start)
+        duration, _, result = reply.partition(" ")
+        return Verdict(result == "passed", result, float(duration))
+
+    def _read_reply(self, deadline: float) -> str:
+        fd = self._proc.stdout.fileno()
+        data = b""
+        while len(data) < 10 or len(data) < 10 + int(data[:10]):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise SandboxError("the zygote did not answer in time")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise SandboxError("the zygote exited")
+            data += chunk
+            if len(data) >= 10 and not data[:10].isdigit():
+                raise SandboxError("malformed reply from the zygote")
+        return data[10:].decode("utf-8", "replace")
