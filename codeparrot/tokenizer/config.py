@@ -24,7 +24,9 @@ class TokenizerConfig(Config):
         help="corpus directory written by `codeparrot data build` (reads DIR/train/*.jsonl.gz)",
         metavar="DIR",
     )
-    output: Path = option(help="tokenizer directory to write (a save_pretrained layout)")
+    output: Path = option(
+        help="tokenizer directory to write (a save_pretrained layout)", metavar="DIR"
+    )
     vocab_size: int = option(
         32768, "vocabulary size, the 256 byte symbols and <|endoftext|> included"
     )
@@ -61,7 +63,9 @@ class TokenizerConfig(Config):
 class TokenizerReportConfig(Config):
     """Measure a tokenizer on held-out Python files."""
 
-    tokenizer: Path = option(help="tokenizer directory (AutoTokenizer.from_pretrained)")
+    tokenizer: Path = option(
+        help="tokenizer directory (AutoTokenizer.from_pretrained)", metavar="DIR"
+    )
     paths: tuple[Path, ...] = option(
         (),
         "held-out files: .py files, directories of them, .jsonl.gz shards or a corpus "

@@ -1,0 +1,192 @@
+"""Tokenizer speed and compression: our stage against calling ``tokenizers`` directly.
+
+Builds a corpus directory (docs/artefacts.md schema) from the first ``--files`` Python
+files of this virtualenv's site-packages (or uses ``--data DIR``), then measures,
+interleaving ours and the baselines so that load from other jobs hits both alike:
+
+(a) training: ``train_tokenizer`` (reads the gzipped JSON shards, trains, wraps and
+    saves) against ``tokenizers`` trained directly with the same settings, both on
+    texts already in memory and with the same shards read by a plain loop first;
+(b) encoding: batched ``encode_batch`` calls (what the report does) against one
+    ``encode`` call per file;
+(c) compression: GPT-2's token count / ours on held-out stdlib files (``tokenizer_report``).
+
+Prints seconds (minimum over repeats) and ratios; run with
+
+    .venv/bin/python bench/tokenizer.py [--files 2000] [--vocab-size 32768] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from codeparrot.tokenizer import TokenizerConfig, tokenizer_report, train_tokenizer
+from codeparrot.tokenizer.corpus import corpus_shards
+
+
+def python_files(root: Path, skip_parts: set[str]) -> list[Path]:
+    files = (p for p in sorted(root.rglob("*.py")) if not skip_parts & set(p.parts))
+    return [p for p in files if 500 <= p.stat().st_size <= 100_000]
+
+
+def read_texts(paths: list[Path], limit: int) -> list[str]:
+    texts = []
+    for path in paths:
+        try:
+            texts.append(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, OSError):
+            continue
+        if len(texts) >= limit:
+            break
+    return texts
+
+
+def write_corpus(root: Path, texts: list[str]) -> Path:
+    (root / "train").mkdir(parents=True)
+    per_shard = 2000
+    for n, start in enumerate(range(0, len(texts), per_shard)):
+        with gzip.open(root / "train" / f"shard-{n:05d}.jsonl.gz", "wt", encoding="utf-8") as fh:
+            for i, text in enumerate(texts[start : start + per_shard]):
+                fh.write(json.dumps({"path": f"{start + i}.py", "content": text}) + "\n")
+    (root / "manifest.json").write_text(json.dumps({"provenance": {"created": "bench"}}))
+    return root
+
+
+def direct_training(batches, vocab_size: int) -> Tokenizer:
+    """The baseline: `tokenizers` called directly with the recipe's settings."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(batches, trainer=trainer)
+    return tok
+
+
+def batches_of(texts: list[str], size: int = 1000):
+    for start in range(0, len(texts), size):
+        yield texts[start : start + size]
+
+
+def plain_read(data: Path, limit: int) -> list[str]:
+    texts: list[str] = []
+    for shard in corpus_shards(data, "train"):
+        with gzip.open(shard, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                texts.append(json.loads(line)["content"])
+                if len(texts) >= limit:
+                    return texts
+    return texts
+
+
+def timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=2000, help="training files")
+    parser.add_argument("--vocab-size", type=int, default=32768)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--heldout", type=int, default=500, help="held-out stdlib files")
+    parser.add_argument("--data", type=Path, help="an existing corpus directory to train on")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench-tokenizer-"))
+    if args.data:
+        data = args.data
+    else:
+        site = Path(sysconfig.get_paths()["purelib"])
+        data = write_corpus(work / "corpus", read_texts(python_files(site, set()), args.files))
+    texts = plain_read(data, args.files)
+    mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    print(f"training corpus: {len(texts)} files, {mb:.1f} MB; vocab {args.vocab_size}")
+
+    # (a) training throughput, interleaved in rotating order. transformers is imported
+    # first: its one-off import (seconds) is not training time.
+    import transformers  # noqa: F401
+
+    config = TokenizerConfig(
+        data=data, output=work / "tok", vocab_size=args.vocab_size, files=args.files,
+        overwrite=True, progress=False,
+    )  # fmt: skip
+    runs = {
+        "direct (in memory)": lambda: direct_training(batches_of(texts), args.vocab_size),
+        "direct (+ plain read)": lambda: direct_training(
+            batches_of(plain_read(data, args.files)), args.vocab_size
+        ),
+        "ours": lambda: train_tokenizer(config),
+    }
+    names = list(runs)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(args.repeats):
+        order = names[r % 3 :] + names[: r % 3]
+        for name in order:
+            times[name].append(timed(runs[name]))
+        print(f"  repeat {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()))
+    print("training (min / median over repeats):")
+    for name, values in times.items():
+        best, median = min(values), statistics.median(values)
+        print(f"  {name:<22} {best:7.2f} s / {median:7.2f} s  {mb / best:6.2f} MB/s")
+    for base in ("direct (in memory)", "direct (+ plain read)"):
+        ratio_min = min(times["ours"]) / min(times[base])
+        ratio_med = statistics.median(times["ours"]) / statistics.median(times[base])
+        print(f"  ours / {base}: {ratio_min:.3f}x the time (min), {ratio_med:.3f}x (median)")
+
+    # (b) encoding throughput on held-out stdlib files.
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    held_paths = python_files(stdlib, {"site-packages", "test", "tests", "idlelib"})
+    held = read_texts(held_paths, args.heldout)
+    held_mb = sum(len(t.encode("utf-8")) for t in held) / 1e6
+    backend = Tokenizer.from_file(str(work / "tok" / "tokenizer.json"))
+    enc_times: dict[str, list[float]] = {"one call per file": [], "batched (ours)": []}
+    for _ in range(max(args.repeats, 3)):
+        enc_times["one call per file"].append(timed(lambda: [backend.encode(t) for t in held]))
+        enc_times["batched (ours)"].append(
+            timed(lambda: [backend.encode_batch(b) for b in batches_of(held, 256)])
+        )
+    enc_best = {k: min(v) for k, v in enc_times.items()}
+    print(f"encoding {len(held)} held-out stdlib files ({held_mb:.1f} MB):")
+    for name, seconds in enc_best.items():
+        print(f"  {name:<22} {seconds:7.2f} s  {held_mb / seconds:6.2f} MB/s")
+    print(f"  batched speed-up: {enc_best['one call per file'] / enc_best['batched (ours)']:.2f}x")
+
+    # (c) compression against GPT-2 on the same held-out files.
+    (work / "held").mkdir()
+    for i, text in enumerate(held):
+        (work / "held" / f"{i:05d}.py").write_text(text, encoding="utf-8")
+    report = tokenizer_report(work / "tok", [work / "held"], max_files=len(held), progress=False)
+    gpt2 = report["gpt2"]
+    print(
+        f"held-out stdlib: {report['tokens']:,} tokens, {report['chars_per_token']:.2f} chars/token, "
+        f"fertility {report['subword_fertility']:.2f}, continued words "
+        f"{100 * report['continued_word_proportion']:.1f}%, byte fallback "
+        f"{100 * report['byte_fallback_rate']:.3f}%"
+    )
+    if gpt2["ratio"] is None:
+        print(f"GPT-2 comparison: {gpt2['note']}")
+    else:
+        print(
+            f"GPT-2 tokens / ours: {gpt2['ratio']:.2f}x ({gpt2['tokens']:,} vs {report['tokens']:,})"
+        )
+    print(f"keywords not single tokens: {report['keywords']['split'] or 'none'}")
+
+
+if __name__ == "__main__":
+    main()
