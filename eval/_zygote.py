@@ -484,17 +484,30 @@ def run_one(header, program, libc, mode, slot, hidden):
     verdict = _exchange(job_w, res_r, b"".join(b"%010d" % len(p) + p for p in rest), deadline)
     if verdict is None:
         verdict = "timed out"
+        os.kill(x, signal.SIGKILL)  # A dies with X (PDEATHSIG), and its namespace with A
     duration = time.monotonic() - start
-    try:
+    # X exits once A is reaped, and A (PID 1 of the sample's namespace) is reaped only
+    # after every process left in that namespace is dead: waiting for X means nothing
+    # the sample started is still alive when the verdict is reported.
+    if not _reap(x, time.monotonic() + 2.0):
         os.kill(x, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    os.waitpid(x, 0)
+        os.waitpid(x, 0)
     if workdir is not None:
         import shutil
 
         shutil.rmtree(workdir, ignore_errors=True)
     return verdict, duration
+
+
+def _reap(pid, deadline):
+    delay = 0.0005
+    while True:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.01)
 
 
 def _exchange(job_w, res_r, job, deadline):

@@ -1,0 +1,114 @@
+"""`codeparrot eval execute`: permission, bad input by line number, outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from codeparrot.cli import main
+from codeparrot.errors import ExecutionNotAllowed
+from eval.config import ExecuteConfig
+from eval.data import load_problems, read_samples
+from eval.humaneval import execute
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return load_problems()
+
+
+def write_samples(path: Path, problems: dict) -> None:
+    lines = []
+    for task_id in ("HumanEval/0", "HumanEval/2"):
+        lines.append(
+            json.dumps({"task_id": task_id, "completion": problems[task_id]["canonical_solution"]})
+        )
+        lines.append(json.dumps({"task_id": task_id, "completion": "    return None\n"}))
+    lines[1:1] = [
+        "{not json",
+        json.dumps({"task_id": "HumanEval/9999", "completion": "    pass\n"}),
+        json.dumps({"completion": "    pass\n"}),
+        json.dumps(["a", "list"]),
+        json.dumps({"task_id": "HumanEval/0", "completion": 5}),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_bad_lines_reported_by_number_rest_kept(tmp_path, problems):
+    path = tmp_path / "s.jsonl"
+    write_samples(path, problems)
+    found = read_samples(path, problems)
+    assert [e.split(":")[1] for e in found.errors] == ["2", "3", "4", "5", "6"]
+    assert "unknown task id 'HumanEval/9999'" in found.errors[1]
+    assert "task_id" in found.errors[2]
+    assert [(s.task_id, s.completion_id) for s in found.samples] == [
+        ("HumanEval/0", 0),
+        ("HumanEval/0", 1),
+        ("HumanEval/2", 0),
+        ("HumanEval/2", 1),
+    ]
+
+
+def test_nothing_runs_without_permission(tmp_path, problems, monkeypatch, capsys):
+    monkeypatch.delenv("CODEPARROT_ALLOW_CODE_EXECUTION", raising=False)
+    path = tmp_path / "s.jsonl"
+    marker = tmp_path / "ran"
+    path.write_text(
+        json.dumps(
+            {
+                "task_id": "HumanEval/0",
+                "completion": f"    open({str(marker)!r}, 'w')\n",
+            }
+        )
+        + "\n"
+    )
+    with pytest.raises(ExecutionNotAllowed, match="--allow-code-execution"):
+        execute(ExecuteConfig(samples=path))
+    assert main(["eval", "execute", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "nothing was executed" in err and "CODEPARROT_ALLOW_CODE_EXECUTION" in err
+    assert not marker.exists()
+    assert not (tmp_path / "s_results.jsonl").exists()
+
+
+def test_execute_scores_and_writes_results(tmp_path, problems, capsys, monkeypatch):
+    monkeypatch.setenv("CODEPARROT_ALLOW_CODE_EXECUTION", "1")
+    path = tmp_path / "s.jsonl"
+    write_samples(path, problems)
+    out = tmp_path / "r.jsonl"
+    assert (
+        main(
+            ["eval", "execute", str(path), "--output", str(out), "--ks", "1", "2", "--workers", "2"]
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert "s.jsonl:2: not valid JSON" in printed
+    assert "pass@1: 50.00%" in printed and "pass@2: 100.00%" in printed
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["passed"] for r in rows] == [True, False, True, False]
+    assert set(rows[0]) == {
+        "task_id",
+        "completion_id",
+        "completion",
+        "passed",
+        "result",
+        "duration",
+    }
+    summary = json.loads((tmp_path / "r.summary.json").read_text())
+    assert summary["pass_at_k"] == {"pass@1": 0.5, "pass@2": 1.0}
+    assert summary["per_problem"]["HumanEval/2"] == {"samples": 2, "passed": 1}
+    assert len(summary["input_errors"]) == 5
+    assert summary["isolation"]["mode"] in ("root", "userns", "none")
+    assert "provenance" in summary
+
+
+def test_config_problems_name_flags():
+    from codeparrot.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        ExecuteConfig(samples=Path("x"), timeout=0, workers=0, ks=(0,))
+    for flag in ("--timeout", "--workers", "--ks"):
+        assert flag in str(e.value)
