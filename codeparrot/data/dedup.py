@@ -13,6 +13,7 @@ a fixed order makes the clusters a function of the set of files, not of their or
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -37,9 +38,19 @@ def minhash_signature(
     toks = tokens(text)
     if len(toks) < min_tokens:
         return None
-    m = MinHash(num_perm=num_perm, seed=seed)
-    m.update_batch([t.encode("utf-8") for t in sorted(toks)])
+    m = MinHash(
+        num_perm=num_perm, seed=seed, permutations=_permutations(num_perm, seed), scheme="affine32"
+    )
+    m.update_batch([t.encode("utf-8", errors="surrogatepass") for t in toks])
     return np.asarray(m.hashvalues, dtype=np.uint32)
+
+
+@functools.lru_cache(maxsize=4)
+def _permutations(num_perm: int, seed: int) -> np.ndarray:
+    """The permutation parameters of ``MinHash(num_perm, seed)``, drawn once per process."""
+    from datasketch import MinHash
+
+    return MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
 
 
 def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -102,7 +113,7 @@ def near_duplicate_clusters(
     ``None`` marks files too short to compare: they are never removed. The result depends
     only on the set of pairs, not on their order.
     """
-    from datasketch import MinHash, MinHashLSH
+    from datasketch import LeanMinHash, MinHashLSH
 
     report = NearDedupReport()
     items = []
@@ -116,7 +127,7 @@ def near_duplicate_clusters(
     lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
     kept: dict[str, np.ndarray] = {}
     for key, values in items:
-        m = MinHash(num_perm=num_perm, hashvalues=values, scheme="affine32")
+        m = LeanMinHash(seed=1, hashvalues=values, scheme="affine32")
         matches = [
             other for other in lsh.query(m) if estimated_jaccard(values, kept[other]) >= threshold
         ]

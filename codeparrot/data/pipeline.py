@@ -247,7 +247,7 @@ class _ShardWriter:
 
         name = f"shard-{len(self.shards):05d}.jsonl.gz"
         self.shards.append(f"{self.dir.name}/{name}")
-        self._fh = gzip.open(self.dir / name, "wt", encoding="utf-8", compresslevel=6)
+        self._fh = gzip.open(self.dir / name, "wt", encoding="utf-8", compresslevel=3)
         self._in_shard = 0
 
     def write(self, record: dict[str, Any]) -> None:

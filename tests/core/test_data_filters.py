@@ -110,3 +110,16 @@ def test_config_validation_names_every_bad_flag(tmp_path):
     message = str(e.value)
     for flag in ("--max-files", "--jaccard-threshold", "--valid-fraction"):
         assert flag in message
+
+
+def test_count_alnum_matches_str_isalnum_on_any_text():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text())
+    def check(text):
+        assert F.count_alnum(text) == sum(c.isalnum() for c in text)
+
+    check()
+    assert F.count_alnum("café_42 ½ Ω!") == sum(c.isalnum() for c in "café_42 ½ Ω!")
