@@ -30,11 +30,18 @@ from app.examples import (
 )
 from app.model_card import ModelCard, checkpoint_label, read_model_card
 from codeparrot.errors import CheckpointError, CodeparrotError
-from codeparrot.generation import HUMANEVAL_STOP_SEQUENCES, Engine, GenerationConfig
+from codeparrot.generation import (
+    HUMANEVAL_STOP_SEQUENCES,
+    Completion,
+    Engine,
+    GenerationConfig,
+    StreamEvent,
+)
 
 CSS = """
 .candidate .cm-editor { max-height: 28em; }
 #notice p { margin: 0; }
+#card table { font-size: 0.9em; }
 """
 
 INTRO = (
@@ -56,6 +63,9 @@ class EnginePool:
         self.device = device
         self._engines: dict[str, Engine] = {}
         self._lock = threading.Lock()
+
+    def is_loaded(self, key: str) -> bool:
+        return key in self._engines
 
     def get(self, key: str) -> Engine:
         if key not in self.checkpoints:
@@ -109,6 +119,54 @@ def _truncation_notice(prompt_tokens: int, kept: int, engine: Engine, max_new_to
     )
 
 
+class _CandidatesView:
+    """The page's view of one generation: text so far and the finished candidates."""
+
+    def __init__(self, prompt: str, n: int) -> None:
+        self.prompt = prompt
+        self.texts = [""] * n
+        self.done: list[Completion | None] = [None] * n
+
+    def add(self, event: StreamEvent) -> None:
+        if event.completion is not None:
+            self.texts[event.index] = event.completion.text
+            self.done[event.index] = event.completion
+        else:
+            self.texts[event.index] += event.delta
+
+    def details(self) -> list[dict[str, Any]]:
+        out = []
+        for i, (text, c) in enumerate(zip(self.texts, self.done, strict=True)):
+            row: dict[str, Any] = {"candidate": i + 1, "text": text, "finish_reason": None}
+            if c is not None:
+                row.update(
+                    finish_reason=c.finish_reason,
+                    new_tokens=c.new_tokens,
+                    seconds=round(c.seconds, 4),
+                    tokens_per_second=round(c.tokens_per_second, 2),
+                    prompt_tokens=c.prompt_tokens,
+                    prompt_truncated=c.prompt_truncated,
+                    seed=c.seed,
+                )
+            out.append(row)
+        return out
+
+    def frame(self, notice: str) -> tuple[Any, ...]:
+        """Values of (notice, details, candidate 1, ..., candidate MAX_CANDIDATES)."""
+        n = len(self.texts)
+        editors = [
+            gr.Code(
+                value=self.prompt + self.texts[i],
+                label=_candidate_label(i, self.done[i]),
+                visible=True,
+            )
+            if i < n
+            else gr.Code(value="", visible=False)
+            for i in range(MAX_CANDIDATES)
+        ]
+        return (gr.Markdown(notice, visible=bool(notice)), self.details(), *editors)
+
+
 def build_app(config: AppConfig) -> gr.Blocks:
     """The playground over ``config.checkpoints`` (not yet queued or launched)."""
     pool = EnginePool(config.checkpoints, device=config.device)
@@ -152,17 +210,22 @@ def build_app(config: AppConfig) -> gr.Blocks:
             raise _user_error(f"Number of candidates must be in 1..{MAX_CANDIDATES}, got {n}.")
         if not 1 <= max_new_tokens <= limit:
             raise _user_error(f"Max new tokens must be in 1..{limit}, got {max_new_tokens}.")
-        stops = stop_sequences(stop_mode, stop_text)
         try:
-            engine = pool.get(checkpoint)
             gen = GenerationConfig(
                 max_new_tokens=max_new_tokens,
                 temperature=float(temperature),
                 top_p=float(top_p),
                 n=n,
                 seed=None if seed is None or int(seed) < 0 else int(seed),
-                stop=stops,
+                stop=stop_sequences(stop_mode, stop_text),
             )
+        except CodeparrotError as e:
+            raise _user_error(str(e)) from e
+        view = _CandidatesView(prompt, n)
+        if not pool.is_loaded(checkpoint):
+            yield view.frame(f"Loading `{checkpoint_label(Path(checkpoint))}` (first use)…")
+        try:
+            engine = pool.get(checkpoint)
             ids, truncated = engine.encode_prompt(prompt, max_new_tokens)
         except CodeparrotError as e:
             raise _user_error(str(e)) from e
@@ -171,120 +234,99 @@ def build_app(config: AppConfig) -> gr.Blocks:
             notice = _truncation_notice(
                 engine.count_tokens(prompt), len(ids), engine, max_new_tokens
             )
-
-        texts = [""] * n
-        done: list[Any] = [None] * n
-
-        def frame() -> tuple[Any, ...]:
-            details = [
-                {
-                    "candidate": i + 1,
-                    "text": texts[i],
-                    **(
-                        {
-                            "finish_reason": c.finish_reason,
-                            "new_tokens": c.new_tokens,
-                            "seconds": round(c.seconds, 4),
-                            "tokens_per_second": round(c.tokens_per_second, 2),
-                            "prompt_tokens": c.prompt_tokens,
-                            "prompt_truncated": c.prompt_truncated,
-                            "seed": c.seed,
-                        }
-                        if (c := done[i]) is not None
-                        else {"finish_reason": None}
-                    ),
-                }
-                for i in range(n)
-            ]
-            editors = [
-                gr.Code(value=prompt + texts[i], label=_candidate_label(i, done[i]), visible=True)
-                if i < n
-                else gr.Code(value="", visible=False)
-                for i in range(MAX_CANDIDATES)
-            ]
-            return (gr.Markdown(notice, visible=bool(notice)), details, *editors)
-
-        yield frame()
+        yield view.frame(notice)
         last = time.monotonic()
         try:
             with contextlib.closing(engine.stream(prompt, gen)) as events:
                 for event in events:
-                    texts[event.index] += event.delta
-                    if event.completion is not None:
-                        texts[event.index] = event.completion.text
-                        done[event.index] = event.completion
+                    view.add(event)
                     now = time.monotonic()
                     if event.completion is not None or now - last >= config.stream_interval:
                         last = now
-                        yield frame()
+                        yield view.frame(notice)
         except CodeparrotError as e:
             raise _user_error(str(e)) from e
-        yield frame()
+        yield view.frame(notice)
 
     default = choices[0][1] if choices else None
     with gr.Blocks(title="codeparrot playground", analytics_enabled=False) as demo:
         gr.Markdown(INTRO)
-        with gr.Tab("Playground"):
-            with gr.Row():
-                with gr.Column(scale=3):
-                    checkpoint = gr.Dropdown(
-                        choices=choices, value=default, label="Checkpoint", interactive=True
-                    )
-                    prompt = gr.Code(
-                        value=CHAPTER_EXAMPLES[0].prompt,
+        # rendered in the right column; created first so the examples can fill them
+        max_new_tokens = gr.Slider(
+            1, limit, value=min(64, limit), step=1, label="Max new tokens", render=False
+        )
+        stop_mode = gr.Radio(
+            list(STOP_MODES),
+            value=STOP_FIRST_BLOCK,
+            label="Stop",
+            info="first block: at the HumanEval stop sequences (\\ndef, \\nclass, ...)",
+            elem_id="stop-mode",
+            render=False,
+        )
+        with gr.Tab("Playground"), gr.Row():
+            with gr.Column(scale=3):
+                prompt = gr.Code(
+                    value=CHAPTER_EXAMPLES[0].prompt,
+                    language="python",
+                    label="Prompt",
+                    lines=7,
+                    interactive=True,
+                    elem_id="prompt",
+                )
+                gr.Examples(
+                    examples=[
+                        [e.prompt, e.stop_mode, min(e.max_new_tokens, limit)]
+                        for e in CHAPTER_EXAMPLES
+                    ],
+                    inputs=[prompt, stop_mode, max_new_tokens],
+                    example_labels=[e.label for e in CHAPTER_EXAMPLES],
+                    label="Examples from the CodeParrot chapter",
+                )
+                with gr.Row():
+                    run = gr.Button("Generate", variant="primary", elem_id="generate")
+                    stop = gr.Button("Stop", variant="stop", elem_id="stop")
+                notice = gr.Markdown("", visible=False, elem_id="notice")
+                candidates = [
+                    gr.Code(
                         language="python",
-                        label="Prompt",
-                        lines=8,
-                        interactive=True,
-                        elem_id="prompt",
+                        label=f"candidate {i + 1}",
+                        interactive=False,
+                        visible=i == 0,
+                        elem_classes=["candidate"],
+                        elem_id=f"candidate-{i + 1}",
                     )
-                    with gr.Row():
-                        run = gr.Button("Generate", variant="primary", elem_id="generate")
-                        stop = gr.Button("Stop", variant="stop", elem_id="stop")
-                    notice = gr.Markdown("", visible=False, elem_id="notice")
-                with gr.Column(scale=2):
-                    card_md = gr.Markdown(elem_id="card")
-                    max_new_tokens = gr.Slider(
-                        1, limit, value=min(64, limit), step=1, label="Max new tokens"
-                    )
+                    for i in range(MAX_CANDIDATES)
+                ]
+                with gr.Accordion("Details (JSON)", open=False):
+                    details = gr.JSON(label="Candidates")
+            with gr.Column(scale=2):
+                checkpoint = gr.Dropdown(
+                    choices=choices,
+                    value=default,
+                    label="Checkpoint",
+                    interactive=True,
+                    elem_id="checkpoint",
+                )
+                card_md = gr.Markdown(elem_id="card")
+                with gr.Row():
+                    max_new_tokens.render()
+                    n = gr.Slider(1, MAX_CANDIDATES, value=1, step=1, label="Candidates")
+                with gr.Row():
                     temperature = gr.Slider(
                         0.0, 2.0, value=0.2, step=0.05, label="Temperature (0: greedy)"
                     )
                     top_p = gr.Slider(0.05, 1.0, value=0.95, step=0.01, label="Top-p")
-                    n = gr.Slider(1, MAX_CANDIDATES, value=1, step=1, label="Candidates")
-                    seed = gr.Number(value=-1, precision=0, label="Seed (-1: random)")
-                    stop_mode = gr.Radio(
-                        list(STOP_MODES),
-                        value=STOP_FIRST_BLOCK,
-                        label="Stop",
-                        info="first block: the HumanEval stop sequences (\\ndef, \\nclass, ...)",
-                    )
+                stop_mode.render()
+                with gr.Row():
                     stop_text = gr.Textbox(
                         value="\\ndef\n\\nclass",
                         lines=2,
-                        label="Stop sequences (one a line, \\n for a newline)",
+                        label="Stop sequences (one a line, \\n: newline)",
+                        scale=2,
                     )
-            gr.Examples(
-                examples=[
-                    [e.prompt, e.stop_mode, min(e.max_new_tokens, limit)] for e in CHAPTER_EXAMPLES
-                ],
-                inputs=[prompt, stop_mode, max_new_tokens],
-                example_labels=[e.label for e in CHAPTER_EXAMPLES],
-                label="Examples from the CodeParrot chapter",
-            )
-            candidates = [
-                gr.Code(
-                    language="python",
-                    label=f"candidate {i + 1}",
-                    interactive=False,
-                    visible=i == 0,
-                    elem_classes=["candidate"],
-                    elem_id=f"candidate-{i + 1}",
-                )
-                for i in range(MAX_CANDIDATES)
-            ]
-            with gr.Accordion("Details (JSON)", open=False):
-                details = gr.JSON(label="Candidates")
+                    seed = gr.Number(
+                        value=-1, precision=0, label="Seed (-1: random)", elem_id="seed", scale=1
+                    )
         with gr.Tab("Training & evaluation"):
             facts_md = gr.Markdown()
             curve_image = gr.Image(label="Training loss", interactive=False, visible=False)

@@ -1,0 +1,88 @@
+"""The playground in a real browser: Debian's Chromium driven by Playwright's sync API.
+
+Playwright cannot download browsers here; CI installs ``chromium`` from Debian and this
+test points Playwright at it. The sync API runs in its own thread, away from any event
+loop pytest-asyncio may hold. The screenshot is kept under ``artifacts/app/``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "app"
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason=f"no Chromium at {CHROMIUM}: `apt-get install chromium` to run the browser test",
+)
+
+
+def drive_browser(url: str, screenshot: Path) -> dict[str, str]:
+    """Load the page, pick an example, type a prompt, generate; return what the page shows."""
+    from playwright.sync_api import sync_playwright
+
+    seen: dict[str, str] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.goto(url)
+            page.locator("#card").get_by_text("tokens trained").wait_for(timeout=30_000)
+            seen["card"] = page.locator("#card").inner_text()
+
+            page.get_by_text("Area of a rectangle", exact=True).click()
+            editor = page.locator("#prompt .cm-content")
+            page.wait_for_function(
+                "() => document.querySelector('#prompt .cm-content').innerText"
+                ".includes('area_of_rectangle')",
+                timeout=10_000,
+            )
+            seen["example"] = editor.inner_text()
+
+            editor.click()
+            page.keyboard.press("Control+A")
+            page.keyboard.type("def fibonacci(n):\n")
+            page.locator("#stop-mode").get_by_text("none", exact=True).click()
+            seed = page.locator("#seed input")
+            seed.fill("7")
+            seed.press("Tab")
+            page.locator("#generate").click()
+            page.locator("#candidate-1").get_by_text("tokens/s").wait_for(timeout=60_000)
+            seen["label"] = page.locator("#candidate-1").get_by_text("tokens/s").inner_text()
+            seen["candidate"] = page.locator("#candidate-1 .cm-content").inner_text()
+            page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            browser.close()
+    return seen
+
+
+def test_browser_types_a_prompt_and_sees_a_completion(playground, tmp_path):
+    pytest.importorskip("playwright.sync_api")
+    screenshot = tmp_path / "playground.png"
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        seen = pool.submit(drive_browser, playground.url, screenshot).result(timeout=150)
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(screenshot, ARTIFACTS / "playground.png")
+    assert screenshot.stat().st_size > 10_000
+
+    assert "149.2k" in seen["card"] and "12.3M" in seen["card"]
+    assert "area_of_rectangle" in seen["example"]
+    # the first candidate shows the typed prompt followed by new text, with its speed
+    assert seen["candidate"].startswith("def fibonacci(n):")
+    assert len(seen["candidate"].strip()) > len("def fibonacci(n):")
+    assert seen["label"].startswith("candidate 1 ·") and "tokens/s" in seen["label"]

@@ -1,0 +1,86 @@
+"""AppConfig validation, the ``app`` subcommand's flags, the stop modes, the examples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.config import AppConfig
+from app.examples import CHAPTER_EXAMPLES, STOP_MODES
+from codeparrot.errors import CheckpointError, ConfigError
+
+
+def test_config_names_every_bad_flag():
+    with pytest.raises(ConfigError) as err:
+        AppConfig(checkpoints=(), port=70000, concurrency=0, stream_interval=-1)
+    message = str(err.value)
+    for flag in ("--checkpoint", "--port", "--concurrency", "--stream-interval"):
+        assert flag in message
+
+
+def test_checkpoint_flag_repeats_and_round_trips():
+    from codeparrot.cli import build_parser
+    from codeparrot.config import config_from_args
+
+    args = build_parser().parse_args(
+        ["app", "--checkpoint", "a", "--checkpoint", "b", "c", "--port", "8000"]
+    )
+    config = config_from_args(AppConfig, args)
+    assert config.checkpoints == (Path("a"), Path("b"), Path("c")) and config.port == 8000
+    assert AppConfig.from_dict(config.to_dict()) == config
+
+
+def test_app_subcommand_requires_a_checkpoint(capsys):
+    from codeparrot.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["app"])
+    assert "--checkpoint" in capsys.readouterr().err
+
+
+def test_cli_refuses_when_no_checkpoint_exists(tmp_path, capsys):
+    from codeparrot.cli import main
+
+    status = main(["app", "--checkpoint", str(tmp_path / "nope"), "--port", "0"])
+    err = capsys.readouterr().err
+    assert status != 0 and "none of these is a directory" in err and "nope" in err
+
+
+def test_stop_modes():
+    import gradio as gr
+
+    from app.ui import stop_sequences
+    from codeparrot.generation import HUMANEVAL_STOP_SEQUENCES
+
+    assert stop_sequences("first block", "ignored") == HUMANEVAL_STOP_SEQUENCES
+    assert stop_sequences("none", "\\ndef") == ()
+    assert stop_sequences("stop sequences", "\\ndef\n\n###\n\\t\\treturn") == (
+        "\ndef",
+        "###",
+        "\t\treturn",
+    )
+    with pytest.raises(gr.Error):
+        stop_sequences("stop sequences", "\n")
+    with pytest.raises(gr.Error):
+        stop_sequences("sometimes", "")
+
+
+def test_chapter_examples_are_the_four_prompts():
+    prompts = [e.prompt for e in CHAPTER_EXAMPLES]
+    assert len(prompts) == 4 and all(e.stop_mode in STOP_MODES for e in CHAPTER_EXAMPLES)
+    assert "def area_of_rectangle" in prompts[0]
+    assert "def get_urls_from_html" in prompts[1]
+    assert "numpy" in prompts[2] and prompts[2].endswith("def mean(a):")
+    assert "random forest" in prompts[3] and "20 estimators" in prompts[3]
+    # each is valid Python once a body is given to its open function (if any)
+    for prompt in prompts:
+        body = "\n    pass\n" if prompt.rstrip().endswith((":", '"""')) else "\n"
+        compile(prompt + body, "<example>", "exec")
+
+
+def test_launch_without_any_checkpoint_directory_raises(tmp_path):
+    from app.ui import launch
+
+    with pytest.raises(CheckpointError, match="none of these is a directory"):
+        launch(AppConfig(checkpoints=(tmp_path / "a",), port=0), block=False)
