@@ -119,6 +119,36 @@ def _truncation_notice(prompt_tokens: int, kept: int, engine: Engine, max_new_to
     )
 
 
+class _RunningGenerations:
+    """The cancel flag of the generation each session is running (one at most)."""
+
+    def __init__(self) -> None:
+        self._flags: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def start(self, session: str) -> threading.Event:
+        flag = threading.Event()
+        with self._lock:
+            self._flags[session] = flag
+        return flag
+
+    def finish(self, session: str, flag: threading.Event) -> None:
+        with self._lock:
+            if self._flags.get(session) is flag:
+                del self._flags[session]
+
+    def cancel(self, session: str) -> bool:
+        with self._lock:
+            flag = self._flags.get(session)
+        if flag is not None:
+            flag.set()
+        return flag is not None
+
+
+def _session_of(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or ""
+
+
 class _CandidatesView:
     """The page's view of one generation: text so far and the finished candidates."""
 
@@ -170,6 +200,7 @@ class _CandidatesView:
 def build_app(config: AppConfig) -> gr.Blocks:
     """The playground over ``config.checkpoints`` (not yet queued or launched)."""
     pool = EnginePool(config.checkpoints, device=config.device)
+    running = _RunningGenerations()
     choices = _checkpoint_choices(config.checkpoints)
     limit = config.max_new_tokens_limit
 
@@ -198,6 +229,7 @@ def build_app(config: AppConfig) -> gr.Blocks:
         seed: float | None,
         stop_mode: str,
         stop_text: str,
+        request: gr.Request,
     ) -> Iterator[tuple[Any, ...]]:
         """Stream candidates: yields (notice, details, candidate 1, ..., candidate 8)."""
         if not prompt or not prompt.strip():
@@ -236,8 +268,10 @@ def build_app(config: AppConfig) -> gr.Blocks:
             )
         yield view.frame(notice)
         last = time.monotonic()
+        session = _session_of(request)
+        cancel = running.start(session)
         try:
-            with contextlib.closing(engine.stream(prompt, gen)) as events:
+            with contextlib.closing(engine.stream(prompt, gen, cancel=cancel)) as events:
                 for event in events:
                     view.add(event)
                     now = time.monotonic()
@@ -246,7 +280,13 @@ def build_app(config: AppConfig) -> gr.Blocks:
                         yield view.frame(notice)
         except CodeparrotError as e:
             raise _user_error(str(e)) from e
+        finally:
+            running.finish(session, cancel)
         yield view.frame(notice)
+
+    def stop_generation(request: gr.Request) -> None:
+        """End the generation of this browser tab (or API client session) within a token."""
+        running.cancel(_session_of(request))
 
     default = choices[0][1] if choices else None
     with gr.Blocks(title="codeparrot playground", analytics_enabled=False) as demo:
@@ -284,7 +324,7 @@ def build_app(config: AppConfig) -> gr.Blocks:
                 )
                 with gr.Row():
                     run = gr.Button("Generate", variant="primary", elem_id="generate")
-                    stop = gr.Button("Stop", variant="stop", elem_id="stop")
+                    stop_button = gr.Button("Stop", variant="stop", elem_id="stop")
                 notice = gr.Markdown("", visible=False, elem_id="notice")
                 candidates = [
                     gr.Code(
@@ -348,16 +388,27 @@ def build_app(config: AppConfig) -> gr.Blocks:
             humaneval_md,
             humaneval_image,
         ]
-        checkpoint.change(model_card, checkpoint, card_outputs, api_name="model_card")
-        refresh.click(model_card, checkpoint, card_outputs, api_visibility="private")
-        demo.load(model_card, checkpoint, card_outputs, api_visibility="private")
-        gen_event = run.click(
+        checkpoint.change(
+            model_card, checkpoint, card_outputs, api_name="model_card", concurrency_limit=None
+        )
+        for trigger in (refresh.click, demo.load):
+            trigger(
+                model_card,
+                checkpoint,
+                card_outputs,
+                api_visibility="private",
+                concurrency_limit=None,
+            )
+        run.click(
             generate,
             [checkpoint, prompt, max_new_tokens, temperature, top_p, n, seed, stop_mode, stop_text],
             [notice, details, *candidates],
             api_name="generate",
+            concurrency_limit=config.concurrency,
+            concurrency_id="generate",
         )
-        stop.click(None, None, None, cancels=[gen_event])
+        # Stop must not wait behind the generation it stops: no concurrency limit.
+        stop_button.click(stop_generation, None, None, api_name="stop", concurrency_limit=None)
     return demo
 
 

@@ -37,11 +37,12 @@ def test_every_public_endpoint_answers(client, playground):
     calls = {
         "/generate": generate_args(playground.trained),
         "/model_card": (str(playground.trained),),
+        "/stop": (),
     }
     assert set(endpoints) == set(calls), "a new endpoint needs a call in this test"
     for name, args in calls.items():
         result = client.predict(*args, api_name=name)
-        assert result, name
+        assert result or name == "/stop", name
 
 
 def test_generation_streams_partial_output(client, playground):
@@ -144,3 +145,23 @@ def test_model_card_endpoint_shows_the_facts(client, playground):
     assert "no report beside this checkpoint" in foreign and "counted from the weights" in foreign
     missing, *_ = client.predict(str(playground.missing), api_name="/model_card")
     assert "no such directory" in missing
+
+
+def test_stop_ends_the_running_generation(playground):
+    import time
+
+    client = gradio_client.Client(playground.url, verbose=False)  # its own session
+    job = client.submit(
+        *generate_args(playground.trained, max_new_tokens=128, n=8), api_name="/generate"
+    )
+    deadline = time.monotonic() + 60
+    while len(job.outputs()) < 3 and not job.done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    client.predict(api_name="/stop")
+    details = job.result()[1]
+    reasons = {d["finish_reason"] for d in details}
+    assert "cancelled" in reasons, reasons
+    cancelled = [d for d in details if d["finish_reason"] == "cancelled"]
+    assert all(d["new_tokens"] < 128 for d in cancelled)
+    label = job.outputs()[-1][2 + cancelled[0]["candidate"] - 1]["label"]
+    assert label.endswith("cancelled")
