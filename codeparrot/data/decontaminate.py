@@ -29,6 +29,9 @@ class SnippetIndex:
         """Whether ``text`` contains one of the indexed snippets."""
         if not self.anchors:
             return False
+        # Fast path: almost no file has any anchor line at all.
+        if self.anchors.keys().isdisjoint(map(str.strip, text.splitlines())):
+            return False
         lines = normalized_lines(text)
         for i, line in enumerate(lines):
             for snippet, pos in self.anchors.get(line, ()):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,27 +23,51 @@ from typing import Any
 import numpy as np
 
 TOKEN_SPLIT = re.compile(r"[^A-Za-z_0-9]+")
+_TOKEN_BLOCK = 4096
 
 
 def tokens(text: str) -> set[str]:
     """The distinct tokens of ``text``, split on non-identifier characters."""
-    return {t for t in TOKEN_SPLIT.split(text) if t}
+    out = set(TOKEN_SPLIT.split(text))
+    out.discard("")
+    return out
+
+
+def token_hash(token: bytes) -> int:
+    """32-bit hash of one token (stable across processes and runs)."""
+    return zlib.crc32(token)
 
 
 def minhash_signature(
     text: str, *, num_perm: int = 256, min_tokens: int = 10, seed: int = 1
 ) -> np.ndarray | None:
-    """The MinHash hash values of ``text``'s token set; ``None`` below ``min_tokens`` tokens."""
-    from datasketch import MinHash
+    """The MinHash hash values of ``text``'s token set; ``None`` below ``min_tokens`` tokens.
 
+    The same values as ``datasketch.MinHash(num_perm, seed, hashfunc=token_hash)`` after
+    ``update_batch`` (its default "affine32" scheme), computed in one vectorised step
+    instead of one Python call per token.
+    """
     toks = tokens(text)
     if len(toks) < min_tokens:
         return None
-    m = MinHash(
-        num_perm=num_perm, seed=seed, permutations=_permutations(num_perm, seed), scheme="affine32"
-    )
-    m.update_batch([t.encode("utf-8", errors="surrogatepass") for t in toks])
-    return np.asarray(m.hashvalues, dtype=np.uint32)
+    hv = np.fromiter(map(zlib.crc32, map(_encode, toks)), dtype=np.uint32, count=len(toks))
+    a, b = _permutations(num_perm, seed)
+    # MurmurHash3 finalizer (datasketch's pre-mix), then the affine permutations mod 2^32.
+    hv ^= hv >> np.uint32(16)
+    hv *= np.uint32(0x85EBCA6B)
+    hv ^= hv >> np.uint32(13)
+    hv *= np.uint32(0xC2B2AE35)
+    hv ^= hv >> np.uint32(16)
+    signature = np.full(num_perm, np.iinfo(np.uint32).max, dtype=np.uint32)
+    for start in range(0, len(hv), _TOKEN_BLOCK):  # bounded memory on huge files
+        block = np.multiply.outer(hv[start : start + _TOKEN_BLOCK], a)  # (tokens, num_perm)
+        block += b  # in place: about 7x faster than `hv * a + b` here
+        np.minimum(signature, block.min(axis=0), out=signature)
+    return signature
+
+
+def _encode(token: str) -> bytes:
+    return token.encode("utf-8", errors="surrogatepass")
 
 
 @functools.lru_cache(maxsize=4)

@@ -102,3 +102,16 @@ def test_short_snippets_are_not_indexed():
     assert index.indexed == 1 and index.too_short == 1
     assert not index.contains_snippet("def add(a, b):\n    return a + b\n")
     assert index.contains_snippet("q = 0\nx = 1\n  y = 2\nz = 3\n")
+
+
+def test_signature_equals_datasketch_minhash_with_the_same_token_hash():
+    import numpy as np
+    from datasketch import MinHash
+
+    from codeparrot.data.dedup import token_hash
+
+    text = program(3, 2000)  # more tokens than one block of the vectorised loop
+    m = MinHash(num_perm=256, hashfunc=token_hash)
+    m.update_batch([t.encode() for t in tokens(text)])
+    assert np.array_equal(minhash_signature(text), m.hashvalues)
+    assert minhash_signature(text, num_perm=64).shape == (64,)
