@@ -1,0 +1,40 @@
+"""``codeparrot train``: pretrain a preset with Accelerate (also under ``accelerate launch``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from codeparrot.config import add_config_arguments, config_from_args
+from training.config import TrainConfig
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="pretrain a GPT-2 preset on a corpus (Accelerate; resumable)",
+        description=(
+            "Pretrain a GPT-2 preset on DATA/train with packing, AdamW, a cosine schedule, "
+            "checkpoints, exact --resume and TensorBoard logs. Several processes: "
+            "accelerate launch --cpu --num_processes 2 -m training --data ... "
+        ),
+    )
+    add_config_arguments(parser, TrainConfig)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from training.loop import train
+
+    config = config_from_args(TrainConfig, args)
+    result = train(config)
+    import os
+
+    if int(os.environ.get("RANK", "0")) == 0:
+        ppl = "n/a" if result.perplexity is None else f"{result.perplexity:.2f}"
+        eval_loss = "n/a" if result.eval_loss is None else f"{result.eval_loss:.4f}"
+        print(
+            f"{result.output}: step {result.step} ({result.stopped_by}), "
+            f"{result.tokens_seen:,} tokens, {result.parameters:,} parameters, "
+            f"eval loss {eval_loss}, perplexity {ppl}, {result.tokens_per_s:,.0f} tokens/s"
+        )
+    return 0

@@ -1,0 +1,368 @@
+"""Training data: streamed corpus shards packed into constant-length token sequences.
+
+Two sources feed the loop, both deterministic for a seed and resumable from a small
+state (so ``--resume`` continues where the run stopped without replaying the loader):
+
+- :class:`PackedStream` reads ``DATA/<split>/*.jsonl.gz`` line by line, tokenizes
+  documents in batches, passes them through a shuffle buffer and packs them into
+  ``seq_length`` sequences separated by the EOS token (ConstantLengthDataset semantics,
+  except that the tail of one pack carries over to the next instead of being dropped).
+  Its state is the read position (epoch, shard, line), the buffered documents, the
+  shuffle RNG and the carried-over tokens.
+- :class:`TokenShardStream` reads a memmapped token file written by :func:`pretokenize`
+  (uint16 when the vocabulary fits, else uint32) and visits its ``seq_length`` windows
+  in a fresh seeded permutation each epoch. Its state is two integers.
+
+:class:`Batches` turns either into the rows of one process: every process draws the
+same global batch and keeps its own slice, so 2 processes x batch b see exactly the
+sequences 1 process x batch 2b sees.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from codeparrot.errors import DataError
+from codeparrot.io import atomic_open, read_json, write_json
+
+TOKENIZE_BATCH = 64  # documents per tokenizer call
+
+
+class SequenceSource(Protocol):
+    """Anything the loop can draw packed sequences from and checkpoint."""
+
+    seq_length: int
+
+    def next_sequence(self) -> np.ndarray: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def shard_files(data_dir: str | Path, split: str) -> list[Path]:
+    """The sorted ``*.jsonl.gz`` (or ``*.jsonl``) shards of one split of a corpus."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise DataError(f"--data {data_dir}: no such directory")
+    split_dir = data_dir / split
+    files = sorted(split_dir.glob("*.jsonl.gz")) + sorted(split_dir.glob("*.jsonl"))
+    if not files:
+        raise DataError(
+            f"--data {data_dir}: no {split}/*.jsonl.gz shards; expected the layout written by "
+            "`codeparrot data build` (docs/artefacts.md)"
+        )
+    return files
+
+
+def _open_text(path: Path) -> Any:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def read_documents(
+    files: list[Path], shard: int = 0, line: int = 0
+) -> Iterator[tuple[int, int, str]]:
+    """``(shard, next_line, content)`` from ``files`` starting at (shard, line).
+
+    Skipped lines are not parsed, so restarting mid-shard costs a decompression only.
+    """
+    for s in range(shard, len(files)):
+        path = files[s]
+        start = line if s == shard else 0
+        try:
+            with _open_text(path) as fh:
+                for i, raw in enumerate(fh):
+                    if i < start:
+                        continue
+                    try:
+                        content = json.loads(raw)["content"]
+                    except (json.JSONDecodeError, KeyError, TypeError) as e:
+                        raise DataError(
+                            f"{path}:{i + 1}: not a JSON record with a 'content' field ({e})"
+                        ) from e
+                    yield s, i + 1, content
+        except (OSError, EOFError, UnicodeDecodeError) as e:
+            raise DataError(f"{path}: cannot be read ({e})") from e
+
+
+def encode_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text, no special tokens (the fast backend when there is one)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
+    return tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
+class PackedStream:
+    """Documents of a corpus split, shuffled through a buffer and packed with EOS.
+
+    ``loop=True`` starts a new epoch when the shards are exhausted (training);
+    ``loop=False`` stops (validation, read in order with ``shuffle_buffer=0``).
+    """
+
+    def __init__(
+        self,
+        files: list[Path],
+        tokenizer: Any,
+        seq_length: int,
+        *,
+        shuffle_buffer: int = 1000,
+        seed: int = 0,
+        loop: bool = True,
+    ) -> None:
+        self.files = list(files)
+        self.tokenizer = tokenizer
+        self.eos = tokenizer.eos_token_id
+        self.seq_length = seq_length
+        self.shuffle_buffer = shuffle_buffer
+        self.loop = loop
+        self.epoch = 0
+        self.shard = 0
+        self.line = 0
+        self.buffer: list[list[int]] = []
+        self.carry: list[int] = []
+        self.rng = random.Random(seed)
+        self._reader: Iterator[tuple[int, int, str]] | None = None
+        self._docs_this_epoch = 0
+
+    # -- state -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "shard": self.shard,
+            "line": self.line,
+            "buffer": [np.asarray(d, dtype=np.int32) for d in self.buffer],
+            "carry": np.asarray(self.carry, dtype=np.int32),
+            "rng": self.rng.getstate(),
+            "docs_this_epoch": self._docs_this_epoch,
+            "files": [f.name for f in self.files],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("files") != [f.name for f in self.files]:
+            raise DataError(
+                "--resume: the corpus shards changed since the checkpoint "
+                f"(saved {state.get('files')}, now {[f.name for f in self.files]})"
+            )
+        self.epoch, self.shard, self.line = state["epoch"], state["shard"], state["line"]
+        self.buffer = [d.tolist() for d in state["buffer"]]
+        self.carry = state["carry"].tolist()
+        self.rng.setstate(state["rng"])
+        self._docs_this_epoch = state["docs_this_epoch"]
+        self._reader = None
+
+    # -- reading -----------------------------------------------------------------------
+    def _read_texts(self, n: int) -> list[str]:
+        texts: list[str] = []
+        while len(texts) < n:
+            if self._reader is None:
+                self._reader = read_documents(self.files, self.shard, self.line)
+            item = next(self._reader, None)
+            if item is None:
+                self._reader = None
+                if self._docs_this_epoch == 0:
+                    raise DataError(
+                        f"{self.files[0].parent}: the shards hold no non-empty documents"
+                    )
+                if not self.loop:
+                    break
+                self.epoch += 1
+                self.shard, self.line, self._docs_this_epoch = 0, 0, 0
+                continue
+            self.shard, self.line, text = item
+            if text:
+                self._docs_this_epoch += 1
+                texts.append(text)
+        return texts
+
+    def _refill(self) -> None:
+        # A corpus smaller than the buffer is not read twice into it: refilling stops at
+        # an epoch boundary once the buffer holds something.
+        want, epoch = max(self.shuffle_buffer, 1), self.epoch
+        while len(self.buffer) < want and (self.epoch == epoch or not self.buffer):
+            texts = self._read_texts(min(TOKENIZE_BATCH, want - len(self.buffer)))
+            if not texts:
+                return
+            self.buffer.extend(encode_batch(self.tokenizer, texts))
+
+    def _next_document(self) -> list[int] | None:
+        self._refill()
+        if not self.buffer:
+            return None
+        if self.shuffle_buffer > 0:
+            i = self.rng.randrange(len(self.buffer))
+            self.buffer[i], self.buffer[-1] = self.buffer[-1], self.buffer[i]
+            return self.buffer.pop()
+        return self.buffer.pop(0)
+
+    def next_sequence(self) -> np.ndarray:
+        """The next ``seq_length`` token ids; StopIteration when a finite stream ends."""
+        while len(self.carry) < self.seq_length:
+            doc = self._next_document()
+            if doc is None:
+                raise StopIteration
+            self.carry.extend(doc)
+            self.carry.append(self.eos)
+        out = np.asarray(self.carry[: self.seq_length], dtype=np.int64)
+        del self.carry[: self.seq_length]
+        return out
+
+
+# -- pretokenized token shards ----------------------------------------------------------
+
+
+def token_dtype(vocab_size: int) -> Any:
+    return np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32
+
+
+def _source_signature(files: list[Path], tokenizer: Any) -> dict[str, Any]:
+    return {
+        "files": [[f.name, f.stat().st_size, int(f.stat().st_mtime)] for f in files],
+        "vocab_size": len(tokenizer),
+        "eos": tokenizer.eos_token_id,
+        "tokenizer": getattr(tokenizer, "name_or_path", ""),
+    }
+
+
+def pretokenize(
+    files: list[Path], tokenizer: Any, out_file: Path, *, progress: bool = False
+) -> dict[str, Any]:
+    """Tokenize ``files`` once into ``out_file`` (raw ids, EOS after each document).
+
+    A sidecar ``out_file.json`` records dtype, token count and what it was built from;
+    an up-to-date file is reused.
+    """
+    meta_file = out_file.with_suffix(".json")
+    signature = _source_signature(files, tokenizer)
+    if out_file.exists() and meta_file.exists():
+        meta = read_json(meta_file)
+        if meta.get("source") == signature:
+            return meta
+    dtype = token_dtype(len(tokenizer))
+    eos = tokenizer.eos_token_id
+    n_tokens = 0
+    texts: list[str] = []
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(desc=f"pretokenize {out_file.stem}", unit="doc", disable=not progress)
+    with atomic_open(out_file, "wb") as fh:
+
+        def flush() -> int:
+            ids = encode_batch(tokenizer, texts)
+            flat = np.fromiter(
+                (t for doc in ids for t in (*doc, eos)),
+                dtype=dtype,
+                count=sum(len(d) + 1 for d in ids),
+            )
+            fh.write(flat.tobytes())
+            bar.update(len(texts))
+            texts.clear()
+            return len(flat)
+
+        for _s, _l, text in read_documents(files):
+            if text:
+                texts.append(text)
+            if len(texts) >= 256:
+                n_tokens += flush()
+        if texts:
+            n_tokens += flush()
+    bar.close()
+    meta = {"dtype": np.dtype(dtype).name, "tokens": n_tokens, "source": signature}
+    write_json(meta_file, meta)
+    return meta
+
+
+class TokenShardStream:
+    """``seq_length`` windows of a memmapped token file, in a seeded order per epoch."""
+
+    def __init__(
+        self,
+        token_file: Path,
+        seq_length: int,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        loop: bool = True,
+    ) -> None:
+        meta = read_json(token_file.with_suffix(".json"))
+        self.tokens = np.memmap(token_file, dtype=np.dtype(meta["dtype"]), mode="r")
+        self.seq_length = seq_length
+        self.n_windows = len(self.tokens) // seq_length
+        if self.n_windows == 0:
+            raise DataError(
+                f"{token_file}: {len(self.tokens)} tokens, fewer than one sequence of {seq_length}"
+            )
+        self.seed = seed
+        self.shuffle = shuffle
+        self.loop = loop
+        self.epoch = 0
+        self.index = 0
+        self._order: np.ndarray | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "index": self.index, "n_windows": self.n_windows}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("n_windows") != self.n_windows:
+            raise DataError("--resume: the pretokenized data changed since the checkpoint")
+        self.epoch, self.index, self._order = state["epoch"], state["index"], None
+
+    def _window_order(self) -> np.ndarray:
+        if self._order is None:
+            if self.shuffle:
+                self._order = np.random.default_rng([self.seed, self.epoch]).permutation(
+                    self.n_windows
+                )
+            else:
+                self._order = np.arange(self.n_windows)
+        return self._order
+
+    def next_sequence(self) -> np.ndarray:
+        if self.index >= self.n_windows:
+            if not self.loop:
+                raise StopIteration
+            self.epoch, self.index, self._order = self.epoch + 1, 0, None
+        w = int(self._window_order()[self.index])
+        self.index += 1
+        start = w * self.seq_length
+        return np.asarray(self.tokens[start : start + self.seq_length], dtype=np.int64)
+
+
+@dataclass
+class Batches:
+    """This process's rows of each global batch drawn from a sequence source."""
+
+    source: SequenceSource
+    batch_size: int  # per process
+    rank: int = 0
+    world_size: int = 1
+
+    def next_batch(self) -> np.ndarray:
+        """``(batch_size, seq_length)`` ids; StopIteration when a finite source has no full batch."""
+        rows = [self.source.next_sequence() for _ in range(self.batch_size * self.world_size)]
+        mine = rows[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
+        return np.stack(mine)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        while True:
+            try:
+                yield self.next_batch()
+            except StopIteration:
+                return
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.source.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.source.load_state_dict(state)

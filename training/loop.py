@@ -1,0 +1,652 @@
+"""The pretraining loop: ``train(config) -> TrainResult`` reads setup -> loop -> save.
+
+Accelerate carries the model, optimizer and schedule (``prepare`` once, ``accumulate``,
+``save_state``/``load_state``, trackers); the data sources of :mod:`training.data` are
+resumable objects registered for checkpointing, so ``--resume`` restores the exact data
+position along with step, schedule, optimizer and RNG states. Tests inject tiny data
+through ``train_data`` and ``valid_data``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codeparrot.errors import CheckpointError, ConfigError, DataError
+from codeparrot.io import provenance, read_json
+from training.config import RESUMABLE_CHANGES, TrainConfig
+from training.data import (
+    Batches,
+    PackedStream,
+    SequenceSource,
+    TokenShardStream,
+    pretokenize,
+    shard_files,
+)
+
+CHECKPOINTS = "checkpoints"
+STATE = "state"
+METRICS = "metrics.jsonl"
+
+
+@dataclass
+class TrainResult:
+    """What a run did; the run directory holds the latest export."""
+
+    output: Path
+    step: int
+    tokens_seen: int
+    parameters: int
+    train_loss: float | None
+    eval_loss: float | None
+    perplexity: float | None
+    seconds: float
+    tokens_per_s: float
+    stopped_by: str  # "max_steps" | "max_minutes" | "max_tokens"
+    checkpoint: Path | None = None
+    resumed_from: int | None = None
+
+
+# -- small pure helpers ----------------------------------------------------------------
+
+
+def lr_factor(step: int, *, warmup_steps: int, max_steps: int, min_lr_ratio: float) -> float:
+    """Learning-rate multiplier at ``step``: linear warmup, then cosine down to the floor."""
+    # 1) linear warmup from lr/(warmup+1) to lr
+    if step < warmup_steps:
+        return (step + 1) / (warmup_steps + 1)
+    # 2) past the end of the schedule: the floor
+    if step >= max_steps:
+        return min_lr_ratio
+    # 3) cosine decay from 1 to min_lr_ratio in between
+    progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
+    return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def parameter_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: decay on weight matrices and embeddings, none on biases and norms."""
+    decay, no_decay = [], []
+    for _name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (decay if p.ndim >= 2 else no_decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def perplexity(loss: float) -> float:
+    return math.exp(loss) if loss < 700 else math.inf
+
+
+def measure_peak_flops(seconds: float = 1.0, n: int = 1024, dtype: str = "bfloat16") -> float:
+    """FLOP/s of a square matmul in ``dtype`` on this machine (the MFU denominator)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)  # leaves the global RNG (dropout) alone
+    a = torch.randn(n, n, generator=generator).to(getattr(torch, dtype))
+    b = torch.randn(n, n, generator=generator).to(getattr(torch, dtype))
+    a @ b  # warm up
+    iters, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds or iters < 3:
+        a @ b
+        iters += 1
+    return 2 * n**3 * iters / elapsed
+
+
+class TrainState:
+    """Counters and data position; registered with Accelerate so save_state keeps them."""
+
+    def __init__(self, batches: Batches) -> None:
+        self.batches = batches
+        self.step = 0
+        self.tokens_seen = 0
+        self.train_seconds = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "tokens_seen": self.tokens_seen,
+            "train_seconds": self.train_seconds,
+            "data": self.batches.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = state["step"]
+        self.tokens_seen = state["tokens_seen"]
+        self.train_seconds = state["train_seconds"]
+        self.batches.load_state_dict(state["data"])
+
+
+# -- run directory ---------------------------------------------------------------------
+
+
+def checkpoint_dirs(output: Path) -> list[Path]:
+    """Complete checkpoints of a run (with state/), oldest first."""
+    root = output / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [p for p in root.glob("step-*") if p.is_dir() and (p / STATE).is_dir()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def _check_resumable(config: TrainConfig, checkpoint: Path) -> None:
+    """The resumed run must train the same model on the same data the same way."""
+    from codeparrot.models.checkpoint import read_checkpoint_meta
+
+    saved = read_checkpoint_meta(checkpoint).get("train_config")
+    if saved is None:
+        raise CheckpointError(f"{checkpoint}: no train_config in its metadata; cannot resume")
+    now = config.to_dict()
+    changed = sorted(
+        k for k in now if k not in RESUMABLE_CHANGES and k in saved and saved[k] != now[k]
+    )
+    if changed:
+        details = ", ".join(f"--{k.replace('_', '-')} {saved[k]!r} -> {now[k]!r}" for k in changed)
+        raise ConfigError(
+            f"--resume: the run in {config.output} was started with other settings: {details}"
+        )
+
+
+def _preflight(config: TrainConfig) -> Path | None:
+    """Every check that can fail before weights or data are touched; the checkpoint to resume."""
+    if not config.tokenizer.is_dir():
+        raise CheckpointError(f"--tokenizer {config.tokenizer}: no such directory")
+    if config.resume:
+        found = checkpoint_dirs(config.output)
+        if not found:
+            raise CheckpointError(
+                f"--resume: no checkpoint with state in {config.output / CHECKPOINTS}; "
+                "start a new run without --resume"
+            )
+        _check_resumable(config, found[-1])
+        return found[-1]
+    if checkpoint_dirs(config.output) or (config.output / METRICS).exists():
+        raise CheckpointError(
+            f"--output {config.output} already holds a run; pass --resume to continue it "
+            "or choose another --output"
+        )
+    return None
+
+
+# -- setup -----------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """Everything the loop works with, built by :func:`setup`."""
+
+    config: TrainConfig
+    accelerator: Any
+    model: Any
+    optimizer: Any
+    scheduler: Any
+    tokenizer: Any
+    state: TrainState
+    valid: Callable[[], SequenceSource]
+    seq_length: int
+    parameters: int
+    flops_per_token: float
+    peak_flops: float
+    resume_from: Path | None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _build_model(config: TrainConfig, tokenizer: Any) -> Any:
+    from codeparrot.models.checkpoint import check_vocab, load_checkpoint
+    from codeparrot.models.presets import build_model
+
+    if config.init_from is not None:
+        model, _tok, _meta = load_checkpoint(config.init_from, tokenizer=tokenizer)
+    else:
+        model = build_model(config.preset, tokenizer, seed=config.seed)
+    check_vocab(tokenizer, model.config.vocab_size, where=f"--preset {config.preset}")
+    return model
+
+
+def _data_sources(
+    config: TrainConfig, tokenizer: Any, seq_length: int, accelerator: Any
+) -> tuple[SequenceSource, Callable[[], SequenceSource]]:
+    train_files = shard_files(config.data, "train")
+    valid_files = shard_files(config.data, "valid")
+    if not config.pretokenized:
+        train = PackedStream(
+            train_files,
+            tokenizer,
+            seq_length,
+            shuffle_buffer=config.shuffle_buffer,
+            seed=config.seed,
+        )
+        return train, lambda: PackedStream(
+            valid_files, tokenizer, seq_length, shuffle_buffer=0, loop=False
+        )
+    token_dir = config.output / "tokens"
+    with accelerator.main_process_first():  # one process tokenizes, the others reuse it
+        for split, files in (("train", train_files), ("valid", valid_files)):
+            pretokenize(files, tokenizer, token_dir / f"{split}.bin", progress=config.progress)
+    train = TokenShardStream(token_dir / "train.bin", seq_length, seed=config.seed)
+    return train, lambda: TokenShardStream(
+        token_dir / "valid.bin", seq_length, shuffle=False, loop=False
+    )
+
+
+def setup(
+    config: TrainConfig,
+    *,
+    train_data: SequenceSource | None = None,
+    valid_data: Callable[[], SequenceSource] | None = None,
+) -> Run:
+    """Check inputs, build model, optimizer, schedule and data, and restore a resumed run."""
+    resume_from = _preflight(config)
+
+    import torch
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration, set_seed
+
+    from codeparrot.models.checkpoint import check_sequence_length, load_tokenizer
+    from codeparrot.models.presets import count_parameters, flops_per_token
+
+    tokenizer = load_tokenizer(config.tokenizer)
+    if train_data is None or valid_data is None:
+        shard_files(config.data, "train")  # fail on a missing corpus before building anything
+        shard_files(config.data, "valid")
+    model = _build_model(config, tokenizer)
+    n_positions = model.config.n_positions
+    seq_length = config.seq_length or n_positions
+    check_sequence_length(seq_length, n_positions, where=f"model of --preset {config.preset}")
+    if train_data is not None and train_data.seq_length != seq_length:
+        raise DataError(f"train_data packs {train_data.seq_length} tokens, expected {seq_length}")
+
+    tracker = None if config.log_with == "none" else config.log_with
+    accelerator = Accelerator(
+        mixed_precision=config.mixed_precision,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        log_with=tracker,
+        project_config=ProjectConfiguration(
+            project_dir=str(config.output), logging_dir=str(config.output / "logs")
+        ),
+        step_scheduler_with_optimizer=False,  # stepped once per optimizer step, whatever the world size
+        dynamo_backend="inductor" if config.compile else "no",
+    )
+    set_seed(config.seed)
+    if config.gradient_checkpointing:
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        (enable or model.gradient_checkpointing_enable)()
+        model.config.use_cache = False
+
+    parameters = count_parameters(model)
+    fpt = flops_per_token(
+        model.config, count_parameters(model, exclude_position_embeddings=True), seq_length
+    )
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model, config.weight_decay),
+        lr=config.learning_rate,
+        betas=(config.adam_beta1, config.adam_beta2),
+        **_fast_adamw_kwargs(torch),
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: lr_factor(
+            step,
+            warmup_steps=config.warmup_steps,
+            max_steps=config.max_steps,
+            min_lr_ratio=config.min_lr_ratio,
+        ),
+    )
+    model.train()  # from_pretrained returns a model in eval mode (dropout off)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+
+    if train_data is None or valid_data is None:
+        default_train, default_valid = _data_sources(config, tokenizer, seq_length, accelerator)
+        train_data = train_data or default_train
+        valid_data = valid_data or default_valid
+    batches = Batches(
+        train_data, config.batch_size, accelerator.process_index, accelerator.num_processes
+    )
+    state = TrainState(batches)
+    accelerator.register_for_checkpointing(state)
+    if resume_from is not None:
+        accelerator.load_state(str(resume_from / STATE))
+
+    peak = config.peak_tflops * 1e12 if config.peak_tflops else measure_peak_flops()
+    return Run(
+        config=config,
+        accelerator=accelerator,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        tokenizer=tokenizer,
+        state=state,
+        valid=valid_data,
+        seq_length=seq_length,
+        parameters=parameters,
+        flops_per_token=fpt,
+        peak_flops=peak,
+        resume_from=resume_from,
+    )
+
+
+def _fast_adamw_kwargs(torch: Any) -> dict[str, Any]:
+    """The fused AdamW kernel where torch has one for CPU, else the foreach one."""
+    try:
+        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], fused=True)
+        return {"fused": True}
+    except (RuntimeError, TypeError):
+        return {"foreach": True}
+
+
+# -- loop ------------------------------------------------------------------------------
+
+
+def evaluate(run: Run) -> float | None:
+    """Mean loss over ``eval_batches`` validation batches, averaged across processes."""
+    import torch
+
+    acc = run.accelerator
+    batches = Batches(run.valid(), run.config.batch_size, acc.process_index, acc.num_processes)
+    run.model.eval()
+    losses = []
+    with torch.no_grad():
+        for i, batch in enumerate(batches):
+            if i >= run.config.eval_batches:
+                break
+            ids = torch.from_numpy(batch).to(acc.device)
+            losses.append(run.model(input_ids=ids, labels=ids).loss.float().detach())
+    run.model.train()
+    if not losses:
+        return None
+    mean = acc.gather(torch.stack(losses).mean().reshape(1)).mean()
+    return float(mean)
+
+
+def _train_step(run: Run) -> tuple[Any, Any]:
+    """One optimizer step over ``gradient_accumulation_steps`` micro-batches: (loss, grad norm)."""
+    import torch
+
+    acc, cfg = run.accelerator, run.config
+    total = torch.zeros((), device=acc.device)
+    grad_norm = None
+    for _ in range(cfg.gradient_accumulation_steps):
+        ids = torch.from_numpy(run.state.batches.next_batch()).to(acc.device)
+        with acc.accumulate(run.model):
+            loss = run.model(input_ids=ids, labels=ids).loss
+            acc.backward(loss)
+            if acc.sync_gradients:
+                if cfg.max_grad_norm > 0:
+                    grad_norm = acc.clip_grad_norm_(run.model.parameters(), cfg.max_grad_norm)
+                run.optimizer.step()
+                run.scheduler.step()
+            run.optimizer.zero_grad(set_to_none=True)
+        total += loss.detach().float()
+    return total / cfg.gradient_accumulation_steps, grad_norm
+
+
+def _stop_reason(run: Run, seconds: float) -> str | None:
+    """Why to stop now (the same answer on every process), or None."""
+    import torch
+
+    cfg, state = run.config, run.state
+    if state.step >= cfg.max_steps:
+        return "max_steps"
+    if cfg.max_tokens is not None and state.tokens_seen >= cfg.max_tokens:
+        return "max_tokens"
+    if cfg.max_minutes is not None:
+        over = torch.tensor(float(seconds >= cfg.max_minutes * 60), device=run.accelerator.device)
+        if float(run.accelerator.reduce(over, "max")) > 0:  # clocks differ between processes
+            return "max_minutes"
+    return None
+
+
+def train(
+    config: TrainConfig,
+    *,
+    train_data: SequenceSource | None = None,
+    valid_data: Callable[[], SequenceSource] | None = None,
+) -> TrainResult:
+    """Pretrain (or continue with ``config.resume``) and leave the latest export in ``output``."""
+    run = setup(config, train_data=train_data, valid_data=valid_data)
+    acc, state = run.accelerator, run.state
+    resumed_from = state.step if run.resume_from is not None else None
+    metrics = MetricsLog(config.output / METRICS, enabled=acc.is_main_process)
+    if resumed_from is not None:
+        metrics.truncate_after(resumed_from)  # steps logged after the checkpoint are redone
+    tracker_config = {
+        k: (str(v) if isinstance(v, Path) else v)
+        for k, v in config.to_dict().items()
+        if isinstance(v, int | float | str | bool | Path)
+    }
+    acc.init_trackers("train", config=tracker_config)
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(
+        total=config.max_steps,
+        initial=state.step,
+        desc="train",
+        unit="step",
+        disable=not (config.progress and acc.is_local_main_process),
+    )
+    tokens_per_step = (
+        config.batch_size * acc.num_processes * config.gradient_accumulation_steps * run.seq_length
+    )
+    start = time.perf_counter()
+    seconds_before = state.train_seconds
+    window_start, window_tokens = start, 0
+    last_loss: float | None = None
+    eval_loss: float | None = None
+    last_saved: Path | None = None
+    stopped_by = _stop_reason(run, 0.0)
+    while stopped_by is None:
+        loss, grad_norm = _train_step(run)
+        state.step += 1
+        state.tokens_seen += tokens_per_step
+        window_tokens += tokens_per_step
+        now = time.perf_counter()
+        state.train_seconds = seconds_before + (now - start)
+        bar.update(1)
+        if state.step % config.log_every == 0 or state.step == config.max_steps:
+            last_loss = float(acc.reduce(loss, "mean"))
+            tokens_per_s = window_tokens / max(now - window_start, 1e-9)
+            record = {
+                "step": state.step,
+                "loss": last_loss,
+                "lr": run.scheduler.get_last_lr()[0],
+                "grad_norm": None if grad_norm is None else float(grad_norm),
+                "tokens_seen": state.tokens_seen,
+                "tokens_per_s": tokens_per_s,
+                "flops_per_s": tokens_per_s * run.flops_per_token,
+                "mfu": tokens_per_s * run.flops_per_token / run.peak_flops,
+                "elapsed_s": state.train_seconds,
+            }
+            metrics.write(record)
+            acc.log(
+                {k: v for k, v in record.items() if k != "step" and v is not None}, step=state.step
+            )
+            bar.set_postfix(loss=f"{last_loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+            window_start, window_tokens = now, 0
+        stopped_by = _stop_reason(run, state.train_seconds - seconds_before)
+        if stopped_by is None and config.eval_every and state.step % config.eval_every == 0:
+            eval_loss = evaluate(run)
+            _log_eval(run, metrics, eval_loss)
+            last_saved = save_checkpoint(run, eval_loss, last_loss)
+    bar.close()
+    if last_saved is None or not last_saved.name.endswith(f"{state.step:06d}"):
+        eval_loss = evaluate(run)
+        _log_eval(run, metrics, eval_loss)
+        last_saved = save_checkpoint(run, eval_loss, last_loss)
+    if acc.is_main_process:
+        plot_loss_curve(config.output / METRICS, config.output / "loss_curve.png")
+    acc.wait_for_everyone()
+    acc.end_training()
+    seconds = state.train_seconds - seconds_before
+    done_tokens = (state.step - (resumed_from or 0)) * tokens_per_step
+    return TrainResult(
+        output=config.output,
+        step=state.step,
+        tokens_seen=state.tokens_seen,
+        parameters=run.parameters,
+        train_loss=last_loss,
+        eval_loss=eval_loss,
+        perplexity=None if eval_loss is None else perplexity(eval_loss),
+        seconds=seconds,
+        tokens_per_s=done_tokens / seconds if seconds > 0 else 0.0,
+        stopped_by=stopped_by,
+        checkpoint=last_saved,
+        resumed_from=resumed_from,
+    )
+
+
+def _log_eval(run: Run, metrics: MetricsLog, eval_loss: float | None) -> None:
+    if eval_loss is None:
+        return
+    record = {"step": run.state.step, "eval_loss": eval_loss, "perplexity": perplexity(eval_loss)}
+    metrics.write(record)
+    run.accelerator.log(
+        {"eval_loss": eval_loss, "perplexity": record["perplexity"]}, step=run.state.step
+    )
+
+
+# -- save ------------------------------------------------------------------------------
+
+
+def save_checkpoint(run: Run, eval_loss: float | None, train_loss: float | None) -> Path:
+    """``checkpoints/step-N`` (export + Accelerate state) built aside, renamed into place,
+    copied as the run's latest export; old checkpoints beyond the retention limit go."""
+    from codeparrot.models.checkpoint import export_into, write_checkpoint_files
+
+    acc, cfg, state = run.accelerator, run.config, run.state
+    root = cfg.output / CHECKPOINTS
+    final = root / f"step-{state.step:06d}"
+    tmp = root / f".step-{state.step:06d}.partial"
+    if acc.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    acc.wait_for_everyone()
+    acc.save_state(str(tmp / STATE))
+    acc.wait_for_everyone()
+    if acc.is_main_process:
+        meta = {
+            "step": state.step,
+            "tokens_seen": state.tokens_seen,
+            "parameters": run.parameters,
+            "preset": cfg.preset,
+            "seq_length": run.seq_length,
+            "train_loss": train_loss,
+            "eval_loss": eval_loss,
+            "perplexity": None if eval_loss is None else perplexity(eval_loss),
+            "train_config": cfg.to_dict(),
+            "provenance": provenance(cfg, world_size=acc.num_processes),
+        }
+        model = acc.unwrap_model(run.model)
+        write_checkpoint_files(model, run.tokenizer, tmp, meta)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        export_into(final, cfg.output)
+        _prune(root, cfg.keep_checkpoints)
+    acc.wait_for_everyone()
+    return final
+
+
+def _prune(root: Path, keep: int) -> None:
+    if keep <= 0:
+        return
+    found = sorted(
+        (p for p in root.glob("step-*") if p.is_dir()), key=lambda p: int(p.name.split("-")[1])
+    )
+    for old in found[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class MetricsLog:
+    """``metrics.jsonl``: one JSON object per logged step or evaluation (main process only)."""
+
+    def __init__(self, path: Path, *, enabled: bool) -> None:
+        self.path = path
+        self.enabled = enabled
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records past ``step`` (written after the checkpoint a resumed run restarts from)."""
+        if not self.enabled or not self.path.exists():
+            return
+        keep = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                if json.loads(line)["step"] <= step:
+                    keep.append(line)
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a line cut short by a kill
+        from codeparrot.io import atomic_open
+
+        with atomic_open(self.path, "w") as fh:
+            fh.write("".join(line + "\n" for line in keep))
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    out = []
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def plot_loss_curve(metrics_file: Path, out: Path) -> Path | None:
+    """Training and validation loss against tokens seen, as a PNG (None without data)."""
+    records = read_metrics(metrics_file)
+    train = [(r["step"], r["loss"]) for r in records if "loss" in r]
+    valid = [(r["step"], r["eval_loss"]) for r in records if "eval_loss" in r]
+    if not train and not valid:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from codeparrot.io import atomic_open
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train:
+        ax.plot(*zip(*train, strict=True), label="train loss")
+    if valid:
+        ax.plot(*zip(*valid, strict=True), "o-", label="validation loss")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title(f"{out.parent.name}: loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    with atomic_open(out, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=100)
+    plt.close(fig)
+    return out
+
+
+def load_run_summary(output: Path) -> dict[str, Any]:
+    """The latest export's ``codeparrot_checkpoint.json`` of a run directory."""
+    from codeparrot.models.checkpoint import CHECKPOINT_META
+
+    path = output / CHECKPOINT_META
+    if not path.exists():
+        raise CheckpointError(f"{output}: no {CHECKPOINT_META}; not a finished run")
+    return read_json(path)
+
+
+__all__ = ["Run", "TrainResult", "evaluate", "lr_factor", "setup", "train"]
