@@ -84,10 +84,10 @@ class ModelCard:
         lines = ["| metric | value |", "|---|---|"]
         for key, value in sorted(self.pass_at_k.items(), key=lambda kv: _k_of(kv[0])):
             lines.append(f"| {key} | {100 * value:.2f}% |")
-        for key in ("num_problems", "problems", "n", "samples_per_problem", "num_samples"):
-            value = self.humaneval.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                lines.append(f"| {key.replace('_', ' ')} | {value} |")
+        for key in ("problems", "samples", "solved"):
+            value = _int(self.humaneval.get(key))
+            if value is not None:
+                lines.append(f"| {key} | {value:,} |")
         gen = self.humaneval.get("generation") or self.humaneval.get("generation_config")
         if isinstance(gen, dict):
             shown = ", ".join(
@@ -97,7 +97,26 @@ class ModelCard:
             )
             if shown:
                 lines.append(f"| generation | {shown} |")
-        return "\n".join(lines) + "\n"
+        out = "\n".join(lines) + "\n"
+        solved = self.solved_problems()
+        if solved:
+            shown = ", ".join(f"`{t}` ({c}/{n})" for t, c, n in solved[:40])
+            more = f" and {len(solved) - 40} more" if len(solved) > 40 else ""
+            out += f"\nSolved at least once: {shown}{more}.\n"
+        return out
+
+    def solved_problems(self) -> list[tuple[str, int, int]]:
+        """(task id, samples passed, samples) of each problem solved at least once."""
+        per = (self.humaneval or {}).get("per_problem")
+        if not isinstance(per, dict):
+            return []
+        out = []
+        for task, counts in per.items():
+            if isinstance(counts, dict):
+                passed, samples = _int(counts.get("passed")), _int(counts.get("samples"))
+                if passed and samples:
+                    out.append((str(task), passed, samples))
+        return out
 
 
 def checkpoint_label(path: Path) -> str:

@@ -371,7 +371,12 @@ def build_app(config: AppConfig) -> gr.Blocks:
             facts_md = gr.Markdown()
             curve_image = gr.Image(label="Training loss", interactive=False, visible=False)
             curve_plot = gr.LinePlot(
-                x="step", y="value", color="series", label="Training curve", visible=False
+                x="step",
+                y="value",
+                color="series",
+                y_title="loss (nats/token)",
+                label="Training curve",
+                visible=False,
             )
             curve_md = gr.Markdown()
             gr.Markdown("### HumanEval")

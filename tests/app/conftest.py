@@ -35,7 +35,17 @@ def write_reports(checkpoint: Path) -> dict:
             fh.write(json.dumps({"step": step, "loss": 6.0 - step / 500, "lr": 5e-4}) + "\n")
     report = checkpoint / "humaneval"
     report.mkdir()
-    summary = {"pass_at_k": {"pass@1": 0.0125, "pass@10": 0.0375}, "num_problems": 164}
+    summary = {  # the layout eval/report.py writes
+        "pass_at_k": {"pass@1": 0.0125, "pass@10": 0.0375},
+        "problems": 2,
+        "samples": 40,
+        "solved": 1,
+        "per_problem": {
+            "HumanEval/0": {"samples": 20, "passed": 1},
+            "HumanEval/1": {"samples": 20, "passed": 0},
+        },
+        "generation": {"temperature": 0.8, "top_p": 0.95, "n": 20},
+    }
     (report / "summary.json").write_text(json.dumps(summary))
     return facts
 

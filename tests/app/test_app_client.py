@@ -139,7 +139,7 @@ def test_model_card_endpoint_shows_the_facts(client, playground):
     assert "metrics.jsonl" in editor_value(curve_note) and "16 logged steps" in editor_value(
         curve_note
     )
-    assert "| pass@10 | 3.75% |" in humaneval
+    assert "| pass@10 | 3.75% |" in humaneval and "`HumanEval/0` (1/20)" in humaneval
 
     foreign, *_ = client.predict(str(playground.foreign), api_name="/model_card")
     assert "no report beside this checkpoint" in foreign and "counted from the weights" in foreign

@@ -31,7 +31,14 @@ def test_training_facts_and_report_are_shown(tmp_path: Path):
     (ck / "humaneval").mkdir()
     summary = {
         "pass_at_k": {"pass@10": 0.0657, "pass@1": 0.038, "pass@100": 0.1278},
-        "num_problems": 164,
+        "problems": 164,
+        "samples": 32_800,
+        "solved": 2,
+        "per_problem": {
+            "HumanEval/0": {"samples": 200, "passed": 13},
+            "HumanEval/1": {"samples": 200, "passed": 0},
+            "HumanEval/2": {"samples": 200, "passed": 200},
+        },
         "generation": {"n": 200, "temperature": 0.2, "top_p": 0.95},
     }
     (ck / "humaneval" / "summary.json").write_text(json.dumps(summary))
@@ -45,7 +52,10 @@ def test_training_facts_and_report_are_shown(tmp_path: Path):
     assert text.index("pass@1 |") < text.index("pass@10 |") < text.index("pass@100 |")
     assert "| HumanEval pass@100 | 12.78% |" in text
     report = card.humaneval_markdown()
-    assert "| num problems | 164 |" in report and "n=200, temperature=0.2" in report
+    assert "| problems | 164 |" in report and "| samples | 32,800 |" in report
+    assert "n=200, temperature=0.2" in report
+    assert "`HumanEval/0` (13/200), `HumanEval/2` (200/200)." in report
+    assert "HumanEval/1`" not in report
 
 
 def test_intermediate_checkpoint_finds_the_runs_curve(tmp_path: Path):
