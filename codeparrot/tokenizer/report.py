@@ -45,7 +45,8 @@ DEFINITIONS = {
     "byte_fallback_rate": "tokens that are one raw byte of a non-ASCII character / tokens",
     "gpt2.ratio": "GPT-2 tokens / our tokens on the same texts (2.0: half the tokens)",
     "indentation": "whitespace-only tokens before the first word of an indented line "
-    "(1: the newline and the indentation are one token)",
+    "(1: the newline and the indentation are one token; GPT-2's pre-tokenizer gives the "
+    "last space to the word, and splits the last tab off, so tabs need at least 2)",
 }
 
 

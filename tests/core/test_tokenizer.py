@@ -327,3 +327,14 @@ def test_report_errors_name_the_bad_path(trained, tmp_path):
         tokenizer_report(trained, [tmp_path / "missing.py"], progress=False)
     with pytest.raises(CheckpointError, match="not a tokenizer directory"):
         tokenizer_report(tmp_path, [tmp_path], progress=False)
+
+
+def test_report_works_on_a_foreign_tokenizer_given_held_out_paths(tiny_tokenizer_dir, tmp_path):
+    with pytest.raises(DataError, match="names no corpus"):
+        tokenizer_report(tiny_tokenizer_dir, progress=False)
+    held = tmp_path / "held.py"
+    held.write_text("def add(a, b):\n    return a + b\n")
+    rep = tokenizer_report(tiny_tokenizer_dir, [held], progress=False, compare_gpt2=False)
+    assert rep["vocab_size"] == 512
+    assert rep["heldout"]["files"] == 1
+    assert rep["gpt2"]["note"] == "skipped (--no-compare-gpt2)"
