@@ -50,7 +50,7 @@ def minhash_signature(
     toks = tokens(text)
     if len(toks) < min_tokens:
         return None
-    hv = np.fromiter(map(zlib.crc32, map(_encode, toks)), dtype=np.uint32, count=len(toks))
+    hv = np.fromiter(map(zlib.crc32, map(str.encode, toks)), dtype=np.uint32, count=len(toks))
     a, b = _permutations(num_perm, seed)
     # MurmurHash3 finalizer (datasketch's pre-mix), then the affine permutations mod 2^32.
     hv ^= hv >> np.uint32(16)
@@ -64,10 +64,6 @@ def minhash_signature(
         block += b  # in place: about 7x faster than `hv * a + b` here
         np.minimum(signature, block.min(axis=0), out=signature)
     return signature
-
-
-def _encode(token: str) -> bytes:
-    return token.encode("utf-8", errors="surrogatepass")
 
 
 @functools.lru_cache(maxsize=4)

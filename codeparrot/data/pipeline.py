@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from codeparrot.data.config import HUB_PREFIX, DataConfig
 from codeparrot.data.decontaminate import SnippetIndex
+from codeparrot.data.filters import FILTER_NAMES
 from codeparrot.data.sources import SourceFile
 from codeparrot.errors import DataError
 
@@ -45,6 +46,15 @@ INPUT_REASONS = (
     "empty",
     "binary",
     "invalid_utf8",
+    "processing_error",
+)
+# Every reason a file can be removed for, in the order the pipeline applies them.
+REMOVAL_REASONS = (
+    *INPUT_REASONS,
+    "exact_duplicate",
+    *FILTER_NAMES,
+    "humaneval",
+    "near_duplicate",
 )
 
 
@@ -115,6 +125,12 @@ class FileProcessor:
         return text, len(data), None
 
     def __call__(self, item: SourceFile) -> Processed:
+        try:
+            return self.process(item)
+        except Exception:  # one odd file must not end a long build; it is counted
+            return Processed(item.repo_name, item.path, item.license, 0, reason="processing_error")
+
+    def process(self, item: SourceFile) -> Processed:
         from codeparrot.data.dedup import minhash_signature
         from codeparrot.data.filters import content_hash, first_failing_filter
 
@@ -394,10 +410,10 @@ def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]
                 "text_files": decoded,
                 "distinct_contents": len(groups),
             },
+            # Every reason, in pipeline order (zeros included, so reports line up).
             "removed": {
                 k: removed[k]
-                for k in sorted(removed)
-                if removed[k] or k in ("exact_duplicate", "near_duplicate")
+                for k in (*REMOVAL_REASONS, *sorted(set(removed) - set(REMOVAL_REASONS)))
             },
             "exact_dedup": {
                 "groups": len(groups),

@@ -121,6 +121,8 @@ def format_table(stats: dict[str, Any]) -> str:
     rows.append(("near duplicate fraction", f"{stats['near_duplicate_fraction']:.1%}"))
     rows.append(("near-duplicate clusters", f"{stats['near_dedup_clusters']:,}"))
     for reason, count in sorted(stats["removed"].items(), key=lambda kv: -kv[1]):
+        if not count:
+            continue
         rows.append((f"removed: {reason}", f"{count:,}"))
     rows.append(("histogram", stats["plot"]))
     width = max(len(k) for k, _ in rows)
