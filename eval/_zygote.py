@@ -499,15 +499,29 @@ def run_one(header, program, libc, mode, slot, hidden):
     return verdict, duration
 
 
+class _Alarm(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Alarm
+
+
 def _reap(pid, deadline):
-    delay = 0.0005
-    while True:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(delay)
-        delay = min(delay * 2, 0.01)
+    """Wait for ``pid`` until ``deadline``; False if it is still running then."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, left)
+    try:
+        os.waitpid(pid, 0)
+        return True
+    except _Alarm:
+        return False
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _exchange(job_w, res_r, job, deadline):

@@ -21,7 +21,7 @@ class ExecutionOptions(Config):
     )
     timeout: float = option(3.0, "wall-clock seconds per sample, definition and checks together")
     workers: int | None = option(
-        None, "samples executed at once (default: 4 x CPU cores; most time is kernel latency)"
+        None, "samples executed at once (default: 8 x CPU cores; most time is kernel latency)"
     )
     memory_mb: int = option(1024, "address-space limit of each sandboxed process, MiB")
     sandbox: str | None = option(
