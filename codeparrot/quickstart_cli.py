@@ -1,0 +1,374 @@
+"""``codeparrot quickstart``: the whole recipe in one command, sized for a laptop.
+
+corpus -> tokenizer -> tokenizer report -> pretraining -> HumanEval -> summary.
+
+Part of the CLI layer (like ``codeparrot.cli``), which is the one place of the core
+allowed to reach up into ``training`` and ``eval``: it imports them inside the steps.
+Each finished step is recorded in ``OUTPUT/quickstart.json`` together with the config
+that produced it, so a re-run reuses it; ``--force`` redoes everything, and a step whose
+recorded config differs from the current one is redone along with the steps after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codeparrot.config import Config, add_config_arguments, config_from_args, option
+
+PRESETS = ("tiny", "small", "large")
+
+
+@dataclass(frozen=True)
+class QuickstartConfig(Config):
+    """Build a corpus from your Python installation, train a tokenizer and a model on it,
+    score it on HumanEval in a sandbox, and print what to run next."""
+
+    output: Path = option(Path("runs/quickstart"), "directory for every artefact of the run")
+    preset: str = option("tiny", "model preset (tiny trains on 2 CPU cores)", choices=PRESETS)
+    sources: tuple[str, ...] = option(
+        (),
+        "corpus sources: directories, git checkouts or hub:NAME (default: this Python "
+        "installation's stdlib and site-packages)",
+        flag="--source",
+    )
+    max_files: int = option(8000, "cap on input files sampled for the corpus (0: all)")
+    vocab_size: int = option(8192, "tokenizer vocabulary (the reference uses 32768)")
+    tokenizer_files: int = option(3000, "files the tokenizer is trained on")
+    max_steps: int = option(1000, "training steps (the cosine schedule ends here)")
+    batch_size: int = option(16, "sequences per training step")
+    max_minutes: float = option(14.0, "stop training after this many minutes whatever the step")
+    eval_n: int = option(10, "HumanEval samples per problem (the reference uses 200)")
+    eval_limit: int | None = option(None, "only the first K HumanEval problems (default: all 164)")
+    eval_max_new_tokens: int = option(256, "most new tokens per HumanEval completion")
+    allow_code_execution: bool = option(
+        False,
+        "run the model's HumanEval completions in the sandbox (also "
+        "CODEPARROT_ALLOW_CODE_EXECUTION=1); without it the evaluation step is skipped",
+    )
+    seed: int = option(0, "seed of every random choice in the run")
+    force: bool = option(False, "redo every step even when its output is there")
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.max_files < 0:
+            out.append(f"--max-files must be >= 0, got {self.max_files}")
+        if self.vocab_size < 257:
+            out.append(
+                f"--vocab-size must be at least 257 (the byte alphabet + EOS), got {self.vocab_size}"
+            )
+        if self.tokenizer_files < 1:
+            out.append(f"--tokenizer-files must be >= 1, got {self.tokenizer_files}")
+        if self.max_steps < 1:
+            out.append(f"--max-steps must be >= 1, got {self.max_steps}")
+        if self.batch_size < 1:
+            out.append(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.max_minutes <= 0:
+            out.append(f"--max-minutes must be > 0, got {self.max_minutes}")
+        if self.eval_n < 1:
+            out.append(f"--eval-n must be >= 1, got {self.eval_n}")
+        if self.eval_limit is not None and self.eval_limit < 1:
+            out.append(f"--eval-limit must be >= 1, got {self.eval_limit}")
+        return out
+
+    @property
+    def corpus_dir(self) -> Path:
+        return self.output / "corpus"
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.output / "tokenizer"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.output / "model"
+
+    @property
+    def state_file(self) -> Path:
+        return self.output / "quickstart.json"
+
+
+# -- the steps -------------------------------------------------------------------------
+# Each returns (config recorded for reuse, facts for the summary).
+
+
+def _data_config(cfg: QuickstartConfig) -> Any:
+    from codeparrot.data import DataConfig
+
+    return DataConfig(
+        output=cfg.corpus_dir,
+        sources=cfg.sources,
+        max_files=cfg.max_files,
+        seed=cfg.seed,
+        force=True,
+    )
+
+
+def step_corpus(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, Any]:
+    from codeparrot.data import build_corpus
+
+    manifest = build_corpus(_data_config(cfg))
+    return {
+        "input_files": manifest["input"]["files"],
+        "output_files": manifest["output"]["files"],
+        "output_bytes": manifest["output"]["bytes"],
+        "removed": manifest["removed"],
+        "train_files": manifest["splits"]["train"]["files"],
+        "valid_files": manifest["splits"]["valid"]["files"],
+    }
+
+
+def _tokenizer_config(cfg: QuickstartConfig) -> Any:
+    from codeparrot.tokenizer import TokenizerConfig
+
+    return TokenizerConfig(
+        data=cfg.corpus_dir,
+        output=cfg.tokenizer_dir,
+        vocab_size=cfg.vocab_size,
+        files=cfg.tokenizer_files,
+        overwrite=True,
+    )
+
+
+def step_tokenizer(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, Any]:
+    from codeparrot.io import write_json
+    from codeparrot.tokenizer import TokenizerReportConfig, tokenizer_report, train_tokenizer
+
+    train_tokenizer(_tokenizer_config(cfg))
+    report = tokenizer_report(TokenizerReportConfig(tokenizer=cfg.tokenizer_dir, max_files=300))
+    write_json(cfg.output / "tokenizer_report.json", report)
+    return {
+        "vocab_size": report["vocab_size"],
+        "chars_per_token": report["chars_per_token"],
+        "gpt2_ratio": report["gpt2"]["ratio"],
+        "gpt2_note": report["gpt2"]["note"],
+        "heldout_files": report["heldout"]["files"],
+    }
+
+
+def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
+    from training.config import TrainConfig
+
+    return TrainConfig(
+        data=cfg.corpus_dir,
+        tokenizer=cfg.tokenizer_dir,
+        output=cfg.model_dir,
+        preset=cfg.preset,
+        max_steps=cfg.max_steps,
+        batch_size=cfg.batch_size,
+        max_minutes=cfg.max_minutes,
+        seed=cfg.seed,
+        resume=resume,
+    )
+
+
+def step_train(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, Any]:
+    import shutil
+
+    from training import train
+
+    # An interrupted run of the same settings continues from its last checkpoint; any
+    # other earlier run in the directory was made with other settings and is replaced.
+    checkpoints = cfg.model_dir / "checkpoints"
+    resume = interrupted and checkpoints.is_dir() and any(checkpoints.iterdir())
+    if not resume and cfg.model_dir.exists():
+        shutil.rmtree(cfg.model_dir)
+    result = train(_train_config(cfg, resume=resume))
+    return {
+        "step": result.step,
+        "tokens_seen": result.tokens_seen,
+        "parameters": result.parameters,
+        "train_loss": result.train_loss,
+        "eval_loss": result.eval_loss,
+        "perplexity": result.perplexity,
+        "tokens_per_s": result.tokens_per_s,
+        "minutes": result.seconds / 60,
+        "stopped_by": result.stopped_by,
+        "resumed_from": result.resumed_from,
+    }
+
+
+def _eval_config(cfg: QuickstartConfig) -> Any:
+    from eval.config import HumanEvalConfig
+
+    return HumanEvalConfig(
+        checkpoint=cfg.model_dir,
+        n=cfg.eval_n,
+        batch_size=cfg.eval_n,
+        limit=cfg.eval_limit,
+        max_new_tokens=cfg.eval_max_new_tokens,
+        seed=cfg.seed,
+        allow_code_execution=True,
+    )
+
+
+def step_eval(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, Any]:
+    from eval.humaneval import run
+
+    summary = run(_eval_config(cfg))
+    return {
+        "pass_at_k": summary["pass_at_k"],
+        "problems": summary["problems"],
+        "samples": summary["samples"],
+        "solved": summary["solved"],
+        "sandbox": summary["isolation"]["mode"],
+        "sandbox_missing": summary["isolation"]["missing"],
+        "report": str(_eval_config(cfg).output_dir()),
+    }
+
+
+STEPS = (
+    ("corpus", "Building the corpus", step_corpus, _data_config),
+    ("tokenizer", "Training the tokenizer", step_tokenizer, _tokenizer_config),
+    ("train", "Pretraining the model", step_train, _train_config),
+    ("eval", "Scoring HumanEval in the sandbox", step_eval, _eval_config),
+)
+
+
+def execution_allowed(cfg: QuickstartConfig) -> bool:
+    return cfg.allow_code_execution or os.environ.get("CODEPARROT_ALLOW_CODE_EXECUTION") == "1"
+
+
+def run_quickstart(cfg: QuickstartConfig, log: Any = print) -> dict[str, Any]:
+    """Run (or reuse) every step; returns the recorded state with each step's facts."""
+    from codeparrot.io import provenance, write_json
+
+    state: dict[str, Any] = {}
+    if cfg.state_file.is_file() and not cfg.force:
+        state = json.loads(cfg.state_file.read_text())
+    steps: dict[str, Any] = state.get("steps", {})
+    redo_rest = cfg.force
+    total = len(STEPS)
+    for number, (name, title, func, config_of) in enumerate(STEPS, start=1):
+        if name == "eval" and not execution_allowed(cfg):
+            log(
+                f"[{number}/{total}] {title}: skipped. HumanEval runs model-written code; "
+                "pass --allow-code-execution (or set CODEPARROT_ALLOW_CODE_EXECUTION=1) "
+                "to run it in the sandbox."
+            )
+            steps.pop(name, None)
+            continue
+        step_config = config_of(cfg).to_dict()
+        previous = steps.get(name) or {}
+        same = previous.get("config") == step_config
+        if not redo_rest and same and previous.get("status") == "done":
+            log(f"[{number}/{total}] {title}: reusing {previous['output']} (--force redoes it)")
+            continue
+        redo_rest = True  # everything downstream of a redone step is redone too
+        interrupted = same and previous.get("status") == "running" and not cfg.force
+        log(f"[{number}/{total}] {title} ..." + (" (continuing)" if interrupted else ""))
+        started = time.perf_counter()
+        output = str(_output_of(cfg, name))
+        steps[name] = {"config": step_config, "output": output, "status": "running"}
+        write_json(cfg.state_file, {"steps": steps, "provenance": provenance(cfg)})
+        facts = func(cfg, interrupted)
+        steps[name] = {
+            "config": step_config,
+            "output": output,
+            "status": "done",
+            "seconds": round(time.perf_counter() - started, 1),
+            "facts": facts,
+        }
+        write_json(cfg.state_file, {"steps": steps, "provenance": provenance(cfg)})
+    state = {"steps": steps, "provenance": provenance(cfg)}
+    write_json(cfg.state_file, state)
+    return state
+
+
+def _output_of(cfg: QuickstartConfig, name: str) -> Path:
+    return {
+        "corpus": cfg.corpus_dir,
+        "tokenizer": cfg.tokenizer_dir,
+        "train": cfg.model_dir,
+        "eval": cfg.model_dir / "humaneval",
+    }[name]
+
+
+def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
+    steps = {k: v for k, v in state["steps"].items() if v.get("status") == "done"}
+    lines = ["", "codeparrot quickstart: summary", "=" * 30]
+    if "corpus" in steps:
+        f = steps["corpus"]["facts"]
+        removed = ", ".join(f"{k} {v:,}" for k, v in sorted(f["removed"].items()) if v)
+        lines += [
+            f"corpus      {f['output_files']:,} files ({f['output_bytes'] / 1e6:.1f} MB) kept of "
+            f"{f['input_files']:,} read; train {f['train_files']:,} / valid {f['valid_files']:,}",
+            f"            removed: {removed or 'nothing'}",
+        ]
+    if "tokenizer" in steps:
+        f = steps["tokenizer"]["facts"]
+        ratio = f["gpt2_ratio"]
+        vs = f"GPT-2 needs {ratio:.2f}x the tokens" if ratio else f["gpt2_note"]
+        lines.append(
+            f"tokenizer   vocab {f['vocab_size']:,}, {f['chars_per_token']:.2f} chars/token on "
+            f"{f['heldout_files']} held-out files; {vs}"
+        )
+    if "train" in steps:
+        f = steps["train"]["facts"]
+        loss = "n/a" if f["eval_loss"] is None else f"{f['eval_loss']:.3f}"
+        ppl = "n/a" if f["perplexity"] is None else f"{f['perplexity']:.1f}"
+        lines.append(
+            f"model       {cfg.preset}: {f['parameters'] / 1e6:.1f}M parameters, {f['step']:,} steps, "
+            f"{f['tokens_seen'] / 1e6:.2f}M tokens in {f['minutes']:.1f} min "
+            f"({f['tokens_per_s']:,.0f} tokens/s)"
+        )
+        lines.append(f"            validation loss {loss} nats/token, perplexity {ppl}")
+    if "eval" in steps:
+        f = steps["eval"]["facts"]
+        scores = ", ".join(f"{k} {100 * v:.2f}%" for k, v in f["pass_at_k"].items())
+        lines.append(
+            f"HumanEval   {scores} ({f['problems']} problems x {cfg.eval_n} samples, "
+            f"{f['solved']} solved; sandbox: {f['sandbox']})"
+        )
+        if f["sandbox_missing"]:
+            lines.append("            WARNING: weaker sandbox: " + "; ".join(f["sandbox_missing"]))
+        lines.append(
+            "            published CodeParrot 110M: pass@1 3.80%, pass@10 6.57%, pass@100 12.78% "
+            "(trained on ~30B tokens, 16 A100s)"
+        )
+    else:
+        lines.append("HumanEval   not run (pass --allow-code-execution to score it in the sandbox)")
+    ckpt = shlex.quote(str(cfg.model_dir))
+    lines += [
+        "",
+        f"checkpoint  {cfg.model_dir}  (AutoModelForCausalLM / AutoTokenizer load it)",
+        "",
+        "next:",
+        f"  codeparrot complete --checkpoint {ckpt} 'def fibonacci(n):'",
+        f"  codeparrot app --checkpoint {ckpt}          # the playground in your browser",
+        f"  codeparrot lsp --checkpoint {ckpt}          # completions in your editor (docs/editors.md)",
+        f"  codeparrot eval humaneval --checkpoint {ckpt} --n 100 --allow-code-execution",
+    ]
+    return "\n".join(lines)
+
+
+# -- CLI ---------------------------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "quickstart",
+        help="the whole recipe in one command: corpus, tokenizer, model, HumanEval",
+        description=QuickstartConfig.__doc__,
+    )
+    add_config_arguments(parser, QuickstartConfig)
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = config_from_args(QuickstartConfig, args)
+
+    def log(message: str) -> None:
+        print(message, flush=True)
+        sys.stdout.flush()
+
+    state = run_quickstart(cfg, log=log)
+    print(format_summary(cfg, state))
+    return 0

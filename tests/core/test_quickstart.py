@@ -1,0 +1,86 @@
+"""`codeparrot quickstart` end to end on a tiny source tree with tiny budgets."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from codeparrot.cli import main
+from codeparrot.errors import ConfigError
+from codeparrot.quickstart_cli import QuickstartConfig
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+
+
+@pytest.fixture(scope="module")
+def source_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("src")
+    for package in ("json", "email", "logging", "asyncio"):
+        shutil.copytree(
+            STDLIB / package, root / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    return root
+
+
+def _args(output: Path, source: Path, *extra: str) -> list[str]:
+    return [
+        "quickstart",
+        "--output", str(output),
+        "--source", str(source),
+        "--vocab-size", "600",
+        "--tokenizer-files", "50",
+        "--max-steps", "3",
+        "--batch-size", "2",
+        "--eval-n", "2",
+        "--eval-limit", "1",
+        "--eval-max-new-tokens", "16",
+        *extra,
+    ]  # fmt: skip
+
+
+def test_quickstart_runs_every_step_then_reuses_them(tmp_path, source_tree, capsys):
+    out = tmp_path / "run"
+    assert main(_args(out, source_tree, "--allow-code-execution")) == 0
+    printed = capsys.readouterr().out
+    assert "[4/4] Scoring HumanEval in the sandbox ..." in printed
+    assert "pass@1" in printed and "codeparrot app --checkpoint" in printed
+
+    state = json.loads((out / "quickstart.json").read_text())
+    assert set(state["steps"]) == {"corpus", "tokenizer", "train", "eval"}
+    assert state["steps"]["train"]["facts"]["step"] == 3
+    summary = json.loads((out / "model" / "humaneval" / "summary.json").read_text())
+    assert summary["samples"] == 2
+    # the checkpoint is usable by the inference engine
+    from codeparrot.generation import Engine, GenerationConfig
+
+    engine = Engine.load(out / "model")
+    assert engine.generate("def f(x):", GenerationConfig(max_new_tokens=4, seed=0))
+
+    # A second run reuses every step.
+    assert main(_args(out, source_tree, "--allow-code-execution")) == 0
+    printed = capsys.readouterr().out
+    assert printed.count(": reusing ") == 4
+
+    # Changing a training setting redoes training and what depends on it, not the corpus.
+    assert main(_args(out, source_tree, "--max-steps", "4")) == 0
+    printed = capsys.readouterr().out
+    assert "[1/4] Building the corpus: reusing" in printed
+    assert "[3/4] Pretraining the model ..." in printed
+    assert "skipped. HumanEval runs model-written code" in printed
+
+
+def test_bad_values_are_named():
+    with pytest.raises(ConfigError) as e:
+        QuickstartConfig(vocab_size=100, eval_n=0)
+    assert "--vocab-size" in str(e.value) and "--eval-n" in str(e.value)
+
+
+def test_missing_source_is_a_clear_error(tmp_path, capsys):
+    code = main(["quickstart", "--output", str(tmp_path / "o"), "--source", str(tmp_path / "nope")])
+    assert code != 0
+    assert "nope" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "corpus").exists()
