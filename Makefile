@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 quickstart: install
-	$(VENV)/bin/codeparrot quickstart
+	$(VENV)/bin/codeparrot quickstart --allow-code-execution
 
 test: install lint
 	$(PY) -m pytest
