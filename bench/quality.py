@@ -1,0 +1,75 @@
+"""Model quality within a fixed compute budget (issue 9).
+
+Builds the corpus from the embedded default, trains the tokenizer and the `tiny` preset for
+``--minutes`` of wall time (default 60), then scores HumanEval with n samples per problem at
+temperatures 0.2 and 0.8 in the sandbox, and prints held-out loss and pass@1/10/100.
+
+    .venv/bin/python bench/quality.py --output runs/quality --minutes 60 --n 100
+
+Reuses the quickstart's steps (and their reuse of finished work), so an interrupted run can
+be restarted with the same command. Needs about 60 min of training plus the evaluation
+(164 x n samples per temperature) of a 2-core machine to itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=Path("runs/quality"))
+    parser.add_argument("--minutes", type=float, default=60.0, help="training wall-time budget")
+    parser.add_argument("--steps", type=int, default=6000, help="schedule length (cosine end)")
+    parser.add_argument("--n", type=int, default=100, help="HumanEval samples per problem")
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[0.2, 0.8])
+    parser.add_argument("--limit", type=int, default=None, help="only the first K problems")
+    args = parser.parse_args()
+
+    from codeparrot.quickstart_cli import QuickstartConfig, run_quickstart
+    from eval.config import HumanEvalConfig
+    from eval.humaneval import run
+
+    cfg = QuickstartConfig(
+        output=args.output,
+        max_files=0,
+        max_steps=args.steps,
+        max_minutes=args.minutes,
+        allow_code_execution=False,  # the evaluation below uses its own settings
+    )
+    state = run_quickstart(cfg)
+    train = state["steps"]["train"]["facts"]
+    rows = []
+    for temperature in args.temperatures:
+        summary = run(
+            HumanEvalConfig(
+                checkpoint=cfg.model_dir,
+                output=cfg.model_dir / f"humaneval-t{temperature}-n{args.n}",
+                n=args.n,
+                batch_size=min(args.n, 50),
+                temperature=temperature,
+                limit=args.limit,
+                allow_code_execution=True,
+            )
+        )
+        rows.append((temperature, summary))
+    print(
+        f"\ntiny preset, {train['minutes']:.0f} min, {train['tokens_seen'] / 1e6:.1f}M tokens, "
+        f"{train['parameters'] / 1e6:.1f}M parameters: held-out loss {train['eval_loss']:.3f}, "
+        f"perplexity {train['perplexity']:.1f}"
+    )
+    print("| temperature | problems solved | " + " | ".join(rows[0][1]["pass_at_k"]) + " |")
+    for temperature, summary in rows:
+        scores = " | ".join(f"{100 * v:.2f}%" for v in summary["pass_at_k"].values())
+        print(f"| {temperature} | {summary['solved']} / {summary['problems']} | {scores} |")
+    (args.output / "quality.json").write_text(
+        json.dumps(
+            {"train": train, "humaneval": {str(t): s["pass_at_k"] for t, s in rows}}, indent=2
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
