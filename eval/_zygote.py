@@ -1,6 +1,6 @@
 """The sandbox's process side: a long-lived zygote that runs one sample per request.
 
-Run as ``python -I -S _zygote.py MODE SLOT`` (standard library only, never imported by
+Run as ``python -I -S _zygote.py MODE SLOT [SECRET_DIR ...]`` (standard library only, never imported by
 the harness). The harness (``eval/sandbox.py``) talks to it over stdin/stdout in
 length-prefixed frames. The zygote itself never runs sample code; per sample it forks:
 
@@ -348,6 +348,16 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
                 _mount(libc, b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
         if mode == "root":
             _expose_stdlib(libc, limits["hidden"])
+        for path in limits["secret"]:  # e.g. the problems file with its solutions
+            if os.path.isdir(path):
+                _mount(
+                    libc,
+                    b"tmpfs",
+                    path.encode(),
+                    b"tmpfs",
+                    MS_NOSUID | MS_NODEV,
+                    b"size=4096,mode=555",
+                )
         workdir = "/tmp/sandbox"
         os.mkdir(workdir, 0o700)
         if mode == "root":
@@ -438,7 +448,7 @@ def _mount(libc, source, target, fstype, flags, data=None):
 # -- Z: the zygote ----------------------------------------------------------------------
 
 
-def run_one(header, program, libc, mode, slot, hidden):
+def run_one(header, program, libc, mode, slot, hidden, secret):
     timeout, memory, fsize, nproc = header.split()
     limits = {
         "timeout": float(timeout),
@@ -446,6 +456,7 @@ def run_one(header, program, libc, mode, slot, hidden):
         "fsize": int(fsize),
         "nproc": int(nproc),
         "hidden": hidden,
+        "secret": secret,
     }
     workdir = None
     if mode == "none":
@@ -560,7 +571,7 @@ def _exchange(job_w, res_r, job, deadline):
 
 
 def main():
-    mode, slot = sys.argv[1], int(sys.argv[2])
+    mode, slot, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -572,7 +583,7 @@ def main():
             program = read_frame(0)
         except EOFError:
             return
-        verdict, duration = run_one(header, program.decode(), libc, mode, slot, hidden)
+        verdict, duration = run_one(header, program.decode(), libc, mode, slot, hidden, secret)
         write_frame(1, b"%.6f " % duration + verdict.encode("utf-8", "replace"))
 
 

