@@ -30,7 +30,8 @@ MODES = ("root", "userns", "none")
 MISSING = {
     "root": [],
     "userns": [
-        "samples share the harness user's uid (capabilities dropped, no setuid)",
+        "samples share the harness user's uid (capabilities dropped, no setuid): they "
+        "can write wherever that user can, outside the private /tmp",
         "RLIMIT_NPROC counts every process of that user",
     ],
     "none": [
