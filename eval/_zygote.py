@@ -272,20 +272,25 @@ class Channel:
         self.req_fd = req_fd
         self.resp_fd = resp_fd
         self.calls = 0
+        self.broken = None  # set for good once the sample dies or breaks the protocol
 
     def ask(self, request):
-        write_frame(self.req_fd, encode(request))
+        if self.broken:
+            raise SampleFailed(self.broken)
         try:
+            write_frame(self.req_fd, encode(request))
             reply = decode(read_frame(self.resp_fd))
-        except EOFError:
-            raise SampleFailed("the sample process exited") from None
-        if type(reply) is not tuple or not reply:
-            raise SampleFailed("malformed reply from the sample")
-        if reply[0] == "err":
-            raise SampleFailed(str(reply[1]) if len(reply) > 1 else "error")
-        if reply[0] != "ok" or len(reply) != 2:
-            raise SampleFailed("malformed reply from the sample")
-        return reply[1]
+        except (EOFError, BrokenPipeError):
+            self.broken = "the sample process exited"
+        except (ValueError, TypeError, IndexError, OverflowError, UnicodeError) as e:
+            self.broken = f"malformed reply from the sample ({type(e).__name__})"
+        else:
+            if type(reply) is tuple and len(reply) == 2 and reply[0] == "ok":
+                return reply[1]
+            if type(reply) is tuple and len(reply) == 2 and reply[0] == "err":
+                raise SampleFailed(str(reply[1]))
+            self.broken = "malformed reply from the sample"
+        raise SampleFailed(self.broken)
 
     def proxy(self, name):
         def candidate(*args, **kwargs):
@@ -329,6 +334,8 @@ def check(prompt, test, entry_point, channel):
     for name in proxied:
         namespace[name] = channel.proxy(name)
     exec(code, namespace)
+    if channel.broken:  # a test that swallows exceptions must not turn a dead sample into a pass
+        return f"failed: {channel.broken}"
     if channel.calls == 0:
         return "failed: the test never called the sample"
     return "passed"
@@ -382,9 +389,9 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     verdict = "failed: checker error"
     try:
-        prompt = read_frame(job_fd).decode()
-        test = read_frame(job_fd).decode()
-        entry_point = read_frame(job_fd).decode()
+        prompt = read_frame(job_fd).decode("utf-8", "surrogatepass")
+        test = read_frame(job_fd).decode("utf-8", "surrogatepass")
+        entry_point = read_frame(job_fd).decode("utf-8", "surrogatepass")
         os.close(job_fd)
         verdict = check(prompt, test, entry_point, Channel(req_w, resp_r))
     except SampleFailed as e:
@@ -583,7 +590,9 @@ def main():
             program = read_frame(0)
         except EOFError:
             return
-        verdict, duration = run_one(header, program.decode(), libc, mode, slot, hidden, secret)
+        verdict, duration = run_one(
+            header, program.decode("utf-8", "surrogatepass"), libc, mode, slot, hidden, secret
+        )
         write_frame(1, b"%.6f " % duration + verdict.encode("utf-8", "replace"))
 
 

@@ -238,3 +238,20 @@ def test_sample_runs_unprivileged_in_an_empty_private_directory(isolation: Isola
     )
     verdicts = run_programs([Program(probe, test, "f")], workers=1, isolation=isolation)
     assert verdicts[0].passed, verdicts[0].result
+
+
+def test_dead_sample_fails_even_when_the_test_swallows_errors(isolation: Isolation):
+    swallowing = "for i in range(3):\n    try:\n        assert f(i) == i + 1\n    except Exception:\n        pass\n"
+    programs = [
+        Program("import os\ndef f(x):\n    os._exit(0)\n", swallowing, "f"),
+        Program("def f(x):\n    raise ValueError(x)\n", swallowing, "f"),  # the test's choice
+        Program(
+            "import os\ndef f(x):\n    os.write(4, b'0000000003zzz')\n    return x + 1\n",
+            swallowing,
+            "f",
+        ),
+    ]
+    verdicts = run_programs(programs, workers=3, isolation=isolation)
+    assert not verdicts[0].passed and "exited" in verdicts[0].result
+    assert verdicts[1].passed  # exceptions the test chooses to catch stay its business
+    assert not verdicts[2].passed and "malformed" in verdicts[2].result
