@@ -1,0 +1,45 @@
+"""The harness side of the sandbox: mode detection, loud degradation, zygote restarts."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from eval.sandbox import Isolation, Sandbox, SandboxError, detect_isolation
+
+GOOD = "def f(x):\n    return x + 1\n"
+TEST = "assert f(1) == 2\n"
+
+
+def test_weak_mode_is_announced_loudly():
+    with pytest.warns(RuntimeWarning, match="SANDBOX IS WEAKER") as record:
+        isolation = detect_isolation("none")
+    assert isolation.mode == "none"
+    assert any("no network isolation" in str(w.message) for w in record)
+    assert "no network isolation" in isolation.to_dict()["missing"]
+
+
+def test_unknown_mode_is_an_error():
+    with pytest.raises(SandboxError, match="unknown sandbox mode"):
+        detect_isolation("chroot")
+
+
+def test_a_dead_zygote_costs_one_sample_then_restarts():
+    isolation = detect_isolation()
+    with Sandbox(isolation, slot=3) as box:
+        assert box.run(GOOD, TEST, "f").passed
+        os.killpg(box._proc.pid, signal.SIGKILL)
+        box._proc.wait()
+        lost = box.run(GOOD, TEST, "f")
+        assert not lost.passed and "sandbox error" in lost.result
+        assert box.run(GOOD, TEST, "f").passed
+
+
+def test_closing_stops_the_zygote():
+    box = Sandbox(Isolation(detect_isolation().mode), slot=4)
+    box.start()
+    proc = box._proc
+    box.close()
+    assert proc.poll() is not None
