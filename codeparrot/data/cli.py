@@ -39,9 +39,18 @@ def run_build(args: argparse.Namespace) -> int:
     from codeparrot.data.stats import summary_lines
 
     config = config_from_args(DataConfig, args)
+    target = None
+    if config.push_to_hub:
+        from codeparrot.hub import preflight
+
+        target = preflight(config.push_to_hub, repo_type="dataset")  # before any work
     manifest = build_corpus(config)
     print("\n".join(summary_lines(manifest)))
     print(f"wrote {config.output}")
+    if target is not None:
+        from codeparrot.hub import push_corpus
+
+        print(f"pushed to {push_corpus(target, config.output)}")
     return 0
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from codeparrot.config import Config, option
 
 HUB_PREFIX = "hub:"
+SPLIT_UNITS = ("repository", "file")
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,19 @@ class DataConfig(Config):
     valid_fraction: float = option(
         0.05, "share of files (whole repositories) that go to the validation split"
     )
+    split_by: str = option(
+        "repository",
+        "what --valid-fraction holds out: whole repositories, or single files (for one "
+        "repository; seeded hash of the path)",
+        choices=SPLIT_UNITS,
+    )
     shard_files: int = option(5000, "files per output shard")
+    push_to_hub: str | None = option(
+        None,
+        "after the build, push the corpus to this Hub dataset repository (needs "
+        "huggingface_hub, a token and the network; checked before any work)",
+        metavar="NAME",
+    )
     # -- size and decoding ---------------------------------------------------------------
     max_size: int = option(1_000_000, "drop files larger than this many bytes (reference: 1 MB)")
     # -- heuristic filters (reference thresholds) --------------------------------------
@@ -84,6 +97,8 @@ class DataConfig(Config):
             out.append(f"--workers must be >= 0, got {self.workers}")
         if not 0.0 <= self.valid_fraction < 1.0:
             out.append(f"--valid-fraction must be in [0, 1), got {self.valid_fraction}")
+        if self.split_by not in SPLIT_UNITS:
+            out.append(f"--split-by must be one of {', '.join(SPLIT_UNITS)}, got {self.split_by!r}")
         if self.shard_files < 1:
             out.append(f"--shard-files must be >= 1, got {self.shard_files}")
         if self.max_size < 1:

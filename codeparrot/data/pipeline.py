@@ -214,19 +214,23 @@ def select_files(items: Iterable[SourceFile], max_files: int, seed: int) -> list
     return ranked[:max_files]
 
 
-def input_files(config: DataConfig) -> tuple[Iterable[SourceFile], int | None]:
-    """The files to read and, when known, how many."""
+def input_files(
+    config: DataConfig, opened: dict[str, Any] | None = None
+) -> tuple[Iterable[SourceFile], int | None]:
+    """The files to read and, when known, how many (``opened``: hub streams by source)."""
     from codeparrot.data.sources import iter_source, iter_sources
 
     if config.max_files == 0:
-        return iter_sources(config.sources), None
+        return iter_sources(config.sources, opened), None
     local = tuple(s for s in config.sources if not s.startswith(HUB_PREFIX))
     hub = tuple(s for s in config.sources if s.startswith(HUB_PREFIX))
     chosen: list[SourceFile] = []
     if local or not config.sources:
         chosen = select_files(iter_sources(local), config.max_files, config.seed)
     rest = config.max_files - len(chosen)
-    streamed = itertools.islice(itertools.chain.from_iterable(map(iter_source, hub)), rest)
+    streamed = itertools.islice(
+        itertools.chain.from_iterable(iter_source(s, opened) for s in hub), rest
+    )
     return itertools.chain(chosen, streamed), (len(chosen) if not hub else None)
 
 
@@ -291,8 +295,9 @@ class _ShardWriter:
         }
 
 
-def _check_inputs(config: DataConfig) -> None:
-    from codeparrot.data.sources import check_sources
+def _check_inputs(config: DataConfig) -> dict[str, Any]:
+    """Every check that can fail before work starts; returns the opened hub streams."""
+    from codeparrot.data.sources import check_sources, open_sources
 
     check_sources(config.sources)
     if config.tokenizer is not None and not (Path(config.tokenizer) / "tokenizer.json").is_file():
@@ -302,6 +307,7 @@ def _check_inputs(config: DataConfig) -> None:
         raise DataError(f"--output {output} already exists; pass --force to replace it")
     if output.exists() and not output.is_dir():
         raise DataError(f"--output {output} exists and is not a directory")
+    return open_sources(config.sources)
 
 
 def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]:
@@ -310,15 +316,15 @@ def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]
 
     from codeparrot.data.decontaminate import humaneval_index
     from codeparrot.data.dedup import near_duplicate_clusters
-    from codeparrot.data.split import assign_splits
+    from codeparrot.data.split import assign_splits, split_unit
     from codeparrot.io import atomic_directory, provenance, write_json
 
-    _check_inputs(config)
+    opened = _check_inputs(config)
     started = time.perf_counter()
     index = humaneval_index(config.decontamination_min_lines) if config.decontaminate else None
     processor = FileProcessor(config, index)
     workers = config.workers or os.cpu_count() or 1
-    items, total = input_files(config)
+    items, total = input_files(config, opened)
 
     removed: Counter[str] = Counter()
     groups: dict[str, _Group] = {}
@@ -375,9 +381,9 @@ def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]
         for g in survivors.values():
             g.signature = None
 
-        # Split by repository, then copy the kept contents from the spool into shards.
-        repo_sizes = Counter(g.repo_name for g in survivors.values())
-        splits = assign_splits(repo_sizes, config.valid_fraction, config.seed)
+        # Split by repository (or by file), then copy the kept contents into shards.
+        units = {h: split_unit(config.split_by, g.repo_name, g.path) for h, g in survivors.items()}
+        splits = assign_splits(Counter(units.values()), config.valid_fraction, config.seed)
         writers = {s: _ShardWriter(tmp, s, config.shard_files) for s in SPLITS}
         with open(spool_path, "rb") as spool:
             for h in tqdm(sorted(survivors), unit="file", desc="writing", disable=not progress):
@@ -385,7 +391,7 @@ def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]
                 assert g.spool is not None
                 spool.seek(g.spool[0])
                 content = spool.read(g.spool[1]).decode("utf-8", errors="surrogatepass")
-                writers[splits[g.repo_name]].write(
+                writers[splits[units[h]]].write(
                     {
                         "repo_name": g.repo_name,
                         "path": g.path,

@@ -23,6 +23,7 @@ import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from codeparrot.data.config import HUB_PREFIX
 from codeparrot.errors import DataError
@@ -259,14 +260,29 @@ def iter_embedded_default() -> Iterator[SourceFile]:
             yield SourceFile(f"{prefix}/{top}", rel.as_posix(), license, fs_path=str(path))
 
 
-def iter_hub(name: str) -> Iterator[SourceFile]:
-    """Stream a ``datasets`` dataset with a ``content`` column (``split="train"``)."""
+def open_hub(name: str) -> Any:
+    """Open ``name`` with ``datasets.load_dataset(name, split="train", streaming=True)``."""
     import datasets
 
     try:
-        stream = datasets.load_dataset(name, split="train", streaming=True)
+        return datasets.load_dataset(name, split="train", streaming=True)
     except Exception as e:  # network, missing dataset, bad format: all the user's to fix
         raise DataError(f"hub:{name}: could not open the dataset ({type(e).__name__}: {e})") from e
+
+
+def open_sources(sources: tuple[str, ...]) -> dict[str, Any]:
+    """Check every source before any work: local paths exist, hub datasets open.
+
+    Returns the opened hub streams by source string, for :func:`iter_sources`.
+    """
+    check_sources(sources)
+    return {s: open_hub(s[len(HUB_PREFIX) :]) for s in sources if s.startswith(HUB_PREFIX)}
+
+
+def iter_hub(name: str, stream: Any = None) -> Iterator[SourceFile]:
+    """The rows of a dataset with a ``content`` column (other CodeParrot columns if present)."""
+    if stream is None:
+        stream = open_hub(name)
     for i, row in enumerate(stream):
         if "content" not in row:
             raise DataError(f"hub:{name}: rows have no 'content' column (columns: {sorted(row)})")
@@ -279,16 +295,18 @@ def iter_hub(name: str) -> Iterator[SourceFile]:
         )
 
 
-def iter_source(source: str) -> Iterator[SourceFile]:
+def iter_source(source: str, opened: dict[str, Any] | None = None) -> Iterator[SourceFile]:
     if source.startswith(HUB_PREFIX):
-        return iter_hub(source[len(HUB_PREFIX) :])
+        return iter_hub(source[len(HUB_PREFIX) :], (opened or {}).get(source))
     return iter_directory(Path(source))
 
 
-def iter_sources(sources: tuple[str, ...]) -> Iterator[SourceFile]:
+def iter_sources(
+    sources: tuple[str, ...], opened: dict[str, Any] | None = None
+) -> Iterator[SourceFile]:
     """All files of ``sources`` in order; no sources means the embedded default."""
     if not sources:
         yield from iter_embedded_default()
         return
     for source in sources:
-        yield from iter_source(source)
+        yield from iter_source(source, opened)

@@ -1,8 +1,9 @@
-"""Train/validation split by repository: no repository has files in both.
+"""Train/validation split by repository (no repository has files in both), or by file.
 
 Repositories are ranked by a seeded hash of their name and taken into ``valid`` in that
 order while they fit the target number of files, so the split depends only on the set of
-repositories and their sizes, never on the order files arrived in.
+repositories and their sizes, never on the order files arrived in. Splitting by file (one
+repository fine-tuned on) ranks single files, keyed by ``repo_name/path``, the same way.
 """
 
 from __future__ import annotations
@@ -39,3 +40,8 @@ def assign_splits(
         smallest = min(repo_sizes, key=lambda r: (repo_sizes[r], repo_rank(seed, r)))
         splits[smallest] = "valid"
     return splits
+
+
+def split_unit(split_by: str, repo_name: str, path: str) -> str:
+    """The key :func:`assign_splits` places: the repository, or one file of it."""
+    return repo_name if split_by == "repository" else f"{repo_name}/{path}"

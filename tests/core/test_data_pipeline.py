@@ -324,3 +324,18 @@ def test_cli_build_and_stats_end_to_end(corpus_dir, tmp_path):
     assert "exact duplicate fraction" in stats.stdout and "removed: near_duplicate" in stats.stdout
     png = (out / "stats.png").read_bytes()
     assert png.startswith(b"\x89PNG")
+
+
+def test_hub_source_errors_are_clear(tmp_path):
+    with pytest.raises(DataError, match="could not open"):
+        build_corpus(
+            config([f"hub:{tmp_path / 'no-such-dataset'}"], tmp_path / "o"), progress=False
+        )
+    assert not (tmp_path / "o").exists()
+    data = tmp_path / "nocontent"
+    data.mkdir()
+    (data / "train.jsonl").write_text(json.dumps({"text": "x = 1"}) + "\n")
+    for workers in (1, 2):
+        with pytest.raises(DataError, match="no 'content' column"):
+            build_corpus(config([f"hub:{data}"], tmp_path / "o", workers=workers), progress=False)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["nocontent"]
