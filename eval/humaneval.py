@@ -43,8 +43,9 @@ def generation_settings(config: HumanEvalConfig) -> dict[str, Any]:
     }
 
 
-def batch_seed(base: int, task_index: int, batch_index: int) -> int:
-    return (base * 1_000_003 + task_index * 10_007 + batch_index) % (2**63)
+def batch_seed(base: int, task_index: int, first_sample: int) -> int:
+    """Seed of the batch of ``task_index`` whose first sample is number ``first_sample``."""
+    return (base * 1_000_003 + task_index * 10_007 + first_sample) % (2**63)
 
 
 def _existing_samples(path: Path, problems: dict[str, dict]) -> SampleFile:
@@ -115,7 +116,9 @@ def generate_samples(
             done = config.n - missing
             while done < config.n:
                 batch = min(config.batch_size, config.n - done)
-                seed = batch_seed(config.seed, index[task_id], done // config.batch_size)
+                seed = batch_seed(
+                    config.seed, index[task_id], done
+                )  # by position: resumes never repeat a seed
                 gen = GenerationConfig(
                     n=batch,
                     temperature=config.temperature,
