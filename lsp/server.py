@@ -108,7 +108,7 @@ class CodeparrotServer(LanguageServer):
         self._engine_path: Any = None
         self._load_error_shown = False
         self._pending: dict[str, threading.Event] = {}
-        self.stats = {"requests": 0, "generated": 0, "cached": 0, "superseded": 0}
+        self.stats = {"requests": 0, "generated": 0, "cached": 0, "superseded": 0, "cancelled": 0}
 
     # -- configuration and model -------------------------------------------------------
     @property
@@ -229,8 +229,9 @@ class CodeparrotServer(LanguageServer):
             if not text:
                 return None
             return self._place(doc, window, offset, text, encoding)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # $/cancelRequest
             cancel.set()
+            self.stats["cancelled"] += 1
             raise
         finally:
             if self._pending.get(uri) is cancel:
@@ -257,6 +258,27 @@ class CodeparrotServer(LanguageServer):
         self.stats["generated"] += 1
         logger.debug("generated %r (%s)", outcome.raw, outcome.finish_reason)
         return outcome
+
+    def cursor_context(self, uri: str, line: int, character: int) -> dict[str, Any] | None:
+        """What a request at this position would see (the ``codeparrot.cursorContext``
+        command: for "why this suggestion?" and for tests)."""
+        doc = self.documents.get(uri)
+        if doc is None:
+            return None
+        offset = doc.offset_at(line, character, self.encoding)
+        window = cursor_window(doc, offset, 4 * PREFIX_KEY, self.config.suffix_chars)
+        here = doc.position_at(offset, self.encoding)
+        return {
+            "encoding": self.encoding,
+            "offset": offset,
+            "position": {"line": here.line, "character": here.character},
+            "lineHead": window.line_head,
+            "lineTail": window.line_tail,
+            "prefixEnd": window.prefix[-200:],
+            "blockIndent": block_indent(window),
+            "lineCount": doc.line_count,
+            "version": doc.version,
+        }
 
     def _place(
         self, doc: Document, window: Window, offset: int, text: str, encoding: str
@@ -352,6 +374,14 @@ def build_server(config: LspConfig) -> CodeparrotServer:
         )
         # incomplete: the client asks again as the user types, rather than filtering
         return types.CompletionList(is_incomplete=True, items=[item])
+
+    @server.command("codeparrot.cursorContext")
+    def cursor_context(ls: CodeparrotServer, uri: str, line: int, character: int):
+        return ls.cursor_context(uri, line, character)
+
+    @server.command("codeparrot.stats")
+    def stats(ls: CodeparrotServer):
+        return {**ls.stats, "cacheHits": ls.cache.hits, "cacheEntries": len(ls.cache)}
 
     return server
 

@@ -1,0 +1,417 @@
+"""The language server as a real subprocess, driven by pytest-lsp's client over stdio.
+
+The tiny checkpoint has random weights: these tests check protocol behaviour and the
+rules of post-processing, not the quality of suggestions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types as t
+from pygls.exceptions import JsonRpcException
+from pytest_lsp.client import LanguageClient, make_test_lsp_client
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+URI = "file:///work/example.py"
+
+
+async def start(checkpoint: Path | None, *flags: str, **init) -> LanguageClient:
+    client = make_test_lsp_client()
+    args = ["-m", "lsp", *flags]
+    if checkpoint is not None:
+        args += ["--checkpoint", str(checkpoint)]
+    await client.start_io(sys.executable, *args)
+    encodings = init.pop("encodings", None)
+    caps = t.ClientCapabilities(
+        general=t.GeneralClientCapabilities(position_encodings=encodings) if encodings else None
+    )
+    client.init_result = await client.initialize_session(
+        t.InitializeParams(capabilities=caps, **init)
+    )
+    return client
+
+
+async def stop(client: LanguageClient) -> None:
+    await client.shutdown_session()
+    await client.stop()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tiny_checkpoint: Path):
+    c = await start(tiny_checkpoint)
+    yield c
+    await stop(c)
+
+
+def open_doc(client: LanguageClient, text: str, uri: str = URI, version: int = 1) -> str:
+    client.text_document_did_open(
+        t.DidOpenTextDocumentParams(t.TextDocumentItem(uri, "python", version, text))
+    )
+    return uri
+
+
+def inline_params(uri: str, line: int, character: int) -> t.InlineCompletionParams:
+    return t.InlineCompletionParams(
+        context=t.InlineCompletionContext(trigger_kind=t.InlineCompletionTriggerKind.Automatic),
+        text_document=t.TextDocumentIdentifier(uri),
+        position=t.Position(line, character),
+    )
+
+
+async def inline(client, uri, line, character) -> t.InlineCompletionList:
+    return await client.text_document_inline_completion_async(inline_params(uri, line, character))
+
+
+async def complete(client, uri, line, character) -> t.CompletionList:
+    return await client.text_document_completion_async(
+        t.CompletionParams(t.TextDocumentIdentifier(uri), t.Position(line, character))
+    )
+
+
+async def context(client, uri, line, character) -> dict:
+    return await client.workspace_execute_command_async(
+        t.ExecuteCommandParams("codeparrot.cursorContext", [uri, line, character])
+    )
+
+
+async def stats(client) -> dict:
+    return await client.workspace_execute_command_async(
+        t.ExecuteCommandParams("codeparrot.stats", [])
+    )
+
+
+def send_raw(client: LanguageClient, method: str, params) -> asyncio.Future:
+    """Send a request the typed client would refuse to build; its answer's future."""
+    msg_id = f"raw-{uuid.uuid4()}"
+    answer: concurrent.futures.Future = concurrent.futures.Future()
+    client.protocol._request_futures[msg_id] = answer
+    body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+    client._server.stdin.write(f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    return asyncio.wrap_future(answer)
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def check_suggestion(text: str) -> None:
+    """What every suggestion must be, whatever the weights."""
+    assert text.strip(), "whitespace-only suggestion"
+    assert not text.endswith((" ", "\t", "\n")), "trailing whitespace"
+
+
+# -- initialisation -------------------------------------------------------------------
+
+
+async def test_capabilities(client: LanguageClient):
+    caps = client.init_result.capabilities
+    # pygls advertises inline completion as an empty options object: check presence
+    assert caps.inline_completion_provider is not None
+    assert caps.completion_provider is not None
+    assert "." in caps.completion_provider.trigger_characters
+    assert caps.position_encoding == t.PositionEncodingKind.Utf16
+    assert caps.text_document_sync.change == t.TextDocumentSyncKind.Incremental
+    assert client.init_result.server_info.name == "codeparrot"
+
+
+# -- both completion methods ------------------------------------------------------------
+
+
+async def test_inline_and_completion_items_agree(client: LanguageClient):
+    text = "import os\n\n\ndef read(path):\n    with open(path) as fh:\n        data = fh.re"
+    uri = open_doc(client, text, "file:///work/agree.py")
+    line, col = 5, len("        data = fh.re")
+    items = (await inline(client, uri, line, col)).items
+    listing = await complete(client, uri, line, col)
+    assert listing.is_incomplete
+    if not items:  # random weights may have nothing worth showing: then both agree
+        assert listing.items == ()
+        return
+    (item,) = items
+    check_suggestion(item.insert_text)
+    assert item.range.start == item.range.end == t.Position(line, col)
+    assert "\n" not in item.insert_text  # single line: not at an empty block
+    (citem,) = listing.items
+    edit = citem.text_edit
+    # the item replaces the word under the cursor ("re") so editors filtering by it keep it
+    assert edit.range.start == t.Position(line, col - 2)
+    assert edit.range.end == t.Position(line, col)
+    assert edit.new_text == "re" + item.insert_text
+    assert citem.filter_text.startswith("re")
+
+
+async def test_repeated_request_is_served_from_cache(client: LanguageClient):
+    uri = open_doc(client, "def add(a, b):\n    return a", "file:///work/cache.py")
+    first = await inline(client, uri, 1, 12)
+    before = await stats(client)
+    second = await inline(client, uri, 1, 12)
+    after = await stats(client)
+    assert second == first
+    assert after["generated"] == before["generated"]
+    assert after["cached"] == before["cached"] + 1
+
+
+async def test_typing_through_a_suggestion_uses_the_cache(client: LanguageClient):
+    # keep asking on fresh lines until the random model suggests 2+ characters
+    for n in range(12):
+        head = f"value_{n} = compute({n}"
+        uri = open_doc(client, head, f"file:///work/typing{n}.py")
+        items = (await inline(client, uri, 0, len(head))).items
+        if items and len(items[0].insert_text) >= 2:
+            break
+    else:
+        pytest.skip("the random model suggested nothing long enough to type through")
+    suggestion = items[0].insert_text
+    typed = suggestion[0]
+    client.text_document_did_change(
+        t.DidChangeTextDocumentParams(
+            t.VersionedTextDocumentIdentifier(version=2, uri=uri),
+            [
+                t.TextDocumentContentChangePartial(
+                    range=t.Range(t.Position(0, len(head)), t.Position(0, len(head))),
+                    text=typed,
+                )
+            ],
+        )
+    )
+    before = await stats(client)
+    rest = (await inline(client, uri, 0, len(head) + utf16_len(typed))).items
+    after = await stats(client)
+    assert after["generated"] == before["generated"]  # no model call
+    assert [i.insert_text for i in rest] == [suggestion[1:]]
+
+
+# -- positions ----------------------------------------------------------------------------
+
+
+async def test_utf16_positions_with_emoji(client: LanguageClient):
+    line0 = 's = "😀😀" + go'
+    uri = open_doc(client, line0 + "\nnext = 1\n", "file:///work/emoji.py")
+    end16 = utf16_len(line0)  # 16 units for 14 code points
+    ctx = await context(client, uri, 0, end16)
+    assert ctx["lineHead"] == line0 and ctx["lineTail"] == ""
+    assert ctx["position"] == {"line": 0, "character": end16}
+    # between the emoji (unit 7), and inside the second one's surrogate pair (unit 8)
+    ctx = await context(client, uri, 0, 7)
+    assert ctx["lineHead"] == 's = "😀'
+    ctx = await context(client, uri, 0, 8)
+    assert ctx["lineHead"] == 's = "😀' and ctx["position"]["character"] == 7
+    listing = await complete(client, uri, 0, end16)
+    for item in listing.items:
+        assert item.text_edit.range.start == t.Position(0, end16 - 2)  # the word "go"
+        assert item.text_edit.range.end == t.Position(0, end16)
+
+
+async def test_crlf_document(client: LanguageClient):
+    text = "def f(x):\r\n    y = x + 1\r\n    return y\r\n\r\ndef g(a):\r\n"
+    uri = open_doc(client, text, "file:///work/crlf.py")
+    ctx = await context(client, uri, 1, 9)
+    assert ctx["lineHead"] == "    y = x" and ctx["lineTail"] == " + 1"
+    assert "\r" not in ctx["prefixEnd"]
+    # past the end of a line means its end, never the "\r"
+    ctx = await context(client, uri, 2, 500)
+    assert ctx["lineHead"] == "    return y" and ctx["position"]["character"] == 12
+    # an empty block: the suggestion may span lines, with the document's line breaks
+    ctx = await context(client, uri, 4, 9)
+    assert ctx["blockIndent"] == 0
+    for item in (await inline(client, uri, 4, 9)).items:
+        check_suggestion(item.insert_text)
+        assert "\n" not in item.insert_text.replace("\r\n", "")
+
+
+async def test_last_line_and_beyond(client: LanguageClient):
+    text = "x = 1\ny = x +"
+    uri = open_doc(client, text, "file:///work/last.py")
+    ctx = await context(client, uri, 1, 7)
+    assert ctx["lineHead"] == "y = x +" and ctx["offset"] == len(text)
+    ctx = await context(client, uri, 9, 0)  # past the last line: the end of the text
+    assert ctx["offset"] == len(text)
+    for item in (await inline(client, uri, 1, 7)).items:
+        assert item.range.start == t.Position(1, 7)
+    # a document ending with a line break has an empty last line
+    uri2 = open_doc(client, "x = 1\n", "file:///work/last2.py")
+    ctx = await context(client, uri2, 1, 0)
+    assert ctx["lineCount"] == 2 and ctx["offset"] == 6 and ctx["lineHead"] == ""
+
+
+async def test_empty_document(client: LanguageClient):
+    uri = open_doc(client, "", "file:///work/empty.py")
+    result = await inline(client, uri, 0, 0)
+    for item in result.items:
+        check_suggestion(item.insert_text)
+        assert item.range.start == t.Position(0, 0)
+    await complete(client, uri, 0, 0)
+
+
+async def test_incremental_changes_follow_lsp_line_breaks(client: LanguageClient):
+    # a form feed is no line break in LSP (str.splitlines would split there)
+    uri = open_doc(client, "a = 1\x0cb = 2\nc = 3\n", "file:///work/ff.py")
+    client.text_document_did_change(
+        t.DidChangeTextDocumentParams(
+            t.VersionedTextDocumentIdentifier(version=2, uri=uri),
+            [
+                t.TextDocumentContentChangePartial(
+                    range=t.Range(t.Position(1, 4), t.Position(1, 5)), text="30"
+                )
+            ],
+        )
+    )
+    ctx = await context(client, uri, 1, 6)
+    assert ctx["lineHead"] == "c = 30" and ctx["version"] == 2
+    client.text_document_did_change(
+        t.DidChangeTextDocumentParams(
+            t.VersionedTextDocumentIdentifier(version=3, uri=uri),
+            [t.TextDocumentContentChangeWholeDocument(text="z = 0\n")],
+        )
+    )
+    ctx = await context(client, uri, 0, 5)
+    assert ctx["lineHead"] == "z = 0" and ctx["lineCount"] == 2
+
+
+async def test_ten_megabyte_document(client: LanguageClient):
+    block = "def helper_{i}(value):\n    return value * {i}\n\n"
+    parts, size = [], 0
+    i = 0
+    while size < 10_000_000:
+        chunk = block.format(i=i)
+        parts.append(chunk)
+        size += len(chunk)
+        i += 1
+    text = "".join(parts) + "def last(x):\n    return helper_1(x) +"
+    uri = open_doc(client, text, "file:///work/big.py")
+    last = text.count("\n")
+    col = len("    return helper_1(x) +")
+    result = await asyncio.wait_for(inline(client, uri, last, col), timeout=60)
+    for item in result.items:
+        assert item.range.start == t.Position(last, col)
+    ctx = await context(client, uri, last, col)
+    assert ctx["offset"] == len(text)
+    mid = await context(client, uri, 3 * 1000 + 1, 4)
+    assert mid["lineHead"] == "    " and mid["lineTail"] == "return value * 1000"
+    client.text_document_did_close(t.DidCloseTextDocumentParams(t.TextDocumentIdentifier(uri)))
+
+
+# -- responsiveness -------------------------------------------------------------------------
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def slow_client(tiny_checkpoint: Path):
+    """A server that waits 400 ms before generating: requests overlap reliably."""
+    c = await start(tiny_checkpoint, "--debounce-ms", "400", "--cache-size", "0")
+    yield c
+    await stop(c)
+
+
+async def test_supersession(slow_client: LanguageClient):
+    uri = open_doc(slow_client, "def f(a, b):\n    return a +", "file:///work/super.py")
+    before = await stats(slow_client)
+    burst = [
+        asyncio.ensure_future(inline(slow_client, uri, 1, 14)),
+        asyncio.ensure_future(inline(slow_client, uri, 1, 13)),
+        asyncio.ensure_future(complete(slow_client, uri, 1, 14)),
+    ]
+    await asyncio.sleep(0.05)
+    newest = await inline(slow_client, uri, 1, 14)
+    older = await asyncio.gather(*burst)
+    assert older[0].items == () and older[1].items == () and older[2].items == ()
+    assert older[2].is_incomplete  # the client asks again
+    after = await stats(slow_client)
+    assert after["superseded"] - before["superseded"] == 3
+    assert after["generated"] - before["generated"] == 1  # only the newest ran the model
+    for item in newest.items:
+        check_suggestion(item.insert_text)
+
+
+async def test_cancel_request_and_malformed_params(slow_client: LanguageClient):
+    uri = open_doc(slow_client, "import sys\nprint(sys.", "file:///work/cancel.py")
+    before = await stats(slow_client)
+    msg_id = str(uuid.uuid4())
+    pending = asyncio.ensure_future(
+        slow_client.protocol.send_request_async(
+            t.TEXT_DOCUMENT_INLINE_COMPLETION, inline_params(uri, 1, 10), msg_id=msg_id
+        )
+    )
+    await asyncio.sleep(0.1)  # sent, and waiting in the server's debounce
+    slow_client.cancel_request(t.CancelParams(id=msg_id))
+    with pytest.raises(JsonRpcException) as info:
+        await pending
+    assert info.value.code == t.LSPErrorCodes.RequestCancelled
+    after = await stats(slow_client)
+    assert after["cancelled"] - before["cancelled"] == 1
+    assert after["generated"] == before["generated"]  # cancelled before any model work
+
+    # malformed: the server answers with an error (or nothing) and keeps running
+    bad = send_raw(
+        slow_client,
+        t.TEXT_DOCUMENT_INLINE_COMPLETION,
+        {"textDocument": 5, "position": "end"},
+    )
+    with pytest.raises(JsonRpcException) as info:
+        await asyncio.wait_for(bad, timeout=10)
+    assert info.value.code == -32602  # InvalidParams
+    also_bad = send_raw(slow_client, t.TEXT_DOCUMENT_COMPLETION, [1, 2, 3])
+    with pytest.raises(JsonRpcException):
+        await asyncio.wait_for(also_bad, timeout=10)
+    unknown = await inline(slow_client, "file:///never/opened.py", 0, 0)
+    assert unknown.items == ()
+    negative = await context(slow_client, uri, -3, -7)
+    assert negative["offset"] == 0
+    # still serving
+    result = await inline(slow_client, uri, 1, 10)
+    for item in result.items:
+        check_suggestion(item.insert_text)
+
+
+# -- configuration --------------------------------------------------------------------------
+
+
+async def test_utf8_and_checkpoint_from_initialization_options(tiny_checkpoint: Path):
+    """No --checkpoint: the editor names it; the client prefers utf-8 positions."""
+    c = await start(
+        None,
+        encodings=[t.PositionEncodingKind.Utf8, t.PositionEncodingKind.Utf16],
+        initialization_options={"codeparrot": {"checkpoint": str(tiny_checkpoint), "maxTokens": 4}},
+    )
+    try:
+        assert c.init_result.capabilities.position_encoding == t.PositionEncodingKind.Utf8
+        line0 = "naïve = '😀' + x"
+        uri = open_doc(c, line0)
+        end8 = len(line0.encode("utf-8"))
+        ctx = await context(c, uri, 0, end8)
+        assert ctx["encoding"] == "utf-8"
+        assert ctx["lineHead"] == line0
+        ctx = await context(c, uri, 0, len("naï".encode()))
+        assert ctx["lineHead"] == "naï"
+        for item in (await inline(c, uri, 0, end8)).items:
+            check_suggestion(item.insert_text)
+            assert item.range.start == t.Position(0, end8)
+        assert (await stats(c))["generated"] == 1  # the model from initializationOptions
+        # a bad value is reported and the old settings stay
+        c.workspace_did_change_configuration(
+            t.DidChangeConfigurationParams(settings={"temperature": -1, "bogus": 1})
+        )
+        await asyncio.sleep(0.3)
+        texts = " ".join(m.message for m in c.messages)
+        assert "--temperature must be >= 0" in texts
+    finally:
+        await stop(c)
+
+
+async def test_no_checkpoint_answers_empty_and_says_why():
+    c = await start(None)
+    try:
+        uri = open_doc(c, "x = ")
+        assert (await inline(c, uri, 0, 4)).items == ()
+        await asyncio.sleep(0.2)
+        assert any("checkpoint" in m.message for m in c.messages)
+    finally:
+        await stop(c)
