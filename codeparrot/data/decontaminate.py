@@ -29,10 +29,10 @@ class SnippetIndex:
         """Whether ``text`` contains one of the indexed snippets."""
         if not self.anchors:
             return False
-        # Fast path: almost no file has any anchor line at all.
-        if self.anchors.keys().isdisjoint(map(str.strip, text.splitlines())):
+        stripped = list(map(str.strip, text.splitlines()))
+        if self.anchors.keys().isdisjoint(stripped):  # the common case: no anchor line at all
             return False
-        lines = normalized_lines(text)
+        lines = [line for line in stripped if line]
         for i, line in enumerate(lines):
             for snippet, pos in self.anchors.get(line, ()):
                 start = i - pos

@@ -33,6 +33,17 @@ def tokens(text: str) -> set[str]:
     return out
 
 
+# Every byte that is not [A-Za-z0-9_] becomes a space (UTF-8 bytes of non-ASCII characters
+# included, as the regex above treats them), so bytes.split() yields exactly the tokens.
+_IDENTIFIER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_TO_SPACES = bytes(c if c in _IDENTIFIER_BYTES else 0x20 for c in range(256))
+
+
+def token_bytes(text: str) -> set[bytes]:
+    """``{t.encode() for t in tokens(text)}``, computed in C."""
+    return set(text.encode("utf-8", errors="surrogatepass").translate(_TO_SPACES).split())
+
+
 def token_hash(token: bytes) -> int:
     """32-bit hash of one token (stable across processes and runs)."""
     return zlib.crc32(token)
@@ -47,10 +58,10 @@ def minhash_signature(
     ``update_batch`` (its default "affine32" scheme), computed in one vectorised step
     instead of one Python call per token.
     """
-    toks = tokens(text)
+    toks = token_bytes(text)
     if len(toks) < min_tokens:
         return None
-    hv = np.fromiter(map(zlib.crc32, map(str.encode, toks)), dtype=np.uint32, count=len(toks))
+    hv = np.fromiter(map(zlib.crc32, toks), dtype=np.uint32, count=len(toks))
     a, b = _permutations(num_perm, seed)
     # MurmurHash3 finalizer (datasketch's pre-mix), then the affine permutations mod 2^32.
     hv ^= hv >> np.uint32(16)

@@ -30,9 +30,16 @@ FILTER_NAMES = (
 )
 
 
+_ASCII_WHITESPACE = bytes(c for c in range(128) if chr(c).isspace())
+
+
 def content_hash(text: str) -> str:
     """Hash of the text with all whitespace removed: equal for files that differ only in spacing."""
-    return hashlib.md5("".join(text.split()).encode("utf-8"), usedforsecurity=False).hexdigest()
+    if text.isascii():  # the common case, done in C: same bytes as the general path
+        stripped = text.encode("ascii").translate(None, _ASCII_WHITESPACE)
+    else:
+        stripped = "".join(text.split()).encode("utf-8", errors="surrogatepass")
+    return hashlib.md5(stripped, usedforsecurity=False).hexdigest()
 
 
 def seeded_uniform(seed: int, name: str, key: str) -> float:

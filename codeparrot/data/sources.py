@@ -141,41 +141,45 @@ def is_git_checkout(root: Path) -> bool:
     return (root / ".git").exists()
 
 
-def _walk_python_files(root: Path) -> Iterator[tuple[Path, bool]]:
-    """(path, is_nested_checkout) for ``*.py`` under ``root``; nested checkouts reported, not walked.
+def _walk_python_files(root: Path) -> Iterator[tuple[str, str, bool]]:
+    """(path, path relative to ``root`` in POSIX form, is_nested_checkout) for ``*.py``.
 
-    Symlinked directories are not followed (no loops); hidden and cache folders are skipped.
+    Nested checkouts are reported, not walked. Symlinked directories are not followed (no
+    loops); hidden and cache folders are skipped. Plain strings: this runs once per file.
     """
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=lambda e: None):
-        current = Path(dirpath)
+    top = os.fspath(root)
+    prefix = len(os.path.join(top, ""))
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=False, onerror=lambda e: None):
         keep = []
         for d in sorted(dirnames):
             if d.startswith(".") or d in SKIPPED_DIRS:
                 continue
-            if is_git_checkout(current / d):
-                yield current / d, True
+            full = os.path.join(dirpath, d)
+            if os.path.exists(os.path.join(full, ".git")):
+                yield full, full[prefix:].replace(os.sep, "/"), True
                 continue
             keep.append(d)
         dirnames[:] = keep
         for name in sorted(filenames):
             if name.endswith(".py"):
-                yield current / name, False
+                full = os.path.join(dirpath, name)
+                yield full, full[prefix:].replace(os.sep, "/"), False
 
 
-def _top_level(rel: Path) -> str:
-    first = rel.parts[0]
-    return first[: -len(".py")] if len(rel.parts) == 1 and first.endswith(".py") else first
+def _top_level(rel: str) -> str:
+    first, sep, _ = rel.partition("/")
+    return first[: -len(".py")] if not sep and first.endswith(".py") else first
 
 
 def iter_checkout(root: Path) -> Iterator[SourceFile]:
     """Every ``*.py`` of a git checkout as one repository (nested checkouts separately)."""
     repo = git_remote_name(root) or root.resolve().name
     license = directory_license(root)
-    for path, nested in _walk_python_files(root):
+    for path, rel, nested in _walk_python_files(root):
         if nested:
-            yield from iter_checkout(path)
+            yield from iter_checkout(Path(path))
         else:
-            yield SourceFile(repo, path.relative_to(root).as_posix(), license, fs_path=str(path))
+            yield SourceFile(repo, rel, license, fs_path=path)
 
 
 def iter_directory(root: Path) -> Iterator[SourceFile]:
@@ -185,12 +189,11 @@ def iter_directory(root: Path) -> Iterator[SourceFile]:
         return
     folder = root.resolve().name or "root"
     license = directory_license(root)
-    for path, nested in _walk_python_files(root):
+    for path, rel, nested in _walk_python_files(root):
         if nested:
-            yield from iter_checkout(path)
+            yield from iter_checkout(Path(path))
             continue
-        rel = path.relative_to(root)
-        yield SourceFile(f"{folder}/{_top_level(rel)}", rel.as_posix(), license, fs_path=str(path))
+        yield SourceFile(f"{folder}/{_top_level(rel)}", rel, license, fs_path=path)
 
 
 def _site_packages_licenses() -> dict[str, str]:
@@ -246,10 +249,9 @@ def iter_embedded_default() -> Iterator[SourceFile]:
     """This interpreter's stdlib and site-packages, one repository per top-level name."""
     licenses: dict[str, str] | None = None
     for root, prefix, is_stdlib in embedded_roots():
-        for path, nested in _walk_python_files(root):
+        for path, rel, nested in _walk_python_files(root):
             if nested:
                 continue
-            rel = path.relative_to(root)
             top = _top_level(rel)
             if is_stdlib:
                 license = "psf-2.0"
@@ -257,7 +259,7 @@ def iter_embedded_default() -> Iterator[SourceFile]:
                 if licenses is None:
                     licenses = _site_packages_licenses()
                 license = licenses.get(top, "unknown")
-            yield SourceFile(f"{prefix}/{top}", rel.as_posix(), license, fs_path=str(path))
+            yield SourceFile(f"{prefix}/{top}", rel, license, fs_path=path)
 
 
 def open_hub(name: str) -> Any:

@@ -115,3 +115,17 @@ def test_signature_equals_datasketch_minhash_with_the_same_token_hash():
     m.update_batch([t.encode() for t in tokens(text)])
     assert np.array_equal(minhash_signature(text), m.hashvalues)
     assert minhash_signature(text, num_perm=64).shape == (64,)
+
+
+def test_token_bytes_match_the_regex_tokens_on_any_text():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from codeparrot.data.dedup import token_bytes
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(alphabet=st.sampled_from("ab_Z09 .(\n\té→ü€\u00a0")) | st.text())
+    def check(text):
+        assert token_bytes(text) == {t.encode() for t in tokens(text)}
+
+    check()

@@ -123,3 +123,11 @@ def test_count_alnum_matches_str_isalnum_on_any_text():
 
     check()
     assert F.count_alnum("café_42 ½ Ω!") == sum(c.isalnum() for c in "café_42 ½ Ω!")
+
+
+def test_content_hash_fast_path_equals_general_path():
+    import hashlib
+
+    for text in ("a b\tc\n\x0bd\x1ce", "x\u00a0=\u30001", "\x85é y"):
+        general = hashlib.md5("".join(text.split()).encode()).hexdigest()
+        assert F.content_hash(text) == general
