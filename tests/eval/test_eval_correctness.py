@@ -33,7 +33,6 @@ def wrong_by_construction(problem: dict) -> list[str]:
     ]
 
 
-@pytest.mark.slow
 def test_canonical_solutions_pass_and_wrong_ones_fail(problems, isolation):
     samples = []
     for task_id, problem in problems.items():

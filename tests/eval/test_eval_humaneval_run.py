@@ -90,3 +90,12 @@ def test_interrupted_generation_resumes_without_redoing(tmp_path, tiny_checkpoin
 
     with pytest.raises(DataError, match="temperature"):
         generate_samples(config.replace(temperature=0.8), problems, engine=counting, progress=False)
+
+
+def test_humaneval_refuses_before_generating(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("CODEPARROT_ALLOW_CODE_EXECUTION", raising=False)
+    out = tmp_path / "report"
+    argv = ["eval", "humaneval", "--checkpoint", str(tiny_checkpoint), "--output", str(out)]
+    assert main(argv) == 1
+    assert "--allow-code-execution" in capsys.readouterr().err
+    assert not out.exists()
