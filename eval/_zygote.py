@@ -184,15 +184,17 @@ def _decode(text, pos, depth):
 # -- B: the sample ----------------------------------------------------------------------
 
 
-def set_limits(limits, *, nproc):
+def set_limits(limits):
     cpu = int(limits["timeout"]) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["fsize"], limits["fsize"]))
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if nproc:
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
+    # RLIMIT_NPROC counts every process of the real uid. In mode root the sample has a
+    # uid of its own; otherwise it shares the harness user's, whose processes Z counted.
+    nproc = limits["nproc"] + limits["user_processes"]
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
 def drop_privileges(mode, slot, libc):
@@ -226,7 +228,7 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.closerange(5, 65536)
-    set_limits(limits, nproc=mode != "none")
+    set_limits(limits)
     drop_privileges(mode, slot, libc)
     if mode == "none":
         os.setsid()
@@ -455,6 +457,20 @@ def _mount(libc, source, target, fstype, flags, data=None):
 # -- Z: the zygote ----------------------------------------------------------------------
 
 
+def count_user_processes():
+    """Processes (threads included) of this uid, as RLIMIT_NPROC counts them."""
+    uid = os.getuid()
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    count += len(os.listdir(f"/proc/{name}/task"))
+            except OSError:
+                pass
+    return count
+
+
 def run_one(header, program, libc, mode, slot, hidden, secret):
     timeout, memory, fsize, nproc = header.split()
     limits = {
@@ -464,6 +480,7 @@ def run_one(header, program, libc, mode, slot, hidden, secret):
         "nproc": int(nproc),
         "hidden": hidden,
         "secret": secret,
+        "user_processes": 0 if mode == "root" else count_user_processes(),
     }
     workdir = None
     if mode == "none":

@@ -19,6 +19,14 @@ from eval.sandbox import Isolation, Limits, detect_isolation
 SECRET = "codeparrot-fake-secret-7f3a9c"
 TEST = "assert f(1) == 2\nassert f(2) == 3\n"
 GOOD = "def f(x):\n    return x + 1\n"
+# Attacks only run where the PID/mount namespaces contain them (not in mode "none").
+NEEDS_NAMESPACES = (
+    "fork bomb",  # RLIMIT_NPROC does not bind root
+    "kill the checker (pid 1)",
+    "ptrace / read the checker's memory",
+    "orphan via fork",
+    "orphan via Popen setsid nohup",
+)
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +162,9 @@ def hostile_programs(tmp: Path, port: int, marker: str, strong: bool) -> dict[st
         ),
         "define check itself": (f"def check(candidate):\n    return None\ndef f(x):\n{wrong}"),
     }
+    if not strong:  # without namespaces these would hit the host itself
+        for name in NEEDS_NAMESPACES:
+            attacks.pop(name, None)
     if strong:  # as root without a PID namespace this would kill the whole machine
         attacks["kill every process (-1)"] = (
             f"import os, signal\ndef f(x):\n    os.kill(-1, signal.SIGKILL)\n{wrong}"
@@ -191,13 +202,13 @@ def test_hostile_completions_are_contained_and_fail(tmp_path: Path, isolation: I
     for verdict in verdicts[len(names) :]:
         assert verdict.passed, verdict.result
 
-    # Host-side effects: nothing written, deleted, connected or left running.
-    assert not (tmp_path / "escaped.txt").exists()
-    assert victim.read_text() == "keep me"
-    with pytest.raises(TimeoutError):
-        listener.accept()
-    listener.close()
+    # Host-side effects: nothing written, deleted, connected or left running. Mode
+    # "none" (no namespaces) promises none of this: see docs/threat-model.md.
     if strong:
+        assert not (tmp_path / "escaped.txt").exists()
+        assert victim.read_text() == "keep me"
+        with pytest.raises(TimeoutError):
+            listener.accept()
         deadline = time.monotonic() + 5
         while marker_processes(marker) and time.monotonic() < deadline:
             time.sleep(0.1)
