@@ -197,8 +197,13 @@ def set_limits(limits):
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
+def own_uid(mode):
+    """Whether the sample gets a uid of its own: as real root (mode root, or none as root)."""
+    return mode == "root" or (mode == "none" and os.geteuid() == 0)
+
+
 def drop_privileges(mode, slot, libc):
-    if mode == "root":
+    if own_uid(mode):
         uid = UID_BASE + slot
         os.setgroups([])
         os.setresgid(uid, uid, uid)
@@ -480,13 +485,15 @@ def run_one(header, program, libc, mode, slot, hidden, secret):
         "nproc": int(nproc),
         "hidden": hidden,
         "secret": secret,
-        "user_processes": 0 if mode == "root" else count_user_processes(),
+        "user_processes": 0 if own_uid(mode) else count_user_processes(),
     }
     workdir = None
     if mode == "none":
         import tempfile
 
         workdir = tempfile.mkdtemp(prefix="codeparrot-sandbox-")
+        if own_uid(mode):
+            os.chown(workdir, UID_BASE + slot, UID_BASE + slot)
     job_r, job_w = os.pipe()
     res_r, res_w = os.pipe()
     start = time.monotonic()

@@ -21,7 +21,7 @@ TEST = "assert f(1) == 2\nassert f(2) == 3\n"
 GOOD = "def f(x):\n    return x + 1\n"
 # Attacks only run where the PID/mount namespaces contain them (not in mode "none").
 NEEDS_NAMESPACES = (
-    "fork bomb",  # RLIMIT_NPROC does not bind root
+    "fork bomb",  # bounded by RLIMIT_NPROC, but its processes share the host's PIDs
     "kill the checker (pid 1)",
     "ptrace / read the checker's memory",
     "orphan via fork",
