@@ -339,3 +339,25 @@ def test_hub_source_errors_are_clear(tmp_path):
         with pytest.raises(DataError, match="no 'content' column"):
             build_corpus(config([f"hub:{data}"], tmp_path / "o", workers=workers), progress=False)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["nocontent"]
+
+
+def test_stats_refuses_a_folder_that_is_not_a_corpus(tmp_path):
+    from codeparrot.data import StatsConfig, corpus_stats
+
+    with pytest.raises(DataError, match=r"manifest\.json"):
+        corpus_stats(StatsConfig(corpus=tmp_path))
+
+
+def test_stats_counts_match_the_shards(corpus_dir, tmp_path):
+    from codeparrot.data import StatsConfig, corpus_stats
+    from codeparrot.data.stats import format_table
+
+    out = tmp_path / "out"
+    manifest = build_corpus(config([corpus_dir], out, valid_fraction=0.3), progress=False)
+    stats = corpus_stats(StatsConfig(corpus=out, plot=tmp_path / "plot.png"))
+    for split in ("train", "valid"):
+        assert stats["splits"][split]["files"] == len(read_split(out, split))
+        assert stats["splits"][split]["files"] == manifest["splits"][split]["files"]
+    assert stats["exact_duplicate_fraction"] == pytest.approx(1 / 26)
+    assert (tmp_path / "plot.png").read_bytes().startswith(b"\x89PNG")
+    assert "removed: near_duplicate" in format_table(stats)
