@@ -26,6 +26,11 @@ def run(args: argparse.Namespace) -> int:
     from training.loop import train
 
     config = config_from_args(TrainConfig, args)
+    target = None
+    if config.push_to_hub:
+        from codeparrot.hub import preflight
+
+        target = preflight(config.push_to_hub)  # before any work
     result = train(config)
     import os
 
@@ -37,4 +42,9 @@ def run(args: argparse.Namespace) -> int:
             f"{result.tokens_seen:,} tokens, {result.parameters:,} parameters, "
             f"eval loss {eval_loss}, perplexity {ppl}, {result.tokens_per_s:,.0f} tokens/s"
         )
+        if target is not None:
+            from codeparrot.hub import branch_name, push_run
+
+            url = push_run(target, result.output, result.step)
+            print(f"pushed {result.output} to branch {branch_name(result.output)}: {url}")
     return 0

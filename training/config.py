@@ -23,6 +23,7 @@ RESUMABLE_CHANGES = frozenset(
         "peak_tflops",
         "keep_checkpoints",
         "compile",
+        "push_to_hub",
     }
 )
 
@@ -36,11 +37,16 @@ class TrainConfig(Config):
     """
 
     data: Path = option(help="corpus directory with train/*.jsonl.gz and valid/*.jsonl.gz")
-    tokenizer: Path = option(help="tokenizer directory (AutoTokenizer.from_pretrained)")
     output: Path = option(help="run directory: latest export, checkpoints/, metrics, logs")
+    tokenizer: Path | None = option(
+        None, "tokenizer directory (AutoTokenizer.from_pretrained; default: --init-from's own)"
+    )
     preset: str = option("tiny", "model shape", choices=PRESET_NAMES)
     init_from: Path | None = option(
         None, "start from this checkpoint's weights instead of a fresh preset"
+    )
+    dropout: float | None = option(
+        None, "set residual, embedding and attention dropout (default: the preset's or checkpoint's)"
     )
     seq_length: int | None = option(None, "tokens per packed sequence (default: model positions)")
     batch_size: int = option(8, "sequences per process per micro-batch")
@@ -80,9 +86,19 @@ class TrainConfig(Config):
     seed: int = option(42, "seed of the initialisation, data order and dropout")
     resume: bool = option(False, "continue from the latest checkpoint in --output")
     progress: bool = option(True, "show a progress bar")
+    push_to_hub: str | None = option(
+        None,
+        "after training, push the run's export to this Hub model repository, on a branch "
+        "named after --output (needs huggingface_hub, a token and the network; checked first)",
+        metavar="NAME",
+    )
 
     def problems(self) -> list[str]:
         out = []
+        if self.tokenizer is None and self.init_from is None:
+            out.append(
+                "--tokenizer is required unless --init-from names a checkpoint (its own is used)"
+            )
         if self.preset not in PRESET_NAMES:
             out.append(f"--preset must be one of {', '.join(PRESET_NAMES)}, got {self.preset!r}")
         if self.seq_length is not None and self.seq_length < 2:
@@ -103,6 +119,8 @@ class TrainConfig(Config):
             out.append(f"--learning-rate must be > 0, got {self.learning_rate}")
         if not 0 <= self.min_lr_ratio <= 1:
             out.append(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            out.append(f"--dropout must be in [0, 1), got {self.dropout}")
         if self.weight_decay < 0:
             out.append(f"--weight-decay must be >= 0, got {self.weight_decay}")
         for name in ("adam_beta1", "adam_beta2"):

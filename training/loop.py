@@ -156,10 +156,48 @@ def _check_resumable(config: TrainConfig, checkpoint: Path) -> None:
         )
 
 
+def tokenizer_dir(config: TrainConfig) -> Path:
+    """``--tokenizer``, or the tokenizer saved with the ``--init-from`` checkpoint."""
+    if config.tokenizer is not None:
+        return config.tokenizer
+    assert config.init_from is not None  # TrainConfig.problems() requires one of them
+    return config.init_from
+
+
+def _check_init_from(config: TrainConfig) -> None:
+    """``--init-from`` is a causal LM, and ``--tokenizer`` (if given) is the one it was built with."""
+    from codeparrot.models.checkpoint import TOKENIZER_FILES, load_tokenizer, read_model_config
+
+    assert config.init_from is not None
+    read_model_config(config.init_from)  # a missing or non-causal-LM directory fails here
+    own = any((config.init_from / name).exists() for name in TOKENIZER_FILES)
+    if config.tokenizer is None:
+        if not own:
+            raise CheckpointError(
+                f"--init-from {config.init_from}: no tokenizer saved with the checkpoint; "
+                "pass --tokenizer DIR"
+            )
+        return
+    if not own or config.tokenizer.resolve() == config.init_from.resolve():
+        return
+    theirs = load_tokenizer(config.init_from).get_vocab()
+    ours = load_tokenizer(config.tokenizer).get_vocab()
+    if theirs != ours:
+        differ = sum(1 for token, i in ours.items() if theirs.get(token) != i)
+        raise CheckpointError(
+            f"--tokenizer {config.tokenizer} is not the tokenizer of --init-from "
+            f"{config.init_from} ({len(ours)} vs {len(theirs)} tokens, {differ} with another "
+            "id): the checkpoint's embeddings would be read with the wrong ids. Leave out "
+            "--tokenizer to use the checkpoint's own."
+        )
+
+
 def _preflight(config: TrainConfig) -> Path | None:
     """Every check that can fail before weights or data are touched; the checkpoint to resume."""
-    if not config.tokenizer.is_dir():
+    if config.tokenizer is not None and not config.tokenizer.is_dir():
         raise CheckpointError(f"--tokenizer {config.tokenizer}: no such directory")
+    if config.init_from is not None:
+        _check_init_from(config)
     if config.resume:
         found = checkpoint_dirs(config.output)
         if not found:
@@ -209,6 +247,14 @@ def _build_model(config: TrainConfig, tokenizer: Any) -> Any:
     else:
         model = build_model(config.preset, tokenizer, seed=config.seed)
     check_vocab(tokenizer, model.config.vocab_size, where=f"--preset {config.preset}")
+    if config.dropout is not None:
+        import torch
+
+        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
+            setattr(model.config, name, config.dropout)
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = config.dropout
     return model
 
 
@@ -254,7 +300,7 @@ def setup(
     from codeparrot.models.checkpoint import check_sequence_length, load_tokenizer
     from codeparrot.models.presets import count_parameters, flops_per_token
 
-    tokenizer = load_tokenizer(config.tokenizer)
+    tokenizer = load_tokenizer(tokenizer_dir(config))
     if train_data is None or valid_data is None:
         shard_files(config.data, "train")  # fail on a missing corpus before building anything
         shard_files(config.data, "valid")
@@ -265,8 +311,13 @@ def setup(
     if train_data is not None and train_data.seq_length != seq_length:
         raise DataError(f"train_data packs {train_data.seq_length} tokens, expected {seq_length}")
 
+    _warn_single_cpu_process()
     tracker = None if config.log_with == "none" else config.log_with
     accelerator = Accelerator(
+        # Without an accelerator device, say so: under torchrun (`accelerate launch
+        # --multi_gpu`, `torchrun --nproc_per_node N`) Accelerate then forms a gloo DDP
+        # group on CPU instead of N unrelated single-process runs.
+        cpu=not _has_accelerator_device(torch),
         mixed_precision=config.mixed_precision,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         log_with=tracker,
@@ -332,6 +383,31 @@ def setup(
         peak_flops=peak,
         resume_from=resume_from,
     )
+
+
+def _warn_single_cpu_process() -> None:
+    """`accelerate launch --cpu --num_processes N` starts N processes only through MPI."""
+    env = os.environ
+    launched_for_several = env.get("ACCELERATE_USE_CPU", "").lower() == "true" and "MASTER_ADDR" in env
+    distributed = any(
+        k in env for k in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+    )
+    if launched_for_several and not distributed:
+        import warnings
+
+        warnings.warn(
+            "`accelerate launch --cpu --num_processes N` without --mpirun_hostfile starts ONE "
+            "process; for DDP on CPU use `accelerate launch --multi_gpu --num_processes N -m "
+            "training ...` or `torchrun --nproc_per_node N -m training ...`",
+            stacklevel=3,
+        )
+
+
+def _has_accelerator_device(torch: Any) -> bool:
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        return bool(accelerator.is_available())
+    return bool(torch.cuda.is_available())
 
 
 def _fast_adamw_kwargs(torch: Any) -> dict[str, Any]:
