@@ -10,7 +10,7 @@ Public API endpoints (``gradio_client``): ``/generate`` (streams) and ``/model_c
 
 from __future__ import annotations
 
-import contextlib
+import queue
 import socket
 import threading
 import time
@@ -145,6 +145,56 @@ class _RunningGenerations:
         return flag is not None
 
 
+_DONE = object()
+
+
+def _events_in_background(
+    engine: Engine,
+    prompt: str,
+    gen: GenerationConfig,
+    cancel: threading.Event,
+    interval: float,
+) -> Iterator[list[StreamEvent]]:
+    """Run ``engine.stream`` in its own thread; yield the events gathered every ``interval``.
+
+    Sampling never waits for the page: while Gradio sends one update, the next tokens are
+    already being computed, and updates coalesce when the page is slower than the model.
+    Whoever stops iterating must set ``cancel`` so the thread ends within one token.
+    """
+    events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def produce() -> None:
+        try:
+            for event in engine.stream(prompt, gen, cancel=cancel):
+                events.put(event)
+        except BaseException as e:  # handed to the consumer, raised there
+            events.put(e)
+        finally:
+            events.put(_DONE)
+
+    threading.Thread(target=produce, name="codeparrot-generate", daemon=True).start()
+    finished = False
+    while not finished:
+        batch = [events.get()]  # block for the first event
+        deadline = time.monotonic() + interval
+        while batch[-1] is not _DONE and not isinstance(batch[-1], BaseException):
+            try:
+                batch.append(events.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    break
+        # drain what is already there: coalesce when the consumer is slow
+        while batch[-1] is not _DONE and not isinstance(batch[-1], BaseException):
+            try:
+                batch.append(events.get_nowait())
+            except queue.Empty:
+                break
+        if isinstance(batch[-1], BaseException):
+            raise batch[-1]
+        finished = batch[-1] is _DONE
+        yield [e for e in batch if isinstance(e, StreamEvent)]
+
+
 def _session_of(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or ""
 
@@ -267,22 +317,18 @@ def build_app(config: AppConfig) -> gr.Blocks:
                 engine.count_tokens(prompt), len(ids), engine, max_new_tokens
             )
         yield view.frame(notice)
-        last = time.monotonic()
         session = _session_of(request)
         cancel = running.start(session)
         try:
-            with contextlib.closing(engine.stream(prompt, gen, cancel=cancel)) as events:
-                for event in events:
+            for batch in _events_in_background(engine, prompt, gen, cancel, config.stream_interval):
+                for event in batch:
                     view.add(event)
-                    now = time.monotonic()
-                    if event.completion is not None or now - last >= config.stream_interval:
-                        last = now
-                        yield view.frame(notice)
+                yield view.frame(notice)
         except CodeparrotError as e:
             raise _user_error(str(e)) from e
         finally:
+            cancel.set()  # the page went away or stopped: end the generation thread too
             running.finish(session, cancel)
-        yield view.frame(notice)
 
     def stop_generation(request: gr.Request) -> None:
         """End the generation of this browser tab (or API client session) within a token."""

@@ -1,0 +1,138 @@
+"""Cost of serving generation through the playground, as ratios to the engine alone.
+
+Same prompt, seed and sampling settings, in one process, interleaved and repeated:
+
+- ``engine``: ``Engine.generate`` called directly, in a worker thread (the baseline);
+- ``app, stream every token``: ``/generate`` through ``gradio_client`` with
+  ``--stream-interval 0`` (one page update per token of each candidate);
+- ``app, stream every 50 ms``: the default ``--stream-interval 0.05``.
+
+Prints tokens/s of each and its ratio to the engine, and the app's time to the first
+streamed text. Without ``--checkpoint`` a random 4-layer, 256-wide GPT-2 with a 2k BPE
+trained on a few stdlib files is built in a temporary directory.
+
+    .venv/bin/python bench/playground.py [--checkpoint DIR] [--n 2] [--max-new-tokens 64] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sysconfig
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+PROMPT = 'def area_of_rectangle(a: float, b: float):\n    """Return the area of the rectangle."""\n'
+
+
+def build_checkpoint(out: Path) -> Path:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoModelForCausalLM, GPT2Config, PreTrainedTokenizerFast
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    texts = [(stdlib / f).read_text() for f in ("textwrap.py", "heapq.py", "shlex.py", "glob.py")]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=2048,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_positions=256, n_embd=256, n_layer=4, n_head=4,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    AutoModelForCausalLM.from_config(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", type=Path)
+    parser.add_argument("--n", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+
+    from gradio_client import Client
+
+    from app.config import AppConfig
+    from app.ui import launch
+    from codeparrot.generation import Engine, GenerationConfig
+
+    tmp = tempfile.TemporaryDirectory()
+    checkpoint = args.checkpoint or build_checkpoint(Path(tmp.name) / "checkpoint")
+    settings = dict(max_new_tokens=args.max_new_tokens, temperature=0.8, top_p=0.95, n=args.n)
+    engine = Engine.load(checkpoint)
+
+    def run_engine() -> tuple[int, float, float]:
+        # In a worker thread, as the app runs it: on a loaded CPU, torch's intra-op threads
+        # behave very differently in the main thread (measured here: 30x slower).
+        out: list[tuple[int, float, float]] = []
+
+        def work() -> None:
+            start = time.perf_counter()
+            done = engine.generate(PROMPT, GenerationConfig(seed=0, stop=(), **settings))
+            out.append((sum(c.new_tokens for c in done), time.perf_counter() - start, math.nan))
+
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join()
+        return out[0]
+
+    servers = {}
+    for label, interval in (("app, stream every token", 0.0), ("app, stream every 50 ms", 0.05)):
+        config = AppConfig(checkpoints=(checkpoint,), port=0, stream_interval=interval)
+        demo, url = launch(config, block=False)
+        servers[label] = (demo, Client(url, verbose=False))
+
+    def run_app(client) -> tuple[int, float, float]:
+        values = (str(checkpoint), PROMPT, *settings.values(), 0, "none", "")
+        start = time.perf_counter()
+        first = float("nan")
+        job = client.submit(*values, api_name="/generate")
+        for update in job:
+            if first != first and any(c["text"] for c in update[1]):
+                first = time.perf_counter() - start
+        details = job.outputs()[-1][1]
+        return sum(c["new_tokens"] for c in details), time.perf_counter() - start, first
+
+    runners = {"engine": run_engine} | {
+        k: (lambda c=c: run_app(c)) for k, (_, c) in servers.items()
+    }
+    for runner in runners.values():  # warm-up: load, first calls
+        runner()
+    results: dict[str, list[tuple[int, float, float]]] = {k: [] for k in runners}
+    names = list(runners)
+    for r in range(args.repeats):  # rotate the order: no variant always runs first
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            results[name].append(runners[name]())
+    for demo, _client in servers.values():
+        demo.close()
+
+    rates = {k: [t / s for t, s, _ in rows] for k, rows in results.items()}
+    print(f"checkpoint {checkpoint}, n={args.n}, max_new_tokens={args.max_new_tokens}, "
+          f"median of {args.repeats} rounds")  # fmt: skip
+    print(f"{'':28s} {'tokens/s':>9s} {'vs engine':>9s} {'first text':>10s}")
+    for name, rows in results.items():
+        # ratio within each round (same machine load), then the median over rounds
+        ratio = statistics.median(a / b for a, b in zip(rates[name], rates["engine"], strict=True))
+        first = statistics.median(f for _, _, f in rows)
+        first_text = "" if first != first else f"{first:.2f} s"
+        print(f"{name:28s} {statistics.median(rates[name]):9.1f} {ratio:8.2f}x {first_text:>10s}")
+
+
+if __name__ == "__main__":
+    main()
