@@ -376,7 +376,7 @@ def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]
             removed["near_duplicate"] = len(report.removed)
             near_summary = {
                 "enabled": True,
-                **report.summary(lambda h: f"{groups[h].repo_name}/{groups[h].path}"),
+                **report.summary(lambda h: f"{groups[h].repo_name}:{groups[h].path}"),
             }
         for g in survivors.values():
             g.signature = None
