@@ -232,6 +232,15 @@ def test_git_checkout_name_and_license(tmp_path):
         "src/app.py",
         "mit",
     )
+    # Inside a plain folder, the checkout stays one repository; the folder's modules are others.
+    write(tmp_path / "loose.py", module(6))
+    build_corpus(config([tmp_path], tmp_path.parent / f"{tmp_path.name}-out2"), progress=False)
+    records = all_records(tmp_path.parent / f"{tmp_path.name}-out2")
+    names = {(r["repo_name"], r["path"], r["license"]) for r in records}
+    assert names == {
+        ("alice/widgets", "src/app.py", "mit"),
+        (f"{tmp_path.name}/loose", "loose.py", "unknown"),
+    }
 
 
 def test_max_files_takes_a_seeded_sample(corpus_dir, tmp_path):
