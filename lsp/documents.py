@@ -201,8 +201,6 @@ def fit_prefix(prefix: str, budget: int, count_tokens: Callable[[str], int]) -> 
 
     Tokenizes a few candidates, never the whole document: the caller passes a window.
     """
-    if budget <= 0:
-        return ""
     for _ in range(8):
         n = count_tokens(prefix)
         if n <= budget:

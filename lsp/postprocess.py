@@ -135,12 +135,14 @@ def _imbalance(line: str) -> int:
     return len(stack) + len(bad)
 
 
-def balance(text: str, tail: str) -> str:
+def balance(text: str, tail: str, head: str = "") -> str:
     """Cut at a closer that does not fit, close what the suggestion opened.
 
-    A closer of a bracket opened before the cursor is kept unless the text after the
-    cursor starts with it (an auto-paired ``)``): then the suggestion ends there.
+    A closer of a bracket opened before the cursor (in ``head``, the text before it) is
+    kept unless the text after the cursor starts with it (an auto-paired ``)``): then
+    the suggestion ends there. A closer that matches no open bracket ends it too.
     """
+    outer = [b for _, b in _scan(head)[0]] if head else []
     stack: list[str] = []
     quote = None
     next_tail = tail.lstrip()[:1]
@@ -167,9 +169,11 @@ def balance(text: str, tail: str) -> str:
         elif ch in CLOSERS:
             if stack:
                 if PAIR[stack[-1]] != ch:
-                    return _close(text[:i].rstrip(), stack, None)
+                    return _close(text[:i], stack, None)
                 stack.pop()
-            elif ch == next_tail:
+            elif outer and PAIR[outer[-1]] == ch and ch != next_tail:
+                outer.pop()  # closes a bracket opened before the cursor
+            else:
                 return text[:i].rstrip() if text[:i].strip() else ""
         i += 1
     return _close(text, stack, quote if "\n" not in text else None)
@@ -227,7 +231,9 @@ def postprocess(raw: str, window: Window, base_indent: int | None) -> str | None
             following = [ln for ln in window.suffix.split("\n")[1:] if ln.strip()]
             if following and following[0].strip() == text.strip():
                 return None  # the line below already says it
-        text = balance(text, tail)
+        # brackets still open before the cursor, over the last few lines (calls span lines)
+        recent = "\n".join(window.prefix.rsplit("\n", 20)[-20:])
+        text = balance(text, tail, recent)
         text = drop_tail_overlap(head, text, tail)
         text = text.rstrip() if not tail else text
     else:

@@ -1,0 +1,301 @@
+"""Language server latency through a real client over stdio (issue 7).
+
+Builds a random checkpoint of the ``tiny`` preset's shape (4 layers, 256 wide) with a
+1024-token context and an 8k byte-level BPE, starts ``python -m lsp`` as a subprocess,
+drives it with pygls' client and measures request-to-response latency of single-line
+``textDocument/inlineCompletion`` at cursors in stdlib files:
+
+- ``isolated``: one request at a time;
+- ``bursts``: a user typing: each burst sends 3 edits + requests 20 ms apart without
+  waiting, and the latency of the last (the one the editor shows) is measured; the
+  older ones are superseded and must come back empty, fast;
+- ``typing through``: after a suggestion, the user types its first characters: the
+  cache answers.
+
+The baseline, measured in the same run, is the shared engine called directly in this
+process for the same prompts (``Engine.generate``, same settings): the ratio is what
+the server adds. The cache is off except in the typing-through scenario (random
+weights rarely end a line early, so every request decodes up to ``--max-new-tokens``:
+a worst case for a trained model).
+
+    .venv/bin/python bench/lsp.py [--requests 60] [--bursts 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from lsprotocol import types as t
+
+# `python bench/lsp.py` puts bench/ first on the path, where this file would shadow the
+# `lsp` package it measures
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+STDLIB_FILES = (
+    "textwrap.py",
+    "heapq.py",
+    "bisect.py",
+    "fnmatch.py",
+    "glob.py",
+    "shlex.py",
+    "argparse.py",
+    "csv.py",
+    "difflib.py",
+    "enum.py",
+    "functools.py",
+    "inspect.py",
+    "json/decoder.py",
+    "logging/__init__.py",
+    "pathlib.py",
+    "pprint.py",
+    "random.py",
+    "string.py",
+    "tempfile.py",
+    "typing.py",
+)
+
+
+def stdlib_texts() -> dict[str, str]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return {name: (root / name).read_text(encoding="utf-8") for name in STDLIB_FILES}
+
+
+def build_checkpoint(out: Path, texts: list[str]) -> Path:
+    """A random GPT-2 of the tiny preset's shape, context 1024, with an 8k BPE."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from codeparrot.models.presets import build_model
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=8192,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        model_max_length=1024,
+    )
+    model = build_model("tiny", tokenizer, seed=0, n_positions=1024)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def cursors(texts: dict[str, str], n: int, seed: int) -> list[tuple[str, int, int]]:
+    """(file, line, column) at the end of code lines deep enough into the file."""
+    rng = random.Random(seed)
+    out = []
+    names = sorted(texts)
+    while len(out) < n:
+        name = rng.choice(names)
+        lines = texts[name].split("\n")
+        line = rng.randrange(40, len(lines) - 1)
+        code = lines[line].rstrip()
+        if len(code.strip()) < 8 or not code.isascii():
+            continue
+        # cut the line somewhere after its indent: the user is typing it
+        indent = len(code) - len(code.lstrip())
+        col = rng.randrange(indent + 3, len(code) + 1)
+        out.append((name, line, col))
+    return out
+
+
+def document_until(text: str, line: int, col: int) -> str:
+    """The file with the cursor's line cut at the cursor (what the user has typed)."""
+    lines = text.split("\n")
+    lines[line] = lines[line][:col]
+    return "\n".join(lines)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(q * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def summary(name: str, ms: list[float]) -> dict[str, float]:
+    p50, p95 = statistics.median(ms), percentile(ms, 0.95)
+    print(f"  {name:<34} n={len(ms):<4} p50 {p50:7.1f} ms   p95 {p95:7.1f} ms")
+    return {"p50": p50, "p95": p95}
+
+
+class Session:
+    def __init__(self, client) -> None:
+        self.client = client
+        self.version = 0
+
+    def open(self, uri: str, text: str) -> None:
+        self.version += 1
+        self.client.text_document_did_open(
+            t.DidOpenTextDocumentParams(t.TextDocumentItem(uri, "python", self.version, text))
+        )
+
+    def insert(self, uri: str, line: int, col: int, text: str) -> None:
+        self.version += 1
+        here = t.Position(line, col)
+        self.client.text_document_did_change(
+            t.DidChangeTextDocumentParams(
+                t.VersionedTextDocumentIdentifier(version=self.version, uri=uri),
+                [t.TextDocumentContentChangePartial(range=t.Range(here, here), text=text)],
+            )
+        )
+
+    async def inline(self, uri: str, line: int, col: int) -> tuple[float, list]:
+        params = t.InlineCompletionParams(
+            context=t.InlineCompletionContext(trigger_kind=t.InlineCompletionTriggerKind.Automatic),
+            text_document=t.TextDocumentIdentifier(uri),
+            position=t.Position(line, col),
+        )
+        start = time.perf_counter()
+        result = await self.client.text_document_inline_completion_async(params)
+        return (time.perf_counter() - start) * 1000, list(result.items if result else [])
+
+
+async def run_server(checkpoint: Path, texts, points, bursts, max_new: int, cache: bool):
+    from pygls.lsp.client import LanguageClient
+
+    client = LanguageClient("bench", "1")
+    flags = ["--max-new-tokens", str(max_new), "--cache-size", "128" if cache else "0"]
+    await client.start_io(sys.executable, "-m", "lsp", "--checkpoint", str(checkpoint), *flags)
+    await client.initialize_async(t.InitializeParams(capabilities=t.ClientCapabilities()))
+    client.initialized(t.InitializedParams())
+    s = Session(client)
+    results: dict[str, list[float]] = {"isolated": [], "burst_last": [], "burst_older": []}
+    typing: list[float] = []
+    try:
+        # warm-up: loads the model, first forward passes
+        for i, (name, line, col) in enumerate(points[:3]):
+            uri = f"file:///warm{i}/{name}"
+            s.open(uri, document_until(texts[name], line, col))
+            await s.inline(uri, line, col)
+        if not cache:
+            for i, (name, line, col) in enumerate(points):
+                uri = f"file:///iso{i}/{name}"
+                s.open(uri, document_until(texts[name], line, col))
+                ms, _ = await s.inline(uri, line, col)
+                results["isolated"].append(ms)
+            for i, (name, line, col) in enumerate(bursts):
+                uri = f"file:///burst{i}/{name}"
+                start_col = max(0, col - 3)
+                s.open(uri, document_until(texts[name], line, start_col))
+                typed = texts[name].split("\n")[line][start_col:col]
+                older = []
+                for k, ch in enumerate(typed[:-1]):
+                    s.insert(uri, line, start_col + k, ch)
+                    older.append(asyncio.ensure_future(s.inline(uri, line, start_col + k + 1)))
+                    await asyncio.sleep(0.02)
+                s.insert(uri, line, col - 1, typed[-1])
+                ms, _ = await s.inline(uri, line, col)
+                results["burst_last"].append(ms)
+                for fut in older:
+                    old_ms, items = await fut
+                    results["burst_older"].append(old_ms)
+                    assert items == [], "a superseded request returned a suggestion"
+        else:
+            for i, (name, line, col) in enumerate(points):
+                uri = f"file:///type{i}/{name}"
+                s.open(uri, document_until(texts[name], line, col))
+                _, items = await s.inline(uri, line, col)
+                if not items or len(items[0].insert_text) < 2:
+                    continue
+                ch = items[0].insert_text[0]
+                s.insert(uri, line, col, ch)
+                ms, rest = await s.inline(uri, line, col + 1)
+                if rest and rest[0].insert_text == items[0].insert_text[1:]:
+                    typing.append(ms)
+        stats = await client.workspace_execute_command_async(
+            t.ExecuteCommandParams("codeparrot.stats", [])
+        )
+    finally:
+        await client.shutdown_async(None)
+        client.exit(None)
+        await client.stop()
+    return results, typing, stats
+
+
+def baseline(checkpoint: Path, texts, points, max_new: int) -> list[float]:
+    """The engine alone, in this process, on the prompts the server would build."""
+    import torch
+
+    from codeparrot.generation import Engine
+    from lsp.completion import suggest
+    from lsp.config import LspConfig
+    from lsp.documents import Document, cursor_window
+    from lsp.postprocess import block_indent
+
+    torch.set_num_threads(1)  # what the server uses by default
+    engine = Engine.load(checkpoint)
+    config = LspConfig(max_new_tokens=max_new)
+    out = []
+    for i, (name, line, col) in enumerate(points):
+        doc = Document("x", document_until(texts[name], line, col))
+        window = cursor_window(doc, doc.offset_at(line, col), 8192, 2000)
+        base = block_indent(window)
+        start = time.perf_counter()
+        suggest(engine, window, base, config, threading.Event())
+        if i >= 3:  # same warm-up as the server
+            out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--bursts", type=int, default=30)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    texts = stdlib_texts()
+    points = cursors(texts, args.requests + 3, args.seed)
+    bursts = cursors(texts, args.bursts, args.seed + 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        ckpt = build_checkpoint(Path(tmp) / "tiny-1024", list(texts.values()))
+        print(
+            f"random tiny-shaped checkpoint (context 1024) built in {time.perf_counter() - t0:.1f} s"
+        )
+        base_ms = baseline(ckpt, texts, points, args.max_new_tokens)
+        results, _, stats = asyncio.run(
+            run_server(ckpt, texts, points[3:], bursts, args.max_new_tokens, cache=False)
+        )
+        _, typing, _ = asyncio.run(
+            run_server(ckpt, texts, points, [], args.max_new_tokens, cache=True)
+        )
+    print(f"single-line inline completion, max {args.max_new_tokens} new tokens, 1 torch thread")
+    b = summary("baseline: engine in-process", base_ms)
+    iso = summary("server over stdio: isolated", results["isolated"])
+    last = summary("server: last request of a burst", results["burst_last"])
+    summary("server: superseded requests", results["burst_older"])
+    if typing:
+        summary("server: typing through (cache)", typing)
+    print(
+        f"ratios vs baseline (p50): isolated {iso['p50'] / b['p50']:.2f}x, "
+        f"burst {last['p50'] / b['p50']:.2f}x"
+    )
+    print(f"server counters: {stats}")
+    ok = last["p50"] <= 60 and last["p95"] <= 150
+    print(f"targets (burst p50 <= 60 ms, p95 <= 150 ms): {'met' if ok else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

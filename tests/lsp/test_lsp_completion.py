@@ -1,0 +1,98 @@
+"""suggest(): the engine call behind every request (tiny random model, in process)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from lsp.completion import prompt_budget, suggest
+from lsp.config import LspConfig
+from lsp.documents import Document, cursor_window
+from lsp.postprocess import block_indent
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint: Path):
+    from codeparrot.generation import Engine
+
+    return Engine.load(tiny_checkpoint, device="cpu")
+
+
+class Spy:
+    """The engine, recording what suggest() asked of it and what it decoded."""
+
+    def __init__(self, engine, on_event=None) -> None:
+        self._engine = engine
+        self.on_event = on_event
+        self.prompts: list[str] = []
+        self.events: list = []
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def stream(self, prompt, config, cancel=None):
+        self.prompts.append(prompt)
+        self.config = config
+        for event in self._engine.stream(prompt, config, cancel=cancel):
+            self.events.append(event)
+            if self.on_event:
+                self.on_event(event)
+            yield event
+
+
+def window_at(text: str):
+    offset = text.index("|")
+    doc = Document("u", text.replace("|", "", 1))
+    return cursor_window(doc, offset, 100_000, 2000)
+
+
+def test_cancel_stops_decoding_within_one_token(engine):
+    cancel = threading.Event()
+    spy = Spy(engine, on_event=lambda e: cancel.set())
+    config = LspConfig(max_new_tokens=64)
+    # a stop string nothing produces would let it run to 64 tokens
+    out = suggest(spy, window_at("values = [|"), None, config, cancel)
+    assert out is None  # a cancelled request shows nothing
+    finals = [e.completion for e in spy.events if e.completion is not None]
+    if finals:  # the engine reported how far it got
+        assert finals[0].finish_reason in ("cancelled", "stop", "eos")
+        assert finals[0].new_tokens <= 2
+    assert len(spy.events) <= 2
+
+
+def test_single_line_prompt_fits_the_context(engine):
+    spy = Spy(engine)
+    config = LspConfig(max_new_tokens=16, context_tokens=4096)
+    text = "".join(f"item_{i} = compute({i})\n" for i in range(3000)) + "total = |"
+    w = window_at(text)
+    out = suggest(spy, w, block_indent(w), config, threading.Event())
+    budget, new = prompt_budget(engine, config, multiline=False)
+    assert budget + new < engine.context_length
+    (prompt,) = spy.prompts
+    assert prompt.endswith("total = ") and engine.count_tokens(prompt) <= budget
+    assert prompt.startswith("item_")  # cut at a line start
+    assert spy.config.stop == ("\n",) and spy.config.max_new_tokens == 16
+    assert out is not None and out.new_tokens <= 16
+    if out.suggestion is not None:
+        assert "\n" not in out.suggestion and out.suggestion.strip()
+
+
+def test_empty_block_asks_for_several_lines(engine):
+    spy = Spy(engine)
+    w = window_at("def area(radius):|")
+    base = block_indent(w)
+    out = suggest(spy, w, base, LspConfig(multiline_max_new_tokens=24), threading.Event())
+    assert base == 0 and "\n" not in spy.config.stop
+    assert out is not None
+    if out.suggestion is not None:
+        for line in out.suggestion.split("\n")[1:]:
+            assert not line.strip() or line.startswith((" ", "\t"))  # inside the block
+
+
+def test_empty_document_prompt(engine):
+    spy = Spy(engine)
+    w = window_at("|")
+    suggest(spy, w, block_indent(w), LspConfig(max_new_tokens=4), threading.Event())
+    assert spy.prompts == [engine.tokenizer.eos_token]
