@@ -34,6 +34,15 @@ HUMANEVAL_STOP_SEQUENCES: tuple[str, ...] = (
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
+# A prompt longer than its budget loses a multiple of this many tokens at the start, so
+# that the prompts of a growing document keep the same first token (and their cached
+# keys/values) until it has grown by this much.
+TRUNCATION_STRIDE = 64
+
+# Prompt chunks at least this long are prefilled with bf16 matrix products on a CPU
+# that has them natively (shorter ones do not pay for the casts).
+BF16_PREFILL_MIN_TOKENS = 64
+
 
 @dataclass(frozen=True)
 class GenerationConfig(Config):
@@ -78,6 +87,7 @@ class Completion:
     seconds: float
     seed: int | None = None
     prompt_truncated: bool = False
+    prompt_cached_tokens: int = 0  # prompt tokens whose keys/values came from an earlier call
 
     @property
     def tokens_per_second(self) -> float:
@@ -143,8 +153,16 @@ class Engine:
     one instance serves concurrent threads without copying weights.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, path: Path | None = None) -> None:
-        from codeparrot.generation.gpt2 import GPT2Decoder
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        path: Path | None = None,
+        bf16_prefill: bool = False,
+        prompt_cache_entries: int = 4,
+    ) -> None:
+        from codeparrot.generation.gpt2 import GPT2Decoder, PromptCache
 
         self.model = model
         self.tokenizer = tokenizer
@@ -158,14 +176,18 @@ class Engine:
         self.eos_token_id: int | None = int(eos) if eos is not None else None
         self._gpt2 = GPT2Decoder(model) if GPT2Decoder.supports(model) else None
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
+        self.bf16_prefill = bf16_prefill
+        self.prompt_cache = PromptCache(prompt_cache_entries)
 
     # -- loading ---------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | Path, *, device: str | None = None, dtype: str = "auto") -> Engine:
         """Load a checkpoint directory (ours, or any local Hugging Face causal LM).
 
-        ``dtype``: ``"auto"`` is bfloat16 on a GPU and float32 on a CPU (see BENCHMARKS.md:
-        at our model sizes bf16 does not pay on CPU).
+        ``dtype``: ``"auto"`` is bfloat16 on a GPU; on a CPU it keeps float32 weights (one
+        token at a time, bf16 kernels are slower there) and prefills long prompts with
+        bf16 matrix products when the CPU has them natively (AVX512-BF16 or AMX), which
+        halves their cost (see BENCHMARKS.md).
         """
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -198,15 +220,25 @@ class Engine:
             model.to(device)
         except (RuntimeError, AssertionError) as e:
             raise ConfigError(f"device {device!r} is not usable here ({e})") from e
+        bf16_prefill = False
         if dtype == "auto":
-            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+            on_cpu = torch.device(device).type == "cpu"
+            dtype = "float32" if on_cpu else "bfloat16"
+            bf16_prefill = on_cpu and _cpu_has_native_bf16()
         model.to(getattr(torch, dtype))
         model.eval()
-        return cls(model, tokenizer, path=path)
+        return cls(model, tokenizer, path=path, bf16_prefill=bf16_prefill)
 
     # -- prompts ---------------------------------------------------------------------
-    def encode_prompt(self, prompt: str, max_new_tokens: int) -> tuple[list[int], bool]:
-        """Token ids of ``prompt`` fitted to the context: keeps the end. Returns (ids, truncated)."""
+    def encode_prompt(
+        self, prompt: str, max_new_tokens: int, *, stride: int = TRUNCATION_STRIDE
+    ) -> tuple[list[int], bool]:
+        """Token ids of ``prompt`` fitted to the context: keeps the end. Returns (ids, truncated).
+
+        A prompt over its budget (context minus ``max_new_tokens``) loses a multiple of
+        ``stride`` tokens at its start: up to ``stride - 1`` tokens less than would fit,
+        so that consecutive prompts of a document being typed share their start.
+        """
         if max_new_tokens >= self.context_length:
             raise ConfigError(
                 f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in the "
@@ -216,9 +248,12 @@ class Engine:
         if not ids:
             ids = [self.eos_token_id if self.eos_token_id is not None else 0]
         budget = self.context_length - max_new_tokens
-        if len(ids) > budget:
-            return ids[-budget:], True
-        return ids, False
+        if len(ids) <= budget:
+            return ids, False
+        cut = len(ids) - budget
+        if stride > 1 and budget > stride:
+            cut = -(-cut // stride) * stride
+        return ids[cut:], True
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -295,6 +330,7 @@ class Engine:
                     seconds=time.perf_counter() - started,
                     seed=seed,
                     prompt_truncated=truncated,
+                    prompt_cached_tokens=step.cached_tokens,
                 ),
             )
 
@@ -374,23 +410,34 @@ class Engine:
     # -- forward passes ----------------------------------------------------------------
     def _stepper(self, ids: list[int], n: int, max_new_tokens: int) -> Any:
         if self._gpt2 is not None:
-            return _GPT2Steps(self._gpt2, ids, n, max_new_tokens)
+            return _GPT2Steps(self, ids, n, max_new_tokens)
         return _HFSteps(self.model, ids, n, self.device)
 
 
 class _GPT2Steps:
     """Prefill and decode steps over :class:`~codeparrot.generation.gpt2.GPT2Decoder`."""
 
-    def __init__(self, decoder: Any, ids: list[int], n: int, max_new_tokens: int) -> None:
-        self.decoder, self.ids, self.n = decoder, ids, n
+    def __init__(self, engine: Engine, ids: list[int], n: int, max_new_tokens: int) -> None:
+        self.decoder, self.ids, self.n = engine._gpt2, ids, n
+        self.prompts = engine.prompt_cache
+        self.bf16_prefill = engine.bf16_prefill
         self.length = len(ids) + max_new_tokens
         self.cache: Any = None
+        self.cached_tokens = 0
 
     def prefill(self) -> Any:
         import torch
 
         one = self.decoder.new_cache(1, self.length)
-        logits = self.decoder.forward(torch.tensor([self.ids], device=self.decoder.device), one)
+        earlier, shared = self.prompts.lookup(self.ids)
+        shared = min(shared, len(self.ids) - 1)  # the last position must run: its logits
+        if earlier is not None and shared > 0:
+            one.copy_prefix(earlier, shared)
+        self.cached_tokens = shared
+        rest = torch.tensor([self.ids[shared:]], device=self.decoder.device)
+        bf16 = self.bf16_prefill and rest.size(1) >= BF16_PREFILL_MIN_TOKENS
+        logits = self.decoder.forward(rest, one, bf16=bf16)
+        self.prompts.store(self.ids, one)
         self.cache = one.expand(self.n) if self.n > 1 else one
         return logits.float().expand(self.n, -1)
 
@@ -407,6 +454,8 @@ class _GPT2Steps:
 
 class _HFSteps:
     """The same steps over a ``transformers`` forward (any causal LM)."""
+
+    cached_tokens = 0
 
     def __init__(self, model: Any, ids: list[int], n: int, device: Any) -> None:
         self.model, self.ids, self.n, self.device = model, ids, n, device
@@ -447,24 +496,51 @@ class _HFSteps:
 
 
 def _sample(logits: Any, config: GenerationConfig, generator: Any) -> Any:
+    """Next token of each row (B, V) -> (B,): greedy, or a draw from the top-k / top-p law.
+
+    Nucleus sampling without sorting the vocabulary (a sort of every row was the most
+    expensive part of a step at n = 20): draw from the whole distribution and accept
+    the token when the tokens more likely than it hold less than ``top_p`` of the mass,
+    i.e. when it belongs to the nucleus; other rows draw again. An accepted token is
+    distributed exactly as in the renormalised nucleus, and a draw is accepted with
+    probability >= ``top_p``, so a second round is rare. Rows still unlucky after a few
+    rounds take the sorted path.
+    """
     import torch
 
     if config.temperature == 0:
         return logits.argmax(dim=-1)
     logits = logits / config.temperature
-    if config.top_k:
-        k = min(config.top_k, logits.size(-1))
-        kth = torch.topk(logits, k, dim=-1).values[:, -1, None]
+    if 0 < config.top_k < logits.size(-1):
+        kth = torch.topk(logits, config.top_k, dim=-1).values[:, -1, None]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    if config.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        # drop a token when the mass before it already reaches top_p (always keeps the first)
-        drop = probs.cumsum(dim=-1) - probs >= config.top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     probs = torch.softmax(logits, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    if config.top_p >= 1.0:
+        return tokens
+    pending = torch.arange(len(tokens), device=tokens.device)
+    for _ in range(8):
+        rows = probs[pending]  # (b, V)
+        p_token = rows.gather(-1, tokens[pending, None])  # (b, 1)
+        above = torch.where(rows > p_token, rows, 0.0).sum(dim=-1)  # mass ranked before it
+        pending = pending[above >= config.top_p]
+        if len(pending) == 0:
+            return tokens
+        tokens[pending] = torch.multinomial(probs[pending], 1, generator=generator).squeeze(-1)
+    tokens[pending] = _sample_nucleus_sorted(probs[pending], config.top_p, generator)
+    return tokens
+
+
+def _sample_nucleus_sorted(probs: Any, top_p: float, generator: Any) -> Any:
+    """Textbook nucleus sampling: sort, keep the smallest prefix with ``top_p`` of the mass."""
+    import torch
+
+    sorted_probs, order = torch.sort(probs, descending=True, dim=-1)
+    # drop a token when the mass before it already reaches top_p (always keeps the first)
+    drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
+    sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+    picked = torch.multinomial(sorted_probs, 1, generator=generator)
+    return order.gather(-1, picked).squeeze(-1)
 
 
 def _select_rows(past: Any, rows: Any) -> Any:
@@ -476,3 +552,16 @@ def _select_rows(past: Any, rows: Any) -> Any:
         past.reorder_cache(rows)
         return past
     return tuple(tuple(t[rows] for t in layer) for layer in past)
+
+
+def _cpu_has_native_bf16() -> bool:
+    """Does this CPU multiply bfloat16 natively (AVX512-BF16, AMX)? Linux only; else False."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    return False

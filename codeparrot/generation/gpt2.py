@@ -16,6 +16,8 @@ What it saves, per call:
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +48,23 @@ class KVCache:
     def rows(self) -> int:
         return self.keys[0].size(0)
 
+    def nbytes(self) -> int:
+        return sum(t.nelement() * t.element_size() for t in (*self.keys, *self.values))
+
+    def view(self, length: int) -> KVCache:
+        """The same buffers, claiming only the first ``length`` positions (a read-only share)."""
+        out = KVCache(list(self.keys), list(self.values))
+        out.length = length
+        return out
+
+    def copy_prefix(self, other: KVCache, length: int) -> None:
+        """Fill the first ``length`` positions from ``other`` (a cached prompt)."""
+        for mine, theirs in zip(
+            (*self.keys, *self.values), (*other.keys, *other.values), strict=True
+        ):
+            mine[:, :, :length] = theirs[:, :, :length]
+        self.length = length
+
     def expand(self, rows: int) -> KVCache:
         """A cache of ``rows`` copies of this one-row cache (the prompt, shared by n samples)."""
         keys = [k.expand(rows, -1, -1, -1).contiguous() for k in self.keys]
@@ -62,6 +81,64 @@ class KVCache:
                 kept = buf.new_empty((len(rows), *buf.shape[1:]))
                 kept[:, :, :t] = buf[rows, :, :t]
                 store[i] = kept
+
+
+class PromptCache:
+    """Keys/values of the last few prompts, so that a prompt starting the same way skips
+    that part of the prefill (an editor asks again after every keystroke).
+
+    Entries are one-row caches that nobody writes below their prompt's length, so
+    threads share them read-only; the table itself is guarded by a lock. Least recently
+    used entries go first when there are more than ``entries`` or more than ``max_bytes``.
+    """
+
+    def __init__(self, entries: int = 4, max_bytes: int = 256 * 2**20) -> None:
+        self.entries = entries
+        self.max_bytes = max_bytes
+        self._table: OrderedDict[tuple[int, ...], KVCache] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def lookup(self, ids: list[int]) -> tuple[KVCache | None, int]:
+        """The entry sharing the longest start with ``ids``, and how many tokens it shares."""
+        best, shared = None, 0
+        with self._lock:
+            for key in self._table:
+                n = _common_prefix(key, ids)
+                if n > shared:
+                    best, shared = key, n
+            if best is None:
+                return None, 0
+            self._table.move_to_end(best)
+            return self._table[best], shared
+
+    def store(self, ids: list[int], cache: KVCache) -> None:
+        if self.entries <= 0 or cache.nbytes() > self.max_bytes:
+            return
+        with self._lock:
+            self._table[tuple(ids)] = cache.view(len(ids))
+            self._table.move_to_end(tuple(ids))
+            total = sum(c.nbytes() for c in self._table.values())
+            while len(self._table) > self.entries or total > self.max_bytes:
+                _, dropped = self._table.popitem(last=False)
+                total -= dropped.nbytes()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._table.clear()
+
+
+def _common_prefix(a: tuple[int, ...], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == tuple(b[:n]):
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == tuple(b[:mid]):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class GPT2Decoder:
@@ -116,8 +193,19 @@ class GPT2Decoder:
         make = lambda: torch.empty(shape, dtype=self.dtype, device=self.device)  # noqa: E731
         return KVCache([make() for _ in self.layers], [make() for _ in self.layers])
 
-    def forward(self, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """Logits of the last position of ``ids`` (B, T), appending T positions to ``cache``."""
+    def forward(self, ids: torch.Tensor, cache: KVCache, *, bf16: bool = False) -> torch.Tensor:
+        """Logits of the last position of ``ids`` (B, T), appending T positions to ``cache``.
+
+        ``bf16`` runs the blocks' matrix products in bfloat16 (CPU autocast; worth it for
+        a long prompt on a CPU with native bf16). Residuals, cache and logits stay in the
+        model's dtype.
+        """
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
+            x = self._blocks(ids, cache)
+        last = F.layer_norm(x[:, -1], (self.n_embd,), *self.ln_f, self.eps)  # (B, C)
+        return F.linear(last, self.lm_head, self.lm_bias)  # (B, V)
+
+    def _blocks(self, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
         B, T = ids.shape
         t0 = cache.length
         t1 = t0 + T
@@ -129,20 +217,20 @@ class GPT2Decoder:
             q, k, v = qkv.view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs)
             cache.keys[i][:, :, t0:t1] = k
             cache.values[i][:, :, t0:t1] = v
-            if T == 1:  # one new token attends to every cached position: no mask
-                y = F.scaled_dot_product_attention(
-                    q, cache.keys[i][:, :, :t1], cache.values[i][:, :, :t1], scale=layer.scaling
+            if t0 == 0:  # the prompt (or its first chunk): causal attention over itself
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, scale=layer.scaling)
+            else:
+                keys = cache.keys[i][:, :, :t1].to(q.dtype)  # (B, nh, t1, hs); a no-op
+                values = cache.values[i][:, :, :t1].to(q.dtype)  # unless under autocast
+                # one new token sees every cached position; a chunk needs a causal mask
+                # offset by the t0 positions before it
+                mask = (
+                    None
+                    if T == 1
+                    else torch.ones(T, t1, dtype=torch.bool, device=x.device).tril(t0)
                 )
-            elif t0 == 0:  # the prompt: causal attention over itself
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=layer.scaling)
-            else:  # a chunk after cached positions: causal mask offset by t0
-                mask = torch.ones(T, t1, dtype=torch.bool, device=x.device).tril(t0)
                 y = F.scaled_dot_product_attention(
-                    q,
-                    cache.keys[i][:, :, :t1],
-                    cache.values[i][:, :, :t1],
-                    attn_mask=mask,
-                    scale=layer.scaling,
+                    q, keys, values, attn_mask=mask, scale=layer.scaling
                 )
             y = y.transpose(1, 2).reshape(B * T, C)  # (B*T, C)
             x = x + torch.addmm(layer.c_proj[1], y, layer.c_proj[0]).view(B, T, C)
@@ -151,5 +239,4 @@ class GPT2Decoder:
             h = F.gelu(h, approximate="tanh") if self.fast_gelu else self.acts[i](h)
             x = x + torch.addmm(layer.mlp_proj[1], h, layer.mlp_proj[0]).view(B, T, C)
         cache.length = t1
-        last = F.layer_norm(x[:, -1], (C,), *self.ln_f, self.eps)  # (B, C)
-        return F.linear(last, self.lm_head, self.lm_bias)  # (B, V)
+        return x
