@@ -44,6 +44,11 @@ def run_train(args: argparse.Namespace) -> int:
     from codeparrot.tokenizer.train import METADATA_FILE, train_tokenizer
 
     config = config_from_args(TokenizerConfig, args)
+    target = None
+    if config.push_to_hub:
+        from codeparrot.hub import preflight
+
+        target = preflight(config.push_to_hub)  # before any work
     output = train_tokenizer(config)
     meta = read_json(output / METADATA_FILE)
     corpus = meta["corpus"]
@@ -51,6 +56,10 @@ def run_train(args: argparse.Namespace) -> int:
         f"wrote {output}: vocab {meta['vocab_size']:,}, trained on {corpus['files']:,} files "
         f"({corpus['chars']:,} chars) in {meta['training_seconds']:.1f} s"
     )
+    if target is not None:
+        from codeparrot.hub import push_tokenizer
+
+        print(f"pushed to {push_tokenizer(target, output)}")
     return 0
 
 

@@ -37,6 +37,12 @@ class TokenizerConfig(Config):
     )
     overwrite: bool = option(False, "replace OUTPUT if it exists")
     progress: bool = option(True, "show progress bars")
+    push_to_hub: str | None = option(
+        None,
+        "after training, push the tokenizer to this Hub model repository (needs "
+        "huggingface_hub, a token and the network; checked before any work)",
+        metavar="NAME",
+    )
 
     def problems(self) -> list[str]:
         out = []

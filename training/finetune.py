@@ -1,0 +1,388 @@
+"""Fine-tuning on your own code: ``finetune(FinetuneConfig) -> FinetuneResult``.
+
+The short path from a repository to an editor that completes in it:
+
+1. check every input before any work (checkpoint is a causal LM with its tokenizer, the
+   repository holds Python files, the output is free, the Hub is reachable if asked);
+2. build a corpus from the repository with the usual cleaning, split by *file* so that the
+   validation files are held out of training (``OUTPUT/corpus``);
+3. measure the base checkpoint's loss on the validation files (and on the first train
+   tokens, to see training work), train from the checkpoint with a fine-tuning schedule
+   (``OUTPUT/model``, a normal ``codeparrot train`` run directory), measure again;
+4. record both in ``OUTPUT/finetune.json`` and return the commands that start the
+   language server and the playground on the result.
+
+The losses before and after are measured here by one function, in float32, on the same
+token windows, so the two numbers are comparable (the training loop's own evaluation runs
+under autocast and only on full batches).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from codeparrot.config import Config, option
+from codeparrot.errors import CheckpointError, DataError
+
+RESULT_FILE = "finetune.json"
+TRACKERS = ("tensorboard", "wandb", "trackio", "none")
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(Config):
+    """Continue training a checkpoint on one repository and report held-out loss before/after.
+
+    The step budget defaults to ``epochs`` passes over the repository's train files,
+    capped by ``max_minutes``; the learning rate is lower and the warmup shorter than
+    for pretraining.
+    """
+
+    repository: Path = option(
+        help="directory of the code to fine-tune on (a checkout or folder)", metavar="REPOSITORY"
+    )
+    checkpoint: Path = option(
+        help="base checkpoint: a local Hugging Face causal-LM directory", metavar="DIR"
+    )
+    output: Path = option(
+        help="directory to create: corpus/, model/ and finetune.json", metavar="DIR"
+    )
+    learning_rate: float = option(2e-4, "peak learning rate (pretraining uses 5e-4)")
+    warmup_steps: int = option(20, "linear warmup steps")
+    min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak")
+    weight_decay: float = option(0.1, "AdamW weight decay")
+    epochs: float = option(3.0, "passes over the train files when --max-steps is not given")
+    max_steps: int | None = option(None, "optimizer steps (default: from --epochs)")
+    max_minutes: float = option(10.0, "stop training after this many minutes")
+    batch_size: int = option(8, "sequences per optimizer step")
+    seq_length: int | None = option(None, "tokens per sequence (default: the model's context)")
+    dropout: float | None = option(
+        None, "dropout while fine-tuning (default: the checkpoint's; small data may want 0.1)"
+    )
+    valid_fraction: float = option(0.1, "share of the repository's files held out for validation")
+    eval_tokens: int = option(
+        200_000, "most tokens of each split the before/after loss is measured on"
+    )
+    mixed_precision: str = option("bf16", "autocast dtype", choices=("no", "bf16", "fp16"))
+    log_with: str = option("tensorboard", "experiment tracker", choices=TRACKERS)
+    workers: int = option(0, "processes for building the corpus (0: all cores)")
+    seed: int = option(0, "seed of the split, data order and dropout")
+    force: bool = option(False, "replace --output if it already holds a fine-tuning run")
+    progress: bool = option(True, "show progress bars")
+    push_to_hub: str | None = option(
+        None,
+        "push the fine-tuned model to this Hub repository, on a branch named after --output "
+        "(needs huggingface_hub, a token and the network; checked before any work)",
+        metavar="NAME",
+    )
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.learning_rate <= 0:
+            out.append(f"--learning-rate must be > 0, got {self.learning_rate}")
+        if self.warmup_steps < 0:
+            out.append(f"--warmup-steps must be >= 0, got {self.warmup_steps}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            out.append(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.weight_decay < 0:
+            out.append(f"--weight-decay must be >= 0, got {self.weight_decay}")
+        if self.epochs <= 0:
+            out.append(f"--epochs must be > 0, got {self.epochs}")
+        if self.max_steps is not None and self.max_steps < 1:
+            out.append(f"--max-steps must be >= 1, got {self.max_steps}")
+        if self.max_minutes <= 0:
+            out.append(f"--max-minutes must be > 0, got {self.max_minutes}")
+        if self.batch_size < 1:
+            out.append(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.seq_length is not None and self.seq_length < 2:
+            out.append(f"--seq-length must be >= 2, got {self.seq_length}")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            out.append(f"--dropout must be in [0, 1), got {self.dropout}")
+        if not 0 < self.valid_fraction < 1:
+            out.append(f"--valid-fraction must be in (0, 1), got {self.valid_fraction}")
+        if self.eval_tokens < 2:
+            out.append(f"--eval-tokens must be >= 2, got {self.eval_tokens}")
+        if self.workers < 0:
+            out.append(f"--workers must be >= 0, got {self.workers}")
+        return out
+
+    @property
+    def corpus_dir(self) -> Path:
+        return self.output / "corpus"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.output / "model"
+
+
+@dataclass
+class FinetuneResult:
+    """What a fine-tuning run measured; ``model`` is a checkpoint directory."""
+
+    output: Path
+    model: Path
+    corpus: Path
+    train_files: int
+    valid_files: int
+    train_tokens: int
+    valid_tokens: int
+    valid_loss_before: float
+    valid_loss_after: float
+    train_loss_before: float
+    train_loss_after: float
+    steps: int
+    stopped_by: str
+    seconds: float
+    lsp_command: str
+    app_command: str
+    pushed: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+
+
+# -- checks before any work ------------------------------------------------------------
+
+
+def check_repository(repository: Path) -> None:
+    """The repository exists and holds at least one Python file the corpus would read."""
+    from codeparrot.data.sources import iter_source
+
+    if not repository.is_dir():
+        raise DataError(f"REPOSITORY {repository}: no such directory")
+    if next(iter_source(str(repository)), None) is None:
+        raise DataError(
+            f"REPOSITORY {repository}: no Python (*.py) files found; point it at a source "
+            "checkout (folders named site-packages, node_modules and __pycache__ are skipped)"
+        )
+
+
+def preflight(config: FinetuneConfig) -> Any:
+    """Every check that can fail before data or weights are touched; the Hub target if any."""
+    from codeparrot.models.checkpoint import validate_checkpoint
+
+    validate_checkpoint(config.checkpoint)  # causal LM, weights, its tokenizer fits
+    check_repository(config.repository)
+    if config.output.exists() and not config.output.is_dir():
+        raise DataError(f"--output {config.output} exists and is not a directory")
+    taken = [p for p in (config.corpus_dir, config.model_dir, config.output / RESULT_FILE)]
+    if not config.force and any(p.exists() for p in taken):
+        raise CheckpointError(
+            f"--output {config.output} already holds a fine-tuning run; choose another "
+            "--output or pass --force to replace it"
+        )
+    if config.push_to_hub:
+        from codeparrot.hub import preflight as hub_preflight
+
+        return hub_preflight(config.push_to_hub)
+    return None
+
+
+# -- measuring -------------------------------------------------------------------------
+
+
+def split_tokens(corpus: Path, split: str, tokenizer: Any, limit: int) -> list[int]:
+    """The first ``limit`` tokens of a split in shard order, documents joined by EOS."""
+    from training.data import encode_batch, read_documents, shard_files
+
+    ids: list[int] = []
+    texts: list[str] = []
+    for _shard, _line, text in read_documents(shard_files(corpus, split)):
+        texts.append(text)
+        if len(texts) == 64:
+            for doc in encode_batch(tokenizer, texts):
+                ids.extend(doc)
+                ids.append(tokenizer.eos_token_id)
+            texts = []
+            if len(ids) >= limit:
+                break
+    for doc in encode_batch(tokenizer, texts):
+        ids.extend(doc)
+        ids.append(tokenizer.eos_token_id)
+    return ids[:limit]
+
+
+def mean_loss(model: Any, ids: list[int], seq_length: int, batch_size: int = 8) -> float:
+    """Token-weighted mean next-token loss (nats) over consecutive windows of ``ids``."""
+    import torch
+
+    windows = [ids[i : i + seq_length] for i in range(0, len(ids), seq_length)]
+    windows = [w for w in windows if len(w) >= 2]
+    if not windows:
+        raise DataError("too few tokens to measure a loss (need at least 2)")
+    total, count = 0.0, 0
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        full = [w for w in windows if len(w) == seq_length]
+        groups = [full[i : i + batch_size] for i in range(0, len(full), batch_size)]
+        groups += [[w] for w in windows if len(w) != seq_length]
+        for group in groups:
+            x = torch.tensor(group, dtype=torch.long)  # (B, T)
+            n = x.shape[0] * (x.shape[1] - 1)  # predicted tokens
+            loss = model(input_ids=x, labels=x).loss.float()
+            total += float(loss) * n
+            count += n
+    model.train(was_training)
+    return total / count
+
+
+def checkpoint_losses(
+    path: Path, splits: dict[str, list[int]], seq_length: int
+) -> dict[str, float]:
+    """Loss of the checkpoint at ``path`` on each split's tokens (float32, no dropout)."""
+    from codeparrot.models.checkpoint import load_checkpoint
+
+    model, _tokenizer, _meta = load_checkpoint(path)
+    model.float()
+    return {name: mean_loss(model, ids, seq_length) for name, ids in splits.items()}
+
+
+# -- the stage -------------------------------------------------------------------------
+
+
+def _build_corpus(config: FinetuneConfig) -> dict[str, Any]:
+    from codeparrot.data import DataConfig, build_corpus
+
+    data = DataConfig(
+        output=config.corpus_dir,
+        sources=(str(config.repository),),
+        split_by="file",
+        valid_fraction=config.valid_fraction,
+        seed=config.seed,
+        workers=config.workers,
+        force=True,
+    )
+    manifest = build_corpus(data, progress=config.progress)
+    train_files = manifest["splits"]["train"]["files"]
+    valid_files = manifest["splits"]["valid"]["files"]
+    if train_files == 0 or valid_files == 0:
+        kept = manifest["output"]["files"]
+        raise DataError(
+            f"REPOSITORY {config.repository}: {kept} Python file(s) left after cleaning "
+            f"({manifest['input']['files']} read; removed: "
+            f"{ {k: v for k, v in manifest['removed'].items() if v} }); fine-tuning needs at "
+            "least one file to train on and one to hold out"
+        )
+    return manifest
+
+
+def _train_config(config: FinetuneConfig, steps: int, seq_length: int) -> Any:
+    from training.config import TrainConfig
+
+    return TrainConfig(
+        data=config.corpus_dir,
+        output=config.model_dir,
+        init_from=config.checkpoint,
+        dropout=config.dropout,
+        seq_length=seq_length,
+        batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        min_lr_ratio=config.min_lr_ratio,
+        warmup_steps=min(config.warmup_steps, max(0, steps // 5)),
+        weight_decay=config.weight_decay,
+        max_steps=steps,
+        max_minutes=config.max_minutes,
+        mixed_precision=config.mixed_precision,
+        eval_every=0,
+        eval_batches=4,
+        keep_checkpoints=1,
+        log_every=max(1, min(10, steps // 20)),
+        log_with=config.log_with,
+        seed=config.seed,
+        progress=config.progress,
+        peak_tflops=1.0,  # MFU is not what a fine-tune reports; skip the matmul probe
+    )
+
+
+def planned_steps(config: FinetuneConfig, train_tokens: int, seq_length: int) -> int:
+    """``--max-steps``, or enough optimizer steps for ``--epochs`` over the train tokens."""
+    if config.max_steps is not None:
+        return config.max_steps
+    per_step = config.batch_size * seq_length
+    return max(1, math.ceil(config.epochs * train_tokens / per_step))
+
+
+def commands(model_dir: Path) -> tuple[str, str]:
+    """The commands that start the language server and the playground on ``model_dir``."""
+    path = shlex.quote(str(model_dir))
+    return f"codeparrot lsp --checkpoint {path}", f"codeparrot app --checkpoint {path}"
+
+
+def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
+    """Build the repository's corpus, train from the checkpoint, measure before and after."""
+    from codeparrot.io import provenance, write_json
+    from codeparrot.models.checkpoint import load_tokenizer, read_model_config
+
+    say = log or (lambda _msg: None)
+    target = preflight(config)
+    started = time.perf_counter()
+    if config.force:
+        for path in (config.corpus_dir, config.model_dir):
+            shutil.rmtree(path, ignore_errors=True)
+        (config.output / RESULT_FILE).unlink(missing_ok=True)
+
+    say(f"building the corpus of {config.repository} (held out by file)")
+    manifest = _build_corpus(config)
+    tokenizer = load_tokenizer(config.checkpoint)
+    n_positions = int(read_model_config(config.checkpoint).get("n_positions") or 1024)
+    seq_length = config.seq_length or n_positions
+    if seq_length > n_positions:
+        raise CheckpointError(
+            f"--seq-length {seq_length} is above the checkpoint's {n_positions} positions"
+        )
+    splits = {
+        "valid": split_tokens(config.corpus_dir, "valid", tokenizer, config.eval_tokens),
+    }
+    every_train_token = split_tokens(config.corpus_dir, "train", tokenizer, 1 << 62)
+    train_tokens = len(every_train_token)
+    splits["train"] = every_train_token[: config.eval_tokens]
+    del every_train_token
+    say(f"measuring the base checkpoint on {len(splits['valid']):,} held-out tokens")
+    before = checkpoint_losses(config.checkpoint, splits, seq_length)
+
+    steps = planned_steps(config, train_tokens, seq_length)
+    say(f"fine-tuning for up to {steps} steps or {config.max_minutes:g} minutes")
+    from training.loop import train
+
+    trained = train(_train_config(config, steps, seq_length))
+    after = checkpoint_losses(config.model_dir, splits, seq_length)
+
+    pushed = None
+    if target is not None:
+        from codeparrot.hub import branch_name, push_run
+
+        pushed = push_run(target, config.model_dir, trained.step, branch=branch_name(config.output))
+    lsp_command, app_command = commands(config.model_dir)
+    result = FinetuneResult(
+        output=config.output,
+        model=config.model_dir,
+        corpus=config.corpus_dir,
+        train_files=manifest["splits"]["train"]["files"],
+        valid_files=manifest["splits"]["valid"]["files"],
+        train_tokens=train_tokens,
+        valid_tokens=len(splits["valid"]),
+        valid_loss_before=before["valid"],
+        valid_loss_after=after["valid"],
+        train_loss_before=before["train"],
+        train_loss_after=after["train"],
+        steps=trained.step,
+        stopped_by=trained.stopped_by,
+        seconds=time.perf_counter() - started,
+        lsp_command=lsp_command,
+        app_command=app_command,
+        pushed=pushed,
+    )
+    write_json(
+        config.output / RESULT_FILE,
+        {**result.to_dict(), "seq_length": seq_length, "provenance": provenance(config)},
+    )
+    return result
+
+
+__all__ = ["FinetuneConfig", "FinetuneResult", "finetune", "mean_loss", "preflight"]
