@@ -1,0 +1,1 @@
+"""Metrics for `evaluate.load(<directory>)`: each subdirectory is one metric module."""
