@@ -67,9 +67,14 @@ def bytes_to_unicode() -> dict[int, str]:
     return mapping
 
 
+@lru_cache(maxsize=1)
+def unicode_to_bytes() -> dict[str, int]:
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
 def token_bytes(token: str) -> bytes | None:
     """The bytes a byte-level token stands for (``None`` for a special token)."""
-    decode = {c: b for b, c in bytes_to_unicode().items()}
+    decode = unicode_to_bytes()
     try:
         return bytes(decode[c] for c in token)
     except KeyError:
@@ -167,12 +172,11 @@ def _indentation(backend: Any) -> dict[str, int]:
         enc = backend.encode(text, add_special_tokens=False)
         start = text.index("\n")
         first_word = text.index("return")
-        whitespace = [
+        out[name] = sum(
             1
             for (s, e) in enc.offsets
             if s >= start and e <= first_word + 1 and text[s:e].isspace()
-        ]
-        out[name] = len(whitespace)
+        )
     return out
 
 
