@@ -6,18 +6,21 @@ Rules users expect from ghost text:
   (``def f():|`` or a blank line under it), ending where the block dedents;
 - nothing that repeats what already follows the cursor (an auto-inserted ``)``, the
   rest of the line, the next line);
-- no whitespace-only suggestion;
+- no whitespace-only suggestion, nothing after a control character or broken UTF-8;
 - brackets balanced on the cursor's line: a closer the text after the cursor already
   supplies is not inserted twice, a bracket the suggestion opens is closed.
 """
 
 from __future__ import annotations
 
+import re
+
 from lsp.documents import Window
 
 OPENERS = "([{"
 CLOSERS = ")]}"
 PAIR = dict(zip(OPENERS, CLOSERS, strict=True))
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f\ufffd]")
 BLOCK_KEYWORDS = frozenset(
     [
         "def",
@@ -139,13 +142,15 @@ def balance(text: str, tail: str, head: str = "") -> str:
     """Cut at a closer that does not fit, close what the suggestion opened.
 
     A closer of a bracket opened before the cursor (in ``head``, the text before it) is
-    kept unless the text after the cursor starts with it (an auto-paired ``)``): then
-    the suggestion ends there. A closer that matches no open bracket ends it too.
+    kept unless the text after the cursor closes that bracket itself (an auto-paired
+    ``)``): then the suggestion ends there. A closer that matches no open bracket ends
+    it too.
     """
     outer = [b for _, b in _scan(head)[0]] if head else []
+    # the text after the cursor closes the innermost of those itself
+    closable = len(outer) - len(_scan(tail)[1])
     stack: list[str] = []
     quote = None
-    next_tail = tail.lstrip()[:1]
     i = 0
     while i < len(text):
         ch = text[i]
@@ -171,8 +176,9 @@ def balance(text: str, tail: str, head: str = "") -> str:
                 if PAIR[stack[-1]] != ch:
                     return _close(text[:i], stack, None)
                 stack.pop()
-            elif outer and PAIR[outer[-1]] == ch and ch != next_tail:
+            elif closable > 0 and PAIR[outer[-1]] == ch:
                 outer.pop()  # closes a bracket opened before the cursor
+                closable -= 1
             else:
                 return text[:i].rstrip() if text[:i].strip() else ""
         i += 1
@@ -224,6 +230,9 @@ def postprocess(raw: str, window: Window, base_indent: int | None) -> str | None
     ``base_indent`` is :func:`block_indent` of the window: ``None`` for a single line.
     """
     text = raw.replace("\r\n", "\n").replace("\r", "\n")
+    bad = _UNPRINTABLE.search(text)
+    if bad is not None:  # control bytes or broken UTF-8: nothing a user would type
+        text = text[: bad.start()]
     head, tail = window.line_head, window.line_tail
     if base_indent is None:
         text = text.split("\n", 1)[0].rstrip()

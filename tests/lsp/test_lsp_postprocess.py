@@ -67,6 +67,8 @@ def test_opens_block():
         ("value = compute(|  ", "1)  ", "1)"),
         ("x = [|]", "1, 2]", "1, 2"),
         (")|", ")", None),  # closes nothing
+        ("x = |", "\x17\x17", None),  # control bytes from a random model
+        ("x = |", "abc\ufffddef", "abc"),  # broken UTF-8 ends it
         ("foo(\n    a, b|", ")", ")"),  # closes a call opened on an earlier line
     ],
 )
