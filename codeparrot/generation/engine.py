@@ -161,7 +161,15 @@ class Engine:
         path: Path | None = None,
         bf16_prefill: bool = False,
         prompt_cache_entries: int = 4,
+        lean_gpt2: bool = True,
     ) -> None:
+        """Wrap a loaded model; :meth:`load` is the usual way in.
+
+        ``bf16_prefill``: run long prompts' matrix products in bf16 (CPU autocast).
+        ``prompt_cache_entries``: recent prompts whose keys/values are kept for reuse.
+        ``lean_gpt2``: use :class:`~codeparrot.generation.gpt2.GPT2Decoder` for GPT-2
+        models (``False``: the ``transformers`` forward, as for other architectures).
+        """
         from codeparrot.generation.gpt2 import GPT2Decoder, PromptCache
 
         self.model = model
@@ -174,7 +182,7 @@ class Engine:
         )
         eos = tokenizer.eos_token_id
         self.eos_token_id: int | None = int(eos) if eos is not None else None
-        self._gpt2 = GPT2Decoder(model) if GPT2Decoder.supports(model) else None
+        self._gpt2 = GPT2Decoder(model) if lean_gpt2 and GPT2Decoder.supports(model) else None
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
         self.bf16_prefill = bf16_prefill
         self.prompt_cache = PromptCache(prompt_cache_entries)
