@@ -132,9 +132,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         ours, run = ours_step_fn(Path(tmp), args.compile)
+        print(f"setup {time.perf_counter() - t0:.0f} s; warming up (compile={args.compile})", flush=True)
         for _ in range(args.warmup):
             ours()
         setup_s = time.perf_counter() - t0
+        print(f"ours ready after {setup_s:.0f} s", flush=True)
         base = baseline_step_fn()
         for _ in range(args.warmup):
             base()
