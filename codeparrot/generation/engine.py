@@ -215,9 +215,18 @@ class Engine:
         except Exception as e:  # transformers raises many types for a broken directory
             raise CheckpointError(f"checkpoint {path}: cannot load its tokenizer ({e})") from e
         try:
-            model = AutoModelForCausalLM.from_pretrained(path)
+            model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True)
         except Exception as e:
             raise CheckpointError(f"checkpoint {path}: not a loadable causal LM ({e})") from e
+        # transformers fills weights the files lack with random ones: a model that
+        # "loads" that way (another architecture's weights, say) only produces noise
+        missing = sorted(info.get("missing_keys") or ()) + sorted(info.get("mismatched_keys") or ())
+        if missing:
+            shown = ", ".join(str(k) for k in missing[:3])
+            raise CheckpointError(
+                f"checkpoint {path}: its weights do not fit a {model.config.model_type} causal "
+                f"LM ({len(missing)} missing or of the wrong shape, e.g. {shown})"
+            )
         if len(tokenizer) > model.config.vocab_size:
             raise CheckpointError(
                 f"checkpoint {path}: tokenizer has {len(tokenizer)} tokens but the model's "

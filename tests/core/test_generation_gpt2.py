@@ -1,0 +1,171 @@
+"""The engine on a real (tiny, random) GPT-2 checkpoint: the lean decode path against
+``transformers``, the prompt cache, determinism, concurrency and bad checkpoints."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from codeparrot.errors import CheckpointError, ConfigError
+from codeparrot.generation import Engine, GenerationConfig
+from codeparrot.generation.gpt2 import GPT2Decoder
+
+PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n"
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint) -> Engine:
+    return Engine.load(tiny_checkpoint, dtype="float32")
+
+
+def test_lean_forward_matches_transformers(engine):
+    model, decoder = engine.model, engine._gpt2
+    assert isinstance(decoder, GPT2Decoder)
+    ids = torch.tensor([engine.tokenizer(PROMPT * 3)["input_ids"]])  # (1, T)
+    T = ids.size(1)
+    with torch.inference_mode():
+        reference = model(ids).logits  # (1, T, V)
+        whole = decoder.new_cache(1, T + 4)
+        assert torch.allclose(decoder.forward(ids, whole), reference[:, -1], atol=1e-4)
+        # a cached start, then a chunk of 7 positions, then one token at a time
+        split = decoder.new_cache(1, T + 4)
+        decoder.forward(ids[:, : T - 10], split)
+        assert torch.allclose(
+            decoder.forward(ids[:, T - 10 : T - 3], split), reference[:, T - 4], atol=1e-4
+        )
+        for t in range(T - 3, T):
+            assert torch.allclose(
+                decoder.forward(ids[:, t : t + 1], split), reference[:, t], atol=1e-4
+            )
+        assert split.length == T
+
+
+def test_bf16_prefill_stays_close(engine):
+    decoder = engine._gpt2
+    ids = torch.tensor([engine.tokenizer(PROMPT * 3)["input_ids"]])
+    with torch.inference_mode():
+        exact = decoder.forward(ids, decoder.new_cache(1, ids.size(1)))
+        approx = decoder.forward(ids, decoder.new_cache(1, ids.size(1)), bf16=True)
+    assert approx.dtype == torch.float32
+    assert torch.allclose(approx, exact, atol=0.05)
+
+
+def test_greedy_matches_transformers_generate(engine):
+    config = GenerationConfig(temperature=0, max_new_tokens=24, stop_at_eos=False)
+    (ours,) = engine.generate(PROMPT, config)
+    ids = torch.tensor([engine.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]])
+    with torch.inference_mode():
+        out = engine.model.generate(
+            ids, do_sample=False, max_new_tokens=24, min_new_tokens=24, pad_token_id=0
+        )
+    expected = engine.tokenizer.decode(out[0, ids.size(1) :], skip_special_tokens=False)
+    assert ours.text == expected.rstrip("\ufffd")
+    assert ours.new_tokens == 24 and ours.finish_reason == "length"
+
+
+def test_transformers_fallback_gives_the_same_text(tiny_checkpoint, engine):
+    slow = Engine(engine.model, engine.tokenizer, lean_gpt2=False)
+    assert slow._gpt2 is None
+    for config in (
+        GenerationConfig(temperature=0, max_new_tokens=16, stop_at_eos=False),
+        GenerationConfig(n=3, seed=5, temperature=0.7, max_new_tokens=16, stop=("\n",)),
+    ):
+        assert [c.text for c in slow.generate(PROMPT, config)] == [
+            c.text for c in engine.generate(PROMPT, config)
+        ]
+
+
+def test_seeded_sampling_is_reproducible_and_seeds_differ(engine):
+    config = GenerationConfig(n=4, seed=11, temperature=1.0, max_new_tokens=16, stop_at_eos=False)
+    first = [c.text for c in engine.generate(PROMPT, config)]
+    assert [c.text for c in engine.generate(PROMPT, config)] == first
+    other = [c.text for c in engine.generate(PROMPT, config.replace(seed=12))]
+    assert other != first
+    unseeded = engine.generate(PROMPT, config.replace(seed=None))
+    assert unseeded[0].seed is not None  # recorded, so the run can be repeated
+    again = engine.generate(PROMPT, config.replace(seed=unseeded[0].seed))
+    assert [c.text for c in again] == [c.text for c in unseeded]
+
+
+def test_n_candidates_come_back_in_order(engine):
+    out = engine.generate(PROMPT, GenerationConfig(n=5, seed=1, temperature=1.0, max_new_tokens=8))
+    assert len(out) == 5
+    assert len({c.text for c in out}) > 1
+
+
+def test_a_growing_prompt_reuses_the_cached_start(tiny_checkpoint):
+    engine = Engine.load(tiny_checkpoint, dtype="float32")
+    config = GenerationConfig(temperature=0, max_new_tokens=12, stop_at_eos=False)
+    (cold,) = engine.generate(PROMPT, config)
+    assert cold.prompt_cached_tokens == 0
+    (warm,) = engine.generate(PROMPT, config)
+    assert warm.prompt_cached_tokens == warm.prompt_tokens - 1
+    assert warm.text == cold.text
+    longer = PROMPT + "    return fibonacci(n - 1)"
+    (grown,) = engine.generate(longer, config)
+    assert grown.prompt_cached_tokens >= cold.prompt_tokens - 2
+    engine.prompt_cache.clear()
+    (fresh,) = engine.generate(longer, config)
+    assert fresh.prompt_cached_tokens == 0 and fresh.text == grown.text
+
+
+def test_concurrent_callers_get_what_sequential_calls_get(tiny_checkpoint):
+    engine = Engine.load(tiny_checkpoint, dtype="float32")
+    jobs = [
+        (PROMPT, GenerationConfig(n=3, seed=s, temperature=0.8, max_new_tokens=20, stop=("\n",)))
+        for s in range(3)
+    ] + [
+        ("import os\n", GenerationConfig(temperature=0, max_new_tokens=20, stop_at_eos=False)),
+        ("class A:\n", GenerationConfig(n=2, seed=9, temperature=1.0, top_k=20, max_new_tokens=20)),
+    ]
+    sequential = [[c.text for c in engine.generate(p, g)] for p, g in jobs]
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        for _ in range(2):
+            futures = [pool.submit(engine.generate, p, g) for p, g in jobs]
+            assert [[c.text for c in f.result(timeout=120)] for f in futures] == sequential
+
+
+def test_long_prompts_never_exceed_the_positions(engine):
+    prompt = PROMPT * 80  # far over the 256 positions
+    for new in (1, 40, 200):
+        (c,) = engine.generate(
+            prompt, GenerationConfig(temperature=0, max_new_tokens=new, stop_at_eos=False)
+        )
+        assert c.prompt_truncated
+        assert c.prompt_tokens + c.new_tokens <= engine.context_length
+        assert c.new_tokens == new
+
+
+def test_missing_or_incompatible_checkpoints_are_clear_errors(tmp_path, tiny_checkpoint):
+    with pytest.raises(CheckpointError, match="no such directory"):
+        Engine.load(tmp_path / "nowhere")
+    with pytest.raises(CheckpointError, match=r"config\.json"):
+        Engine.load(tmp_path)
+    broken = tmp_path / "no-weights"
+    shutil.copytree(tiny_checkpoint, broken)
+    for weights in broken.glob("*.safetensors"):
+        weights.unlink()
+    with pytest.raises(CheckpointError, match="not a loadable causal LM"):
+        Engine.load(broken)
+    small = tmp_path / "small-vocab"
+    shutil.copytree(tiny_checkpoint, small)
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config.from_pretrained(small)
+    config.vocab_size = 100
+    GPT2LMHeadModel(config).save_pretrained(small)
+    with pytest.raises(CheckpointError, match="tokenizer has"):
+        Engine.load(small)
+    encoder = tmp_path / "encoder"
+    shutil.copytree(tiny_checkpoint, encoder)
+    data = json.loads((encoder / "config.json").read_text())
+    data.update(model_type="bert", architectures=["BertModel"])
+    (encoder / "config.json").write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match="do not fit a bert causal LM"):
+        Engine.load(encoder)
+    with pytest.raises(ConfigError, match="dtype"):
+        Engine.load(tiny_checkpoint, dtype="int3")
