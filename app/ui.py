@@ -231,8 +231,12 @@ class _CandidatesView:
             out.append(row)
         return out
 
-    def frame(self, notice: str) -> tuple[Any, ...]:
-        """Values of (notice, details, candidate 1, ..., candidate MAX_CANDIDATES)."""
+    def frame(self, notice: str, *, full: bool = True) -> tuple[Any, ...]:
+        """Values of (notice, details, candidate 1, ..., candidate MAX_CANDIDATES).
+
+        A frame that is not ``full`` (mid-stream) sends only the visible editors and
+        leaves the notice, the details and the hidden editors as they are.
+        """
         n = len(self.texts)
         editors = [
             gr.Code(
@@ -241,9 +245,11 @@ class _CandidatesView:
                 visible=True,
             )
             if i < n
-            else gr.Code(value="", visible=False)
+            else (gr.Code(value="", visible=False) if full else gr.skip())
             for i in range(MAX_CANDIDATES)
         ]
+        if not full:
+            return (gr.skip(), gr.skip(), *editors)
         return (gr.Markdown(notice, visible=bool(notice)), self.details(), *editors)
 
 
@@ -323,12 +329,13 @@ def build_app(config: AppConfig) -> gr.Blocks:
             for batch in _events_in_background(engine, prompt, gen, cancel, config.stream_interval):
                 for event in batch:
                     view.add(event)
-                yield view.frame(notice)
+                yield view.frame(notice, full=False)
         except CodeparrotError as e:
             raise _user_error(str(e)) from e
         finally:
             cancel.set()  # the page went away or stopped: end the generation thread too
             running.finish(session, cancel)
+        yield view.frame(notice)
 
     def stop_generation(request: gr.Request) -> None:
         """End the generation of this browser tab (or API client session) within a token."""
