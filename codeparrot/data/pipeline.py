@@ -218,12 +218,14 @@ def input_files(
     config: DataConfig, opened: dict[str, Any] | None = None
 ) -> tuple[Iterable[SourceFile], int | None]:
     """The files to read and, when known, how many (``opened``: hub streams by source)."""
-    from codeparrot.data.sources import iter_source, iter_sources
+    from codeparrot.data.sources import count_python_files, iter_source, iter_sources
 
-    if config.max_files == 0:
-        return iter_sources(config.sources, opened), None
     local = tuple(s for s in config.sources if not s.startswith(HUB_PREFIX))
     hub = tuple(s for s in config.sources if s.startswith(HUB_PREFIX))
+    if config.max_files == 0:
+        # Listing is cheap next to reading: count first so the progress bar has a total.
+        total = None if hub else count_python_files(local)
+        return iter_sources(config.sources, opened), total
     chosen: list[SourceFile] = []
     if local or not config.sources:
         chosen = select_files(iter_sources(local), config.max_files, config.seed)

@@ -234,7 +234,12 @@ def test_git_checkout_name_and_license(tmp_path):
     )
     # Inside a plain folder, the checkout stays one repository; the folder's modules are others.
     write(tmp_path / "loose.py", module(6))
-    build_corpus(config([tmp_path], tmp_path.parent / f"{tmp_path.name}-out2"), progress=False)
+    from codeparrot.data.sources import count_python_files
+
+    manifest = build_corpus(
+        config([tmp_path], tmp_path.parent / f"{tmp_path.name}-out2"), progress=False
+    )
+    assert count_python_files((str(tmp_path),)) == manifest["input"]["files"] == 2
     records = all_records(tmp_path.parent / f"{tmp_path.name}-out2")
     names = {(r["repo_name"], r["path"], r["license"]) for r in records}
     assert names == {
@@ -370,3 +375,21 @@ def test_stats_counts_match_the_shards(corpus_dir, tmp_path):
     assert stats["exact_duplicate_fraction"] == pytest.approx(1 / 26)
     assert (tmp_path / "plot.png").read_bytes().startswith(b"\x89PNG")
     assert "removed: near_duplicate" in format_table(stats)
+
+
+def test_an_unexpected_error_on_one_file_is_counted_not_fatal(corpus_dir, tmp_path, monkeypatch):
+    from codeparrot.data import filters
+
+    real = filters.first_failing_filter
+
+    def flaky(text, *args, **kwargs):
+        if "Module 10." in text:
+            raise RuntimeError("a bug that only this file triggers")
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(filters, "first_failing_filter", flaky)
+    manifest = build_corpus(config([corpus_dir], tmp_path / "out"), progress=False)
+    # pkg1/mod0.py and its near copy in pkg6 both hold "Module 10.".
+    assert manifest["removed"]["processing_error"] == 2
+    assert manifest["removed"]["near_duplicate"] == 0
+    assert manifest["output"]["files"] == 23
