@@ -59,7 +59,11 @@ class Suggestion:
 
 
 class CodeparrotProtocol(LanguageServerProtocol):
-    """pygls' protocol with our own document store and errors for malformed requests."""
+    """pygls' protocol with our own document store and errors for malformed requests.
+
+    The document handlers are plain functions, not generators like pygls' own: pygls
+    keeps a future per generator-handled notification for the life of the connection.
+    """
 
     _server: CodeparrotServer
 
@@ -67,17 +71,14 @@ class CodeparrotProtocol(LanguageServerProtocol):
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
         doc = params.text_document
         self._server.documents[doc.uri] = Document(doc.uri, doc.text, doc.version)
-        yield from ()
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
         self._server.apply_changes(params)
-        yield from ()
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
         self._server.close_document(params.text_document.uri)
-        yield from ()
 
     def structure_message(self, data: dict[str, Any]):
         try:
@@ -163,10 +164,12 @@ class CodeparrotServer(LanguageServer):
                 )
             return None
         try:
-            return await asyncio.wrap_future(self._engine)
-        except CodeparrotError as e:
+            # shielded: a cancelled request must not cancel a load still in the queue
+            return await asyncio.shield(asyncio.wrap_future(self._engine))
+        except Exception as e:  # CheckpointError, or whatever torch raised while loading
             if not self._load_error_shown:
                 self._load_error_shown = True
+                logger.exception("loading %s failed", self._engine_path)
                 self.show(types.MessageType.Error, f"codeparrot: {e}")
             return None
 
@@ -250,8 +253,8 @@ class CodeparrotServer(LanguageServer):
         future = self._generator.submit(suggest, engine, window, base, config, cancel)
         try:
             outcome: Outcome | None = await asyncio.wrap_future(future)
-        except CodeparrotError as e:
-            logger.warning("generation failed: %s", e)
+        except Exception:  # one failed suggestion must not take the editor's server down
+            logger.exception("generation failed")
             return None
         if outcome is None:
             return None
