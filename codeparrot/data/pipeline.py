@@ -164,8 +164,13 @@ _WORKER_PROCESSOR: FileProcessor | None = None
 
 
 def _init_worker(processor: FileProcessor) -> None:
+    import signal
+
     global _WORKER_PROCESSOR
     _WORKER_PROCESSOR = processor
+    # Ctrl-C reaches the whole process group: the main process alone handles it (and
+    # terminates the pool), instead of every worker printing a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _process_in_worker(item: SourceFile) -> Processed:
