@@ -83,6 +83,9 @@ class DataConfig(Config):
     decontamination_min_lines: int = option(
         3, "HumanEval snippets with fewer non-blank lines are too generic to look for"
     )
+    decontamination_min_chars: int = option(
+        40, "HumanEval snippets with fewer non-whitespace characters are too generic (e.g. gcd)"
+    )
 
     def problems(self) -> list[str]:
         out: list[str] = []
@@ -128,6 +131,10 @@ class DataConfig(Config):
         if self.decontamination_min_lines < 1:
             out.append(
                 f"--decontamination-min-lines must be >= 1, got {self.decontamination_min_lines}"
+            )
+        if self.decontamination_min_chars < 0:
+            out.append(
+                f"--decontamination-min-chars must be >= 0, got {self.decontamination_min_chars}"
             )
         return out
 

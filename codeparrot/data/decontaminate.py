@@ -4,7 +4,8 @@ Matching is on stripped, non-blank lines: a file is contaminated when a snippet'
 appear in it consecutively (so a re-indented copy still counts). Each snippet is indexed
 by its longest line, so checking a file costs one dictionary lookup per line rather than
 one substring search per snippet. Snippets with fewer than ``min_lines`` non-blank lines
-(e.g. ``return a + b``) are too generic to look for and are left out, and counted.
+(``return a + b``) or ``min_chars`` non-whitespace characters (the three-line gcd loop that
+numpy and sympy also contain) are too generic to look for: they are left out, and counted.
 """
 
 from __future__ import annotations
@@ -41,12 +42,12 @@ class SnippetIndex:
         return False
 
 
-def build_index(snippets: Iterable[str], min_lines: int = 3) -> SnippetIndex:
+def build_index(snippets: Iterable[str], min_lines: int = 3, min_chars: int = 0) -> SnippetIndex:
     anchors: dict[str, list[tuple[tuple[str, ...], int]]] = {}
     indexed = too_short = 0
     for snippet in snippets:
         lines = tuple(normalized_lines(snippet))
-        if len(lines) < min_lines:
+        if len(lines) < min_lines or sum(len("".join(line.split())) for line in lines) < min_chars:
             too_short += 1
             continue
         pos = max(range(len(lines)), key=lambda j: len(lines[j]))
@@ -66,5 +67,5 @@ def humaneval_snippets() -> list[str]:
     return out
 
 
-def humaneval_index(min_lines: int = 3) -> SnippetIndex:
-    return build_index(humaneval_snippets(), min_lines)
+def humaneval_index(min_lines: int = 3, min_chars: int = 40) -> SnippetIndex:
+    return build_index(humaneval_snippets(), min_lines, min_chars)

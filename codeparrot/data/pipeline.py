@@ -328,7 +328,11 @@ def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]
 
     opened = _check_inputs(config)
     started = time.perf_counter()
-    index = humaneval_index(config.decontamination_min_lines) if config.decontaminate else None
+    index = (
+        humaneval_index(config.decontamination_min_lines, config.decontamination_min_chars)
+        if config.decontaminate
+        else None
+    )
     processor = FileProcessor(config, index)
     workers = config.workers or os.cpu_count() or 1
     items, total = input_files(config, opened)

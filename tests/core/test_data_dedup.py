@@ -129,3 +129,13 @@ def test_token_bytes_match_the_regex_tokens_on_any_text():
         assert token_bytes(text) == {t.encode() for t in tokens(text)}
 
     check()
+
+
+def test_generic_snippets_are_left_out_by_size():
+    gcd = "    while b:\n        a, b = b, a % b\n    return a\n"
+    numpy_like = "def _gcd(a, b):\n    while b:\n        a, b = b, a % b\n    return a\n"
+    assert build_index([gcd], min_lines=3).contains_snippet(numpy_like)
+    strict = build_index([gcd], min_lines=3, min_chars=40)
+    assert strict.too_short == 1 and not strict.contains_snippet(numpy_like)
+    assert humaneval_index(min_lines=3, min_chars=0).contains_snippet(numpy_like)
+    assert not humaneval_index(min_lines=3, min_chars=40).contains_snippet(numpy_like)
