@@ -15,7 +15,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -235,7 +235,6 @@ class Run:
     flops_per_token: float
     peak_flops: float
     resume_from: Path | None
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 def _build_model(config: TrainConfig, tokenizer: Any) -> Any:
@@ -388,7 +387,9 @@ def setup(
 def _warn_single_cpu_process() -> None:
     """`accelerate launch --cpu --num_processes N` starts N processes only through MPI."""
     env = os.environ
-    launched_for_several = env.get("ACCELERATE_USE_CPU", "").lower() == "true" and "MASTER_ADDR" in env
+    launched_for_several = (
+        env.get("ACCELERATE_USE_CPU", "").lower() == "true" and "MASTER_ADDR" in env
+    )
     distributed = any(
         k in env for k in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
     )

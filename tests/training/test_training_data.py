@@ -168,9 +168,11 @@ def test_training_from_pretokenized_shards(tmp_path, tiny_checkpoint):
         data=corpus, tokenizer=tiny_checkpoint, init_from=tiny_checkpoint,
         output=tmp_path / "run", pretokenized=True, seq_length=32, batch_size=2,
         max_steps=2, warmup_steps=1, eval_batches=1, log_with="none", mixed_precision="no",
-        peak_tflops=1.0, progress=False,
+        peak_tflops=1.0, progress=False, gradient_checkpointing=True,
+        gradient_accumulation_steps=2,
     )  # fmt: skip
     result = train(config)
     assert result.step == 2 and result.eval_loss is not None
+    assert result.tokens_seen == 2 * 2 * 2 * 32  # steps x micro-batches x batch x length
     assert (tmp_path / "run" / "tokens" / "train.bin").exists()
     assert (tmp_path / "run" / "tokens" / "valid.json").exists()

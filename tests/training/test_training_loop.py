@@ -101,7 +101,9 @@ def test_train_writes_a_loadable_run_directory(tmp_path, corpus, tiny_checkpoint
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     run = tmp_path / "run"
-    result = train(tiny_config(corpus, tiny_checkpoint, run, keep_checkpoints=1))
+    result = train(
+        tiny_config(corpus, tiny_checkpoint, run, keep_checkpoints=1, log_with="tensorboard")
+    )
     assert result.step == 6 and result.stopped_by == "max_steps"
     assert result.tokens_seen == 6 * 4 * 64
     assert result.eval_loss is not None and math.isfinite(result.eval_loss)
@@ -124,6 +126,7 @@ def test_train_writes_a_loadable_run_directory(tmp_path, corpus, tiny_checkpoint
     assert all(r["tokens_per_s"] > 0 and r["mfu"] > 0 for r in records if "loss" in r)
     assert [r["step"] for r in records if "eval_loss" in r] == [3, 6]
     assert (run / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert list((run / "logs").rglob("events.out.tfevents.*")), "no TensorBoard events"
     # training moved the weights away from the initial checkpoint
     before, after = read_weights(tiny_checkpoint), read_weights(run)
     assert any(not before[k].equal(after[k]) for k in after)
@@ -184,3 +187,11 @@ def test_existing_run_needs_resume_and_same_settings(tmp_path, corpus, tiny_chec
                 corpus, tiny_checkpoint, out, max_steps=2, eval_every=0, batch_size=2, resume=True
             )
         )
+
+
+def test_time_budget_stops_early_and_saves(tmp_path, corpus, tiny_checkpoint):
+    config = tiny_config(corpus, tiny_checkpoint, tmp_path / "run", max_steps=10_000)
+    result = train(config.replace(max_minutes=1e-4, eval_every=0))
+    assert result.stopped_by == "max_minutes" and 1 <= result.step < 10_000
+    meta = json.loads((tmp_path / "run" / "codeparrot_checkpoint.json").read_text())
+    assert meta["step"] == result.step and meta["eval_loss"] is not None
