@@ -3,7 +3,8 @@
 Same prompt, seed and sampling settings, in one process, interleaved and repeated:
 
 - ``engine``: ``Engine.generate`` called directly, in a worker thread (the baseline);
-- ``app, stream every token``: ``/generate`` through ``gradio_client`` with
+- ``app, stream every token``: ``/generate`` of ``codeparrot app`` (its own process)
+  through ``gradio_client`` with
   ``--stream-interval 0`` (one page update per token of each candidate);
 - ``app, stream every 50 ms``: the default ``--stream-interval 0.05``.
 
@@ -19,6 +20,8 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import subprocess
+import sys
 import sysconfig
 import tempfile
 import threading
@@ -58,6 +61,19 @@ def build_checkpoint(out: Path) -> Path:
     return out
 
 
+def wait_for_client(url: str, process: subprocess.Popen, timeout: float = 180.0):
+    from gradio_client import Client
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return Client(url, verbose=False)
+        except Exception:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the app at {url} did not start") from None
+            time.sleep(0.5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", type=Path)
@@ -66,10 +82,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
 
-    from gradio_client import Client
-
-    from app.config import AppConfig
-    from app.ui import launch
+    from app.ui import free_port
     from codeparrot.generation import Engine, GenerationConfig
 
     tmp = tempfile.TemporaryDirectory()
@@ -92,19 +105,22 @@ def main() -> None:
         worker.join()
         return out[0]
 
-    servers = {}
+    servers = {}  # each app is `codeparrot app` in its own process, as a user runs it
     for label, interval in (("app, stream every token", 0.0), ("app, stream every 50 ms", 0.05)):
-        config = AppConfig(checkpoints=(checkpoint,), port=0, stream_interval=interval)
-        demo, url = launch(config, block=False)
-        servers[label] = (demo, Client(url, verbose=False))
+        port = free_port()
+        command = [sys.executable, "-m", "codeparrot", "app", "--checkpoint", str(checkpoint)]
+        command += ["--port", str(port), "--stream-interval", str(interval)]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        servers[label] = (process, wait_for_client(f"http://127.0.0.1:{port}/", process))
 
     def run_app(client) -> tuple[int, float, float]:
         values = (str(checkpoint), PROMPT, *settings.values(), 0, "none", "")
         start = time.perf_counter()
-        first = float("nan")
+        first = math.nan
         job = client.submit(*values, api_name="/generate")
         for update in job:
-            if first != first and any(c["text"] for c in update[1]):
+            editor = update[2]  # candidate 1: prompt + text so far
+            if math.isnan(first) and len(editor.get("value") or "") > len(PROMPT):
                 first = time.perf_counter() - start
         details = job.outputs()[-1][1]
         return sum(c["new_tokens"] for c in details), time.perf_counter() - start, first
@@ -119,8 +135,9 @@ def main() -> None:
     for r in range(args.repeats):  # rotate the order: no variant always runs first
         for name in names[r % len(names) :] + names[: r % len(names)]:
             results[name].append(runners[name]())
-    for demo, _client in servers.values():
-        demo.close()
+    for process, _client in servers.values():
+        process.terminate()
+        process.wait(timeout=30)
 
     rates = {k: [t / s for t, s, _ in rows] for k, rows in results.items()}
     print(f"checkpoint {checkpoint}, n={args.n}, max_new_tokens={args.max_new_tokens}, "
