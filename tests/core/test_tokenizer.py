@@ -164,7 +164,7 @@ python_like = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(text=st.text(max_size=200) | python_like)
 def test_decode_encode_round_trips_any_text(loaded, text):
     ids = loaded(text)["input_ids"]
@@ -329,12 +329,16 @@ def test_report_errors_name_the_bad_path(trained, tmp_path):
         tokenizer_report(tmp_path, [tmp_path], progress=False)
 
 
-def test_report_works_on_a_foreign_tokenizer_given_held_out_paths(tiny_tokenizer_dir, tmp_path):
+def test_report_without_metadata_needs_held_out_paths(trained, tmp_path):
+    import shutil
+
+    foreign = tmp_path / "foreign"
+    shutil.copytree(trained, foreign, ignore=shutil.ignore_patterns(METADATA_FILE))
     with pytest.raises(DataError, match="names no corpus"):
-        tokenizer_report(tiny_tokenizer_dir, progress=False)
+        tokenizer_report(foreign, progress=False)
     held = tmp_path / "held.py"
     held.write_text("def add(a, b):\n    return a + b\n")
-    rep = tokenizer_report(tiny_tokenizer_dir, [held], progress=False, compare_gpt2=False)
-    assert rep["vocab_size"] == 512
+    rep = tokenizer_report(foreign, [held], progress=False, compare_gpt2=False)
+    assert rep["vocab_size"] == VOCAB
     assert rep["heldout"]["files"] == 1
     assert rep["gpt2"]["note"] == "skipped (--no-compare-gpt2)"

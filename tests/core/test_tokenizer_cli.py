@@ -34,7 +34,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_train_then_report_end_to_end(tmp_path):
+def test_train_in_a_subprocess_then_report_json(tmp_path, capsys):
     texts = stdlib_texts(25)
     data = write_corpus(tmp_path / "corpus", texts[:22], texts[22:])
     out = tmp_path / "tok"
@@ -45,19 +45,24 @@ def test_train_then_report_end_to_end(tmp_path):
     assert done.returncode == 0, done.stderr
     assert f"wrote {out}: vocab 600, trained on 22 files" in done.stdout
 
-    done = run_cli("tokenizer", "report", "--tokenizer", str(out), "--json", "--no-progress")
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    # The report in-process (one subprocess start is slow enough on 2 busy cores).
+    assert main(["tokenizer", "report", "--tokenizer", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
     assert report["vocab_size"] == 600
     assert report["heldout"]["files"] == 3
     assert report["gpt2"]["ratio"] > 0
 
-    done = run_cli(
-        "tokenizer", "report", "--tokenizer", str(out), str(data / "valid"), "--no-progress"
-    )
-    assert done.returncode == 0, done.stderr
-    assert "chars / token" in done.stdout
-    assert "GPT-2 tokens / ours" in done.stdout
+
+def test_report_prints_a_table(tmp_path, capsys):
+    texts = stdlib_texts(12)
+    data = write_corpus(tmp_path / "corpus", texts[:10], texts[10:])
+    out = tmp_path / "tok"
+    args = ["--data", str(data), "--output", str(out), "--vocab-size", "400", "--no-progress"]
+    assert main(["tokenizer", "train", *args]) == 0
+    assert main(["tokenizer", "report", "--tokenizer", str(out), str(data / "valid")]) == 0
+    table = capsys.readouterr().out
+    assert "held-out files         2 (" in table
+    assert "GPT-2 tokens / ours" in table
 
 
 def test_bad_input_exits_with_a_message_naming_the_problem(tmp_path, capsys):
