@@ -5,7 +5,12 @@ serves it. Inference goes through :class:`codeparrot.generation.Engine`; engines
 on first use and are cached per checkpoint inside the :class:`EnginePool` that
 ``build_app`` creates, so nothing is loaded at import and nothing is global.
 
-Public API endpoints (``gradio_client``): ``/generate`` (streams) and ``/model_card``.
+Sampling runs in a thread of its own and the page gets the text gathered every
+``--stream-interval`` seconds, so the model never waits for the browser. Each session
+(browser tab or API client) has at most one generation that **Stop** can end.
+
+Public API endpoints (``gradio_client``): ``/generate`` (streams), ``/model_card`` and
+``/stop``.
 """
 
 from __future__ import annotations

@@ -25,10 +25,16 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "app"
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(),
-    reason=f"no Chromium at {CHROMIUM}: `apt-get install chromium` to run the browser test",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason=f"no Chromium at {CHROMIUM}: `apt-get install chromium` to run the browser test",
+    ),
+    # gradio's queue uses pandas options that pandas 3 deprecates; not ours to fix
+    pytest.mark.filterwarnings(
+        "ignore:.*no_silent_downcasting:Warning", "ignore:The copy keyword is deprecated:Warning"
+    ),
+]
 
 
 def drive_browser(url: str, screenshot: Path) -> dict[str, str]:

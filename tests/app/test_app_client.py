@@ -6,6 +6,11 @@ import pytest
 
 gradio_client = pytest.importorskip("gradio_client")
 
+# gradio's queue uses pandas options that pandas 3 deprecates; not ours to fix
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*no_silent_downcasting:Warning", "ignore:The copy keyword is deprecated:Warning"
+)
+
 MAX_CANDIDATES = 8
 
 
