@@ -14,8 +14,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="pretrain a GPT-2 preset on a corpus (Accelerate; resumable)",
         description=(
             "Pretrain a GPT-2 preset on DATA/train with packing, AdamW, a cosine schedule, "
-            "checkpoints, exact --resume and TensorBoard logs. Several processes: "
-            "accelerate launch --cpu --num_processes 2 -m training --data ... "
+            "checkpoints, exact --resume and TensorBoard logs. Several processes (DDP; gloo on "
+            "CPU): accelerate launch --multi_gpu --num_processes 2 -m training --data ... "
+            "(or torchrun --nproc_per_node 2 -m training ...). Accelerate 1.x starts several "
+            "CPU processes with --cpu only through MPI (--mpirun_hostfile)."
         ),
     )
     add_config_arguments(parser, TrainConfig)

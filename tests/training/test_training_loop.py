@@ -195,3 +195,21 @@ def test_time_budget_stops_early_and_saves(tmp_path, corpus, tiny_checkpoint):
     assert result.stopped_by == "max_minutes" and 1 <= result.step < 10_000
     meta = json.loads((tmp_path / "run" / "codeparrot_checkpoint.json").read_text())
     assert meta["step"] == result.step and meta["eval_loss"] is not None
+
+
+def test_single_process_cpu_launch_is_flagged(monkeypatch):
+    """`accelerate launch --cpu --num_processes 2` without MPI silently starts one process."""
+    from training.loop import _warn_single_cpu_process
+
+    for key in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    with pytest.warns(UserWarning, match="starts ONE process"):
+        _warn_single_cpu_process()
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a real group: nothing to say
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_single_cpu_process()
