@@ -330,7 +330,10 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
     say(f"building the corpus of {config.repository} (held out by file)")
     manifest = _build_corpus(config)
     tokenizer = load_tokenizer(config.checkpoint)
-    n_positions = int(read_model_config(config.checkpoint).get("n_positions") or 1024)
+    model_config = read_model_config(config.checkpoint)
+    n_positions = int(
+        model_config.get("n_positions") or model_config.get("max_position_embeddings") or 1024
+    )
     seq_length = config.seq_length or n_positions
     if seq_length > n_positions:
         raise CheckpointError(
