@@ -280,6 +280,12 @@ def build_app(config: AppConfig) -> gr.Blocks:
             ),
         )
 
+    def fit_max_new_tokens(checkpoint: str, current: float) -> Any:
+        """Keep the slider below the checkpoint's context (read from its config.json)."""
+        context = read_model_card(checkpoint).context_length if checkpoint else None
+        top = min(limit, context - 1) if context and context > 1 else limit
+        return gr.Slider(maximum=top, value=min(int(current or 1), top))
+
     def generate(
         checkpoint: str,
         prompt: str,
@@ -459,6 +465,14 @@ def build_app(config: AppConfig) -> gr.Blocks:
                 model_card,
                 checkpoint,
                 card_outputs,
+                api_visibility="private",
+                concurrency_limit=None,
+            )
+        for trigger in (checkpoint.change, demo.load):
+            trigger(
+                fit_max_new_tokens,
+                [checkpoint, max_new_tokens],
+                max_new_tokens,
                 api_visibility="private",
                 concurrency_limit=None,
             )
