@@ -26,6 +26,7 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "app"
 
 pytestmark = [
+    pytest.mark.browser,
     pytest.mark.skipif(
         not CHROMIUM.exists(),
         reason=f"no Chromium at {CHROMIUM}: `apt-get install chromium` to run the browser test",
