@@ -1,0 +1,81 @@
+"""The playground's background sampler: batching, errors, and stopping the thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from app.ui import _events_in_background
+from codeparrot.errors import ConfigError
+from codeparrot.generation import Completion, GenerationConfig, StreamEvent
+
+
+class ScriptedEngine:
+    """Yields one event per piece, ``delay`` seconds apart; honours ``cancel`` per piece."""
+
+    def __init__(self, pieces: list[str], delay: float = 0.0, fail_after: int | None = None):
+        self.pieces = pieces
+        self.delay = delay
+        self.fail_after = fail_after
+        self.produced = 0
+        self.stopped = threading.Event()
+
+    def stream(self, prompt, config, cancel=None):
+        try:
+            for i, piece in enumerate(self.pieces):
+                if cancel is not None and cancel.is_set():
+                    return
+                if self.fail_after is not None and i == self.fail_after:
+                    raise ConfigError("scripted failure")
+                time.sleep(self.delay)
+                self.produced += 1
+                yield StreamEvent(0, piece)
+            yield StreamEvent(
+                0, "", Completion("".join(self.pieces), "length", 1, len(self.pieces), 0.1)
+            )
+        finally:
+            self.stopped.set()
+
+
+def test_every_event_arrives_once_in_order():
+    engine = ScriptedEngine([f"t{i} " for i in range(50)])
+    batches = list(_events_in_background(engine, "p", GenerationConfig(), threading.Event(), 0.0))
+    events = [e for b in batches for e in b]
+    assert "".join(e.delta for e in events) == "".join(engine.pieces)
+    assert events[-1].completion is not None and events[-1].completion.text == "".join(
+        engine.pieces
+    )
+
+
+def test_slow_reader_gets_coalesced_batches():
+    engine = ScriptedEngine([f"t{i} " for i in range(40)], delay=0.005)
+    gen = _events_in_background(engine, "p", GenerationConfig(), threading.Event(), 0.0)
+    first = next(gen)
+    deadline = time.monotonic() + 10
+    while engine.produced < len(first) + 10 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the page is busy; sampling goes on meanwhile
+    assert engine.produced >= len(first) + 10
+    second = next(gen)
+    assert len(second) > 5
+    rest = [e for b in gen for e in b]
+    assert len(first) + len(second) + len(rest) == 41
+
+
+def test_errors_of_the_sampler_reach_the_reader():
+    engine = ScriptedEngine(["a", "b", "c"], fail_after=2)
+    with pytest.raises(ConfigError, match="scripted failure"):
+        for _ in _events_in_background(engine, "p", GenerationConfig(), threading.Event(), 0.0):
+            pass
+
+
+def test_setting_cancel_ends_the_sampling_thread():
+    engine = ScriptedEngine([f"t{i}" for i in range(10_000)], delay=0.001)
+    cancel = threading.Event()
+    gen = _events_in_background(engine, "p", GenerationConfig(), cancel, 0.01)
+    next(gen)
+    gen.close()
+    cancel.set()  # what the playground does when the page stops reading
+    assert engine.stopped.wait(5)
+    assert engine.produced < 10_000
