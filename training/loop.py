@@ -551,9 +551,11 @@ def train(
             window_start, window_tokens = now, 0
         stopped_by = _stop_reason(run, state.train_seconds - seconds_before)
         if stopped_by is None and config.eval_every and state.step % config.eval_every == 0:
+            paused = time.perf_counter()
             eval_loss = evaluate(run)
             _log_eval(run, metrics, eval_loss)
             last_saved = save_checkpoint(run, eval_loss, last_loss)
+            window_start += time.perf_counter() - paused  # tokens/s counts training time only
     bar.close()
     if last_saved is None or not last_saved.name.endswith(f"{state.step:06d}"):
         eval_loss = evaluate(run)
