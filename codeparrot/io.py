@@ -46,6 +46,7 @@ def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual mode
     try:
         if path.suffix == ".gz":
             gz_mode = mode if "b" in mode else mode.replace("w", "wt")
@@ -55,7 +56,7 @@ def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO
         else:
             if "b" not in mode and "encoding" not in kwargs:
                 kwargs["encoding"] = "utf-8"
-            fh = open(tmp, mode, **kwargs)  # noqa: SIM115
+            fh = open(tmp, mode, **kwargs)
         with fh:
             yield fh
         os.replace(tmp, path)
@@ -63,6 +64,13 @@ def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; set it straight back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: str | Path, data: Any) -> None:
@@ -88,6 +96,7 @@ def atomic_directory(path: str | Path, *, overwrite: bool = False) -> Iterator[P
         raise FileExistsError(f"{path} already exists")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
     try:
         yield tmp
         if path.exists():

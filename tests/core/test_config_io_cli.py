@@ -124,3 +124,18 @@ def test_console_script_lists_subcommands():
         [sys.executable, "-m", "codeparrot", "--help"], capture_output=True, text=True, check=True
     )
     assert "COMMAND" in out.stdout
+
+
+def test_atomic_outputs_get_the_usual_permissions(tmp_path):
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        with atomic_open(tmp_path / "f.txt") as fh:
+            fh.write("x")
+        with atomic_directory(tmp_path / "d"):
+            pass
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
