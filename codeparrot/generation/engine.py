@@ -165,7 +165,8 @@ class Engine:
     ) -> None:
         """Wrap a loaded model; :meth:`load` is the usual way in.
 
-        ``bf16_prefill``: run long prompts' matrix products in bf16 (CPU autocast).
+        ``bf16_prefill``: run long prompts' matrix products in bf16 (CPU autocast), and
+        the output projection of every step from a bf16 copy (GPT-2 path).
         ``prompt_cache_entries``: recent prompts whose keys/values are kept for reuse.
         ``lean_gpt2``: use :class:`~codeparrot.generation.gpt2.GPT2Decoder` for GPT-2
         models (``False``: the ``transformers`` forward, as for other architectures).
@@ -185,6 +186,8 @@ class Engine:
         self._gpt2 = GPT2Decoder(model) if lean_gpt2 and GPT2Decoder.supports(model) else None
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
         self.bf16_prefill = bf16_prefill
+        if bf16_prefill and self._gpt2 is not None:
+            self._gpt2.use_bf16_head()
         self.prompt_cache = PromptCache(prompt_cache_entries)
 
     # -- loading ---------------------------------------------------------------------
@@ -455,7 +458,11 @@ class _GPT2Steps:
         bf16 = self.bf16_prefill and rest.size(1) >= BF16_PREFILL_MIN_TOKENS
         logits = self.decoder.forward(rest, one, bf16=bf16)
         self.prompts.store(self.ids, one)
-        self.cache = one.expand(self.n) if self.n > 1 else one
+        if self.n == 1:
+            self.cache = one
+        else:  # the n rows share the prompt's keys/values and keep only their own
+            prompt = one.view(len(self.ids))
+            self.cache = self.decoder.new_cache(self.n, self.length - len(self.ids), prompt)
         return logits.float().expand(self.n, -1)
 
     def decode(self, next_ids: Any) -> Any:

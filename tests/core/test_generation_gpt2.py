@@ -42,6 +42,14 @@ def test_lean_forward_matches_transformers(engine):
                 decoder.forward(ids[:, t : t + 1], split), reference[:, t], atol=1e-4
             )
         assert split.length == T
+        # three rows sharing the prompt's keys/values, each with its own next tokens
+        shared = decoder.new_cache(3, 2, prefix=whole.view(T))
+        nexts = torch.tensor([[5], [17], [5]])
+        rows = decoder.forward(nexts, shared)  # (3, V)
+        for row, nxt in enumerate(nexts[:, 0].tolist()):
+            alone = model(torch.cat([ids, torch.tensor([[nxt]])], dim=1)).logits[:, -1]
+            assert torch.allclose(rows[row], alone[0], atol=1e-4)
+        assert torch.equal(rows[0], rows[2])
 
 
 def test_bf16_prefill_stays_close(engine):
