@@ -186,11 +186,17 @@ class PackedStream:
         return texts
 
     def _refill(self) -> None:
-        # A corpus smaller than the buffer is not read twice into it: refilling stops at
-        # an epoch boundary once the buffer holds something.
-        want, epoch = max(self.shuffle_buffer, 1), self.epoch
+        # Documents are tokenized a batch at a time (the fast tokenizer spreads a batch over
+        # the cores), so the buffer is topped up only once a whole batch fits. A corpus
+        # smaller than the buffer is not read twice into it: refilling stops at an epoch
+        # boundary once the buffer holds something.
+        want = self.shuffle_buffer or TOKENIZE_BATCH
+        batch = min(TOKENIZE_BATCH, want)
+        if len(self.buffer) > want - batch:
+            return
+        epoch = self.epoch
         while len(self.buffer) < want and (self.epoch == epoch or not self.buffer):
-            texts = self._read_texts(min(TOKENIZE_BATCH, want - len(self.buffer)))
+            texts = self._read_texts(min(batch, want - len(self.buffer)))
             if not texts:
                 return
             self.buffer.extend(encode_batch(self.tokenizer, texts))
