@@ -364,7 +364,13 @@ def setup(
     state = TrainState(batches)
     accelerator.register_for_checkpointing(state)
     if resume_from is not None:
-        accelerator.load_state(str(resume_from / STATE))
+        try:
+            accelerator.load_state(str(resume_from / STATE))
+        except Exception as e:  # torch, safetensors and pickle raise many types
+            raise CheckpointError(
+                f"--resume: the state in {resume_from / STATE} cannot be loaded ({e}); "
+                "delete that checkpoint directory to resume from the one before it"
+            ) from e
 
     peak = config.peak_tflops * 1e12 if config.peak_tflops else measure_peak_flops()
     return Run(

@@ -181,6 +181,10 @@ def test_existing_run_needs_resume_and_same_settings(tmp_path, corpus, tiny_chec
     train(tiny_config(corpus, tiny_checkpoint, out, max_steps=2, eval_every=0))
     with pytest.raises(CheckpointError, match="--resume"):
         train(tiny_config(corpus, tiny_checkpoint, out, max_steps=2, eval_every=0))
+    state = next((out / "checkpoints").glob("step-*")) / "state" / "optimizer.bin"
+    state.write_bytes(state.read_bytes()[:100])  # a corrupted checkpoint
+    with pytest.raises(CheckpointError, match="cannot be loaded"):
+        train(tiny_config(corpus, tiny_checkpoint, out, max_steps=2, eval_every=0, resume=True))
     with pytest.raises(ConfigError, match="--batch-size 4 -> 2"):
         train(
             tiny_config(
