@@ -18,6 +18,8 @@ from lsp.postprocess import indent_width, postprocess
 if TYPE_CHECKING:
     from codeparrot.generation import Engine
 
+# Prompt starts move in steps of this many characters (see fit_prefix, cursor_window).
+PROMPT_QUANTUM = 64
 # Ends of a block the model may run into (besides a dedent, detected while streaming).
 MULTILINE_STOPS = ("\n\n\n", "\nclass ", "\ndef ", "\nif __name__")
 
@@ -31,6 +33,7 @@ class Outcome:
     finish_reason: str
     prompt_tokens: int
     new_tokens: int
+    cached_prompt_tokens: int = 0  # prompt tokens whose keys/values the engine reused
 
 
 def prompt_budget(engine: Engine, config: LspConfig, multiline: bool) -> tuple[int, int]:
@@ -54,7 +57,7 @@ def suggest(
         return None
     multiline = base_indent is not None
     budget, max_new = prompt_budget(engine, config, multiline)
-    prompt = fit_prefix(window.prefix, budget, engine.count_tokens)
+    prompt = fit_prefix(window.prefix, budget, engine.count_tokens, quantum=PROMPT_QUANTUM)
     if not prompt:
         # an empty document (or cursor at its start): start from end-of-text
         prompt = engine.tokenizer.eos_token or "\n"
@@ -68,7 +71,7 @@ def suggest(
     )
     raw = ""
     finish = "length"
-    prompt_tokens = new_tokens = 0
+    prompt_tokens = new_tokens = cached = 0
     stream = engine.stream(prompt, gen, cancel=cancel)
     try:
         for event in stream:
@@ -77,6 +80,7 @@ def suggest(
                 finish = event.completion.finish_reason
                 prompt_tokens = event.completion.prompt_tokens
                 new_tokens = event.completion.new_tokens
+                cached = getattr(event.completion, "prompt_cached_tokens", 0)
                 break
             if multiline and _block_ended(raw, base_indent):
                 finish = "block"
@@ -86,7 +90,7 @@ def suggest(
     if cancel.is_set():
         return None
     text = postprocess(raw, window, base_indent)
-    return Outcome(text, raw, finish, prompt_tokens, new_tokens)
+    return Outcome(text, raw, finish, prompt_tokens, new_tokens, cached)
 
 
 def _block_ended(text: str, base: int | None) -> bool:

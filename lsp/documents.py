@@ -177,14 +177,21 @@ def normalise_newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def cursor_window(doc: Document, offset: int, prefix_chars: int, suffix_chars: int) -> Window:
-    """Copy only ``prefix_chars`` before and ``suffix_chars`` after ``offset``.
+def cursor_window(
+    doc: Document, offset: int, prefix_chars: int, suffix_chars: int, grid: int = 1
+) -> Window:
+    """Copy only ``prefix_chars`` (up to ``grid`` more) before and ``suffix_chars`` after
+    ``offset``.
 
     The prefix starts at a line start when one is in reach (models see whole lines).
+    With a ``grid``, the start is first moved back to a multiple of ``grid`` in the
+    document, so that it stays put while the user types: successive prompts then share
+    their beginning, which the engine's prompt cache reuses.
     """
     text = doc.text
     offset = max(0, min(offset, len(text)))
     lo = max(0, offset - prefix_chars)
+    lo -= lo % max(1, grid)
     if lo > 0:
         cut = text.find("\n", lo, offset)
         if cut != -1:
@@ -196,10 +203,14 @@ def cursor_window(doc: Document, offset: int, prefix_chars: int, suffix_chars: i
     return Window(prefix, suffix, head, tail, offset, doc.eol)
 
 
-def fit_prefix(prefix: str, budget: int, count_tokens: Callable[[str], int]) -> str:
-    """The longest end of ``prefix`` within ``budget`` tokens, cut at a line start if possible.
+def fit_prefix(
+    prefix: str, budget: int, count_tokens: Callable[[str], int], quantum: int = 1
+) -> str:
+    """An end of ``prefix`` within ``budget`` tokens, cut at a line start if possible.
 
     Tokenizes a few candidates, never the whole document: the caller passes a window.
+    Cuts are made at multiples of ``quantum`` characters from the start of ``prefix`` (then
+    the next line start), so that typing at the end rarely moves the start.
     """
     for _ in range(8):
         n = count_tokens(prefix)
@@ -210,6 +221,7 @@ def fit_prefix(prefix: str, budget: int, count_tokens: Callable[[str], int]) -> 
         if keep <= 0:
             return ""
         lo = len(prefix) - keep
+        lo = min(-(-lo // quantum) * quantum, len(prefix) - 1)
         cut = prefix.find("\n", lo)
         prefix = prefix[cut + 1 :] if cut != -1 and cut + 1 < len(prefix) else prefix[lo:]
     while prefix and count_tokens(prefix) > budget:

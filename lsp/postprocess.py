@@ -146,11 +146,13 @@ def balance(text: str, tail: str, head: str = "") -> str:
     ``)``): then the suggestion ends there. A closer that matches no open bracket ends
     it too.
     """
-    outer = [b for _, b in _scan(head)[0]] if head else []
-    # the text after the cursor closes the innermost of those itself
-    closable = len(outer) - len(_scan(tail)[1])
+    opened, _, head_quote = _scan(head) if head else ([], [], None)
+    outer = [b for _, b in opened]
+    # when the text after the cursor closes some of those itself, a closer inserted
+    # before it would take the innermost one's place: close none of them then
+    closable = 0 if _scan(tail)[1] else len(outer)
     stack: list[str] = []
-    quote = None
+    quote = head_quote  # the cursor may be inside a string
     i = 0
     while i < len(text):
         ch = text[i]
@@ -182,7 +184,14 @@ def balance(text: str, tail: str, head: str = "") -> str:
             else:
                 return text[:i].rstrip() if text[:i].strip() else ""
         i += 1
-    return _close(text, stack, quote if "\n" not in text else None)
+    # close a string the suggestion opened, not the user's own
+    own_quote = quote if quote and (quote != head_quote or _opens_string(text, quote)) else None
+    return _close(text, stack, own_quote if "\n" not in text else None)
+
+
+def _opens_string(text: str, quote: str) -> bool:
+    """Does ``text`` (which starts inside a ``quote`` string) close it and open another?"""
+    return text.count(quote) >= 2
 
 
 def _close(text: str, stack: list[str], quote: str | None) -> str:

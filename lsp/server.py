@@ -33,7 +33,7 @@ from pygls.protocol.language_server import lsp_method
 from codeparrot import __version__
 from codeparrot.errors import CodeparrotError
 from lsp.cache import PREFIX_KEY, SuggestionCache
-from lsp.completion import Outcome, suggest
+from lsp.completion import PROMPT_QUANTUM, Outcome, suggest
 from lsp.config import LspConfig, apply_settings
 from lsp.documents import UTF16, Document, Position, Window, cursor_window
 from lsp.postprocess import block_indent
@@ -109,7 +109,16 @@ class CodeparrotServer(LanguageServer):
         self._engine_path: Any = None
         self._load_error_shown = False
         self._pending: dict[str, threading.Event] = {}
-        self.stats = {"requests": 0, "generated": 0, "cached": 0, "superseded": 0, "cancelled": 0}
+        self.stats = {
+            "requests": 0,
+            "generated": 0,
+            "cached": 0,
+            "superseded": 0,
+            "cancelled": 0,
+            "promptTokens": 0,
+            "promptTokensReused": 0,  # keys/values the engine kept from earlier prompts
+            "newTokens": 0,
+        }
 
     # -- configuration and model -------------------------------------------------------
     @property
@@ -208,7 +217,11 @@ class CodeparrotServer(LanguageServer):
         config, encoding = self.config, self.encoding
         offset = doc.offset_at(position.line, position.character, encoding)
         window = cursor_window(
-            doc, offset, max(4 * PREFIX_KEY, config.context_tokens * 8), config.suffix_chars
+            doc,
+            offset,
+            max(4 * PREFIX_KEY, config.context_tokens * 8),
+            config.suffix_chars,
+            grid=PROMPT_QUANTUM,
         )
         base = block_indent(window) if config.multiline else None
 
@@ -259,6 +272,9 @@ class CodeparrotServer(LanguageServer):
         if outcome is None:
             return None
         self.stats["generated"] += 1
+        self.stats["promptTokens"] += outcome.prompt_tokens
+        self.stats["promptTokensReused"] += outcome.cached_prompt_tokens
+        self.stats["newTokens"] += outcome.new_tokens
         logger.debug("generated %r (%s)", outcome.raw, outcome.finish_reason)
         return outcome
 

@@ -96,3 +96,23 @@ def test_empty_document_prompt(engine):
     w = window_at("|")
     suggest(spy, w, block_indent(w), LspConfig(max_new_tokens=4), threading.Event())
     assert spy.prompts == [engine.tokenizer.eos_token]
+
+
+def test_typing_keeps_the_prompt_start_so_the_engine_reuses_it(engine):
+    from lsp.completion import PROMPT_QUANTUM
+
+    spy = Spy(engine)
+    config = LspConfig(max_new_tokens=2, context_tokens=4096)
+    text = "".join(f"result_{i} = transform(data[{i}])\n" for i in range(400))
+    starts, reused = set(), []
+    typed = "summary = [x for x in range(10)]"
+    for n in range(1, len(typed) + 1):
+        doc = Document("u", text + typed[:n])
+        w = cursor_window(doc, len(doc.text), 8 * 4096, 2000, grid=PROMPT_QUANTUM)
+        out = suggest(spy, w, block_indent(w), config, threading.Event())
+        prompt = spy.prompts[-1]
+        starts.add(doc.text.rfind(prompt) if prompt in doc.text else -1)
+        reused.append(out.cached_prompt_tokens)
+    # the prompt is cut to the model's context, yet its start moved at most a few times
+    assert -1 not in starts and len(starts) <= 4
+    assert sum(r > 0 for r in reused[1:]) >= len(reused[1:]) // 2

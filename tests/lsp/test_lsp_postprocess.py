@@ -64,6 +64,8 @@ def test_opens_block():
         ("x = |", "", None),
         ("print(|)", ")", None),  # only repeats the tail
         ("name = |", "'abc", "'abc'"),  # an unterminated string is closed
+        ("s = '|", "'[", "'[]"),  # ends the user's string; its own bracket is closed
+        ("s = 'ab|", "cd", "cd"),  # inside the user's string: not closed for them
         ("value = compute(|  ", "1)  ", "1)"),
         ("x = [|]", "1, 2]", "1, 2"),
         (")|", ")", None),  # closes nothing
