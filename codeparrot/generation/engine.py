@@ -12,6 +12,7 @@ any other causal LM the ``transformers`` forward. Text is detokenized incrementa
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -162,6 +163,7 @@ class Engine:
         bf16_prefill: bool = False,
         prompt_cache_entries: int = 4,
         lean_gpt2: bool = True,
+        decode_threads: int | None = None,
     ) -> None:
         """Wrap a loaded model; :meth:`load` is the usual way in.
 
@@ -170,6 +172,9 @@ class Engine:
         ``prompt_cache_entries``: recent prompts whose keys/values are kept for reuse.
         ``lean_gpt2``: use :class:`~codeparrot.generation.gpt2.GPT2Decoder` for GPT-2
         models (``False``: the ``transformers`` forward, as for other architectures).
+        ``decode_threads``: intra-op threads for the one-token steps (``None``: torch's
+        setting). The prompt always uses torch's setting. A step is a few dozen small
+        kernels; on a busy machine a second thread mostly waits for its turn.
         """
         from codeparrot.generation.gpt2 import GPT2Decoder, PromptCache
 
@@ -186,6 +191,8 @@ class Engine:
         self._gpt2 = GPT2Decoder(model) if lean_gpt2 and GPT2Decoder.supports(model) else None
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
         self.bf16_prefill = bf16_prefill
+        self.decode_threads = decode_threads
+        self.vocab_size = len(tokenizer)  # ids the tokenizer can decode (<= the model's)
         if bf16_prefill and self._gpt2 is not None:
             self._gpt2.use_bf16_head()
         self.prompt_cache = PromptCache(prompt_cache_entries)
@@ -365,8 +372,9 @@ class Engine:
             if cancel is not None and cancel.is_set():
                 reason = "cancelled"
                 break
-            with torch.inference_mode():
-                next_ids = _sample(logits, config, generator)
+            with torch.inference_mode(), _intra_op_threads(self.decode_threads):
+                # a padded vocabulary has ids the tokenizer cannot write: never sample them
+                next_ids = _sample(logits[:, : self.vocab_size], config, generator)
             still: list[int] = []
             keep_rows: list[int] = []
             for row, (i, tok) in enumerate(zip(active, next_ids.tolist(), strict=True)):
@@ -396,7 +404,7 @@ class Engine:
             active = still
             if len(cands[active[0]].ids) >= config.max_new_tokens:
                 break  # no forward pass for logits nobody would sample from
-            with torch.inference_mode():
+            with torch.inference_mode(), _intra_op_threads(self.decode_threads):
                 if len(keep_rows) < len(next_ids):
                     next_ids = step.keep(keep_rows, next_ids)
                 logits = step.decode(next_ids)
@@ -576,6 +584,25 @@ def _select_rows(past: Any, rows: Any) -> Any:
         past.reorder_cache(rows)
         return past
     return tuple(tuple(t[rows] for t in layer) for layer in past)
+
+
+@contextlib.contextmanager
+def _intra_op_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``n`` intra-op threads (OpenMP's setting is per calling thread)."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    if before == n:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _cpu_has_native_bf16() -> bool:

@@ -226,6 +226,15 @@ def test_generate_in_a_worker_returns_soon_after_cancel(tokenizer):
     assert all(c.finish_reason == "cancelled" and c.new_tokens < 4000 for c in result.values())
 
 
+def test_a_padded_vocabulary_never_yields_undecodable_ids(tokenizer):
+    # the model has 64 more ids than the tokenizer and prefers one of them by far
+    pad, x, b = len(tokenizer) + 5, token(tokenizer, "x"), token(tokenizer, "b")
+    model = ScriptedLM(len(tokenizer) + 64, {x: {pad: 1e6, b: 1}, b: {pad: 1e6, b: 1}})
+    engine = Engine(model, tokenizer)
+    out = engine.generate("x", GenerationConfig(n=4, seed=0, temperature=1.0, max_new_tokens=5))
+    assert [c.text for c in out] == ["bbbbb"] * 4
+
+
 def test_prompts_longer_than_the_context_keep_their_end(tokenizer):
     engine = scripted(tokenizer, {"b": {"b": 1}}, n_positions=64)
     prompt = "".join(f"v{i} = {i}\n" for i in range(200)) + "b"
