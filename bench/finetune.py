@@ -40,13 +40,17 @@ def build_base(work: Path, minutes: float, files: int, seed: int) -> Path:
         return model
     stdlib = sysconfig.get_paths()["stdlib"]
     corpus = work / "base_corpus"
-    build_corpus(
-        DataConfig(output=corpus, sources=(stdlib,), max_files=files, seed=seed, force=True)
-    )
+    if not (corpus / "manifest.json").is_file():
+        build_corpus(
+            DataConfig(output=corpus, sources=(stdlib,), max_files=files, seed=seed, force=True)
+        )
     tokenizer = work / "base_tokenizer"
-    train_tokenizer(
-        TokenizerConfig(data=corpus, output=tokenizer, vocab_size=8192, files=files, overwrite=True)
-    )
+    if not (tokenizer / "tokenizer.json").is_file():
+        train_tokenizer(
+            TokenizerConfig(
+                data=corpus, output=tokenizer, vocab_size=8192, files=files, overwrite=True
+            )
+        )
     shutil.rmtree(model, ignore_errors=True)
     result = train(
         TrainConfig(
@@ -55,6 +59,8 @@ def build_base(work: Path, minutes: float, files: int, seed: int) -> Path:
             output=model,
             preset="tiny",
             batch_size=16,
+            learning_rate=1e-3,  # a short budget: higher peak, short warmup
+            warmup_steps=20,
             max_steps=10_000,
             max_minutes=minutes,
             eval_every=0,
