@@ -46,7 +46,8 @@ class TrainConfig(Config):
         None, "start from this checkpoint's weights instead of a fresh preset"
     )
     dropout: float | None = option(
-        None, "set residual, embedding and attention dropout (default: the preset's or checkpoint's)"
+        None,
+        "set residual, embedding and attention dropout (default: the preset's or checkpoint's)",
     )
     seq_length: int | None = option(None, "tokens per packed sequence (default: model positions)")
     batch_size: int = option(8, "sequences per process per micro-batch")

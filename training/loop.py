@@ -445,6 +445,13 @@ def evaluate(run: Run) -> float | None:
             losses.append(run.model(input_ids=ids, labels=ids).loss.float().detach())
     run.model.train()
     if not losses:
+        import warnings
+
+        warnings.warn(
+            f"no evaluation: the validation split holds fewer than {run.config.batch_size} x "
+            f"{acc.num_processes} sequences of {run.seq_length} tokens",
+            stacklevel=2,
+        )
         return None
     mean = acc.gather(torch.stack(losses).mean().reshape(1)).mean()
     return float(mean)
