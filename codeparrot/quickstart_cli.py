@@ -45,6 +45,9 @@ class QuickstartConfig(Config):
     max_steps: int = option(1000, "training steps (the cosine schedule ends here)")
     batch_size: int = option(16, "sequences per training step")
     max_minutes: float = option(14.0, "stop training after this many minutes whatever the step")
+    compile: bool = option(
+        True, "torch.compile the model (a minute to start, then ~1.4x faster steps on CPU)"
+    )
     eval_n: int = option(10, "HumanEval samples per problem (the reference uses 200)")
     eval_limit: int | None = option(None, "only the first K HumanEval problems (default: all 164)")
     eval_max_new_tokens: int = option(256, "most new tokens per HumanEval completion")
@@ -164,6 +167,7 @@ def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
         max_steps=cfg.max_steps,
         batch_size=cfg.batch_size,
         max_minutes=cfg.max_minutes,
+        compile=cfg.compile,
         seed=cfg.seed,
         resume=resume,
     )

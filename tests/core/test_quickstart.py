@@ -38,6 +38,7 @@ def _args(output: Path, source: Path, *extra: str) -> list[str]:
         "--eval-n", "2",
         "--eval-limit", "1",
         "--eval-max-new-tokens", "16",
+        "--no-compile",
         *extra,
     ]  # fmt: skip
 
