@@ -98,12 +98,10 @@ def block_indent(window: Window) -> int | None:
     return base
 
 
-def _scan(text: str) -> tuple[list[tuple[int, str]], list[int], str | None]:
-    """Brackets of one line of code: (open ones with their index, indices of unmatched or
-    mismatched closers, the quote of an unterminated string)."""
-    stack: list[tuple[int, str]] = []
-    bad: list[int] = []
-    quote = None
+def _brackets(text: str, quote: str | None = None) -> tuple[list[tuple[int, str]], str | None]:
+    """Brackets outside strings and comments, with their indices, and the quote of a
+    string still open at the end. ``quote``: the string ``text`` starts inside of."""
+    found: list[tuple[int, str]] = []
     i = 0
     while i < len(text):
         ch = text[i]
@@ -122,14 +120,25 @@ def _scan(text: str) -> tuple[list[tuple[int, str]], list[int], str | None]:
                 break
             i = end
             continue
-        elif ch in OPENERS:
-            stack.append((i, ch))
-        elif ch in CLOSERS:
-            if stack and PAIR[stack[-1][1]] == ch:
-                stack.pop()
-            else:
-                bad.append(i)
+        elif ch in OPENERS or ch in CLOSERS:
+            found.append((i, ch))
         i += 1
+    return found, quote
+
+
+def _scan(text: str) -> tuple[list[tuple[int, str]], list[int], str | None]:
+    """Brackets of one line of code: (open ones with their index, indices of unmatched or
+    mismatched closers, the quote of an unterminated string)."""
+    stack: list[tuple[int, str]] = []
+    bad: list[int] = []
+    found, quote = _brackets(text)
+    for i, ch in found:
+        if ch in OPENERS:
+            stack.append((i, ch))
+        elif stack and PAIR[stack[-1][1]] == ch:
+            stack.pop()
+        else:
+            bad.append(i)
     return stack, bad, quote
 
 
@@ -152,38 +161,19 @@ def balance(text: str, tail: str, head: str = "") -> str:
     # before it would take the innermost one's place: close none of them then
     closable = 0 if _scan(tail)[1] else len(outer)
     stack: list[str] = []
-    quote = head_quote  # the cursor may be inside a string
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\n":
-            quote = None
-        elif quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#":
-            end = text.find("\n", i)
-            if end == -1:
-                break
-            i = end
-            continue
-        elif ch in OPENERS:
+    found, quote = _brackets(text, head_quote)  # the cursor may be inside a string
+    for i, ch in found:
+        if ch in OPENERS:
             stack.append(ch)
-        elif ch in CLOSERS:
-            if stack:
-                if PAIR[stack[-1]] != ch:
-                    return _close(text[:i], stack, None)
-                stack.pop()
-            elif closable > 0 and PAIR[outer[-1]] == ch:
-                outer.pop()  # closes a bracket opened before the cursor
-                closable -= 1
-            else:
-                return text[:i].rstrip() if text[:i].strip() else ""
-        i += 1
+        elif stack:
+            if PAIR[stack[-1]] != ch:
+                return _close(text[:i], stack, None)
+            stack.pop()
+        elif closable > 0 and PAIR[outer[-1]] == ch:
+            outer.pop()  # closes a bracket opened before the cursor
+            closable -= 1
+        else:
+            return text[:i].rstrip() if text[:i].strip() else ""
     # close a string the suggestion opened, not the user's own
     own_quote = quote if quote and (quote != head_quote or _opens_string(text, quote)) else None
     return _close(text, stack, own_quote if "\n" not in text else None)
