@@ -48,9 +48,13 @@ class QuickstartConfig(Config):
     compile: bool = option(
         True, "torch.compile the model (a minute to start, then ~1.4x faster steps on CPU)"
     )
-    eval_n: int = option(10, "HumanEval samples per problem (the reference uses 200)")
+    eval_n: int = option(5, "HumanEval samples per problem (the reference uses 200)")
     eval_limit: int | None = option(None, "only the first K HumanEval problems (default: all 164)")
-    eval_max_new_tokens: int = option(256, "most new tokens per HumanEval completion")
+    eval_max_new_tokens: int = option(
+        128,
+        "most new tokens per HumanEval completion (the reference's 256 needs a context of "
+        "more than 256 tokens: the small and large presets)",
+    )
     allow_code_execution: bool = option(
         False,
         "run the model's HumanEval completions in the sandbox (also "
@@ -240,9 +244,25 @@ def execution_allowed(cfg: QuickstartConfig) -> bool:
     return cfg.allow_code_execution or os.environ.get("CODEPARROT_ALLOW_CODE_EXECUTION") == "1"
 
 
+def check_fits(cfg: QuickstartConfig) -> None:
+    """Settings that only fail late (after training) are refused before any work."""
+    from codeparrot.errors import ConfigError
+    from codeparrot.models.presets import get_preset
+
+    positions = get_preset(cfg.preset).n_positions
+    if cfg.eval_max_new_tokens > positions // 2:
+        raise ConfigError(
+            f"--eval-max-new-tokens {cfg.eval_max_new_tokens} leaves too little of the "
+            f"{cfg.preset} preset's {positions}-token context for the HumanEval prompt; "
+            f"use at most {positions // 2}"
+        )
+
+
 def run_quickstart(cfg: QuickstartConfig, log: Any = print) -> dict[str, Any]:
     """Run (or reuse) every step; returns the recorded state with each step's facts."""
     from codeparrot.io import provenance, write_json
+
+    check_fits(cfg)
 
     state: dict[str, Any] = {}
     if cfg.state_file.is_file() and not cfg.force:
@@ -348,7 +368,8 @@ def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
         f"  codeparrot complete --checkpoint {ckpt} 'def fibonacci(n):'",
         f"  codeparrot app --checkpoint {ckpt}          # the playground in your browser",
         f"  codeparrot lsp --checkpoint {ckpt}          # completions in your editor (docs/editors.md)",
-        f"  codeparrot eval humaneval --checkpoint {ckpt} --n 100 --allow-code-execution",
+        f"  codeparrot eval humaneval --checkpoint {ckpt} --n 100 "
+        f"--max-new-tokens {cfg.eval_max_new_tokens} --allow-code-execution",
     ]
     return "\n".join(lines)
 

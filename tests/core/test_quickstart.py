@@ -85,3 +85,11 @@ def test_missing_source_is_a_clear_error(tmp_path, capsys):
     assert code != 0
     assert "nope" in capsys.readouterr().err
     assert not (tmp_path / "o" / "corpus").exists()
+
+
+def test_settings_that_would_fail_after_training_are_refused_first(tmp_path, source_tree, capsys):
+    # the tiny preset's context is 256 tokens: 256 new tokens leave no room for a prompt
+    code = main(_args(tmp_path / "o", source_tree, "--eval-max-new-tokens", "256"))
+    assert code != 0
+    assert "--eval-max-new-tokens 256" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
