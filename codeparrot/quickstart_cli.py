@@ -218,8 +218,15 @@ def _eval_config(cfg: QuickstartConfig) -> Any:
 
 
 def step_eval(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, Any]:
+    import shutil
+
     from eval.humaneval import run
 
+    # samples of an interrupted run with the same settings are kept and resumed; a
+    # report made with other settings (or for an earlier model) is replaced
+    report_dir = _eval_config(cfg).output_dir()
+    if not interrupted and report_dir.exists():
+        shutil.rmtree(report_dir)
     summary = run(_eval_config(cfg))
     return {
         "pass_at_k": summary["pass_at_k"],
