@@ -312,6 +312,13 @@ def setup(
 
     _warn_single_cpu_process()
     tracker = None if config.log_with == "none" else config.log_with
+    # Accelerate keeps its state in a process-wide singleton: a second run in the same
+    # process (the quickstart, finetune, tests) with other settings would be refused. Each
+    # run owns its settings, so forget the previous run's (the process group, kept in
+    # PartialState, stays).
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=False)
     accelerator = Accelerator(
         # Without an accelerator device, say so: under torchrun (`accelerate launch
         # --multi_gpu`, `torchrun --nproc_per_node N`) Accelerate then forms a gloo DDP
