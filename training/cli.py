@@ -15,9 +15,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Pretrain a GPT-2 preset on DATA/train with packing, AdamW, a cosine schedule, "
             "checkpoints, exact --resume and TensorBoard logs. Several processes (DDP; gloo on "
-            "CPU): accelerate launch --multi_gpu --num_processes 2 -m training --data ... "
-            "(or torchrun --nproc_per_node 2 -m training ...). Accelerate 1.x starts several "
-            "CPU processes with --cpu only through MPI (--mpirun_hostfile)."
+            "CPU): accelerate launch --cpu --num_processes 2 -m training --data ... (without "
+            "MPI, Accelerate 1.x starts one process for it, and `-m training` starts the 2 "
+            "with torchrun), or torchrun --nproc_per_node 2 -m training ...; on GPUs: "
+            "accelerate launch -m training ... after accelerate config."
         ),
     )
     add_config_arguments(parser, TrainConfig)

@@ -398,21 +398,19 @@ def setup(
 
 
 def _warn_single_cpu_process() -> None:
-    """`accelerate launch --cpu --num_processes N` starts N processes only through MPI."""
-    env = os.environ
-    launched_for_several = (
-        env.get("ACCELERATE_USE_CPU", "").lower() == "true" and "MASTER_ADDR" in env
-    )
-    distributed = any(
-        k in env for k in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-    )
-    if launched_for_several and not distributed:
+    """`accelerate launch --cpu --num_processes N SCRIPT` starts N processes only through MPI.
+
+    `-m training` starts them itself (training/launch.py); another entry point lands here alone.
+    """
+    from training.launch import launched_alone_for_several
+
+    if launched_alone_for_several(os.environ):
         import warnings
 
         warnings.warn(
             "`accelerate launch --cpu --num_processes N` without --mpirun_hostfile starts ONE "
-            "process; for DDP on CPU use `accelerate launch --multi_gpu --num_processes N -m "
-            "training ...` or `torchrun --nproc_per_node N -m training ...`",
+            "process; `accelerate launch --cpu --num_processes N -m training ...` starts N "
+            "(through torchrun), as does `torchrun --nproc_per_node N -m training ...`",
             stacklevel=3,
         )
 

@@ -1,8 +1,8 @@
 """Two processes on CPU train with DDP (gloo) exactly like one process with twice the batch.
 
-accelerate 1.15 starts several CPU processes through MPI (`--cpu --mpirun_hostfile`) or
-torchrun (`--multi_gpu`, which our Accelerator turns into a gloo group on a machine
-without GPU); the test uses the torchrun path, which needs nothing installed.
+The command is the documented one, `accelerate launch --cpu --num_processes 2 -m training`.
+accelerate 1.15 starts one process for it without MPI; `python -m training` then starts the
+two with torchrun (training/launch.py), which needs nothing installed.
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_checkp
         [*common, "--batch-size", "4", "--output", str(tmp_path / "one")],
         tmp_path,
     )
+    # --main_process_port 0: any free port, so that concurrent test runs do not collide
     launch = [
-        str(bindir / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "-m", "training",
+        str(bindir / "accelerate"), "launch", "--cpu", "--num_processes", "2",
+        "--main_process_port", "0", "-m", "training",
     ]  # fmt: skip
     run_training(
         launch, [*common, "--batch-size", "2", "--output", str(tmp_path / "two")], tmp_path
