@@ -39,6 +39,20 @@ end
 local function on_attach(client, bufnr, opts)
   -- completion items through the omnifunc on every version (<C-x><C-o>)
   vim.api.nvim_buf_set_option(bufnr, "omnifunc", "v:lua.vim.lsp.omnifunc")
+  -- 0.11+: Neovim's own completion inserts a plain-text item only up to its first space
+  -- (0.11) or line break (0.12), so accepting `return os.path.join(*parts)` would leave
+  -- `return`. Give our items their whole first line as the inserted word (other
+  -- servers' items are left alone; the server labels its items "codeparrot").
+  if vim.lsp.completion and vim.lsp.completion.enable then
+    vim.lsp.completion.enable(true, client.id, bufnr, {
+      convert = function(item)
+        if item.detail ~= "codeparrot" or not item.textEdit then
+          return {}
+        end
+        return { word = item.textEdit.newText:gsub("\r\n?", "\n"):match("^[^\n]*") }
+      end,
+    })
+  end
   -- ghost text on 0.12+ (the server also advertises inlineCompletionProvider = {}:
   -- present but empty, so test for presence, not truthiness)
   if opts.inline and vim.lsp.inline_completion and client.server_capabilities.inlineCompletionProvider ~= nil then
