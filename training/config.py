@@ -74,6 +74,11 @@ class TrainConfig(Config):
     shuffle_buffer: int = option(
         1000, "documents held in the streaming shuffle buffer (0: no shuffle)"
     )
+    sequence_buffer: int = option(
+        4096,
+        "packed sequences held in a second streaming shuffle buffer, so that the windows of "
+        "one long document do not fill whole batches (0: none; saved in each checkpoint)",
+    )
     eval_every: int = option(
         500, "evaluate and save a checkpoint every N steps (0: only at the end)"
     )
@@ -113,7 +118,13 @@ class TrainConfig(Config):
         ):
             if getattr(self, name) < 1:
                 out.append(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "eval_every", "keep_checkpoints", "shuffle_buffer"):
+        for name in (
+            "warmup_steps",
+            "eval_every",
+            "keep_checkpoints",
+            "shuffle_buffer",
+            "sequence_buffer",
+        ):
             if getattr(self, name) < 0:
                 out.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if self.learning_rate <= 0:

@@ -7,8 +7,10 @@ state (so ``--resume`` continues where the run stopped without replaying the loa
   documents in batches, passes them through a shuffle buffer and packs them into
   ``seq_length`` sequences separated by the EOS token (ConstantLengthDataset semantics,
   except that the tail of one pack carries over to the next instead of being dropped).
-  Its state is the read position (epoch, shard, line), the buffered documents, the
-  shuffle RNG and the carried-over tokens.
+  The packed sequences then pass through a second shuffle buffer: a long document
+  packs into many consecutive windows, which would otherwise fill whole batches.
+  Its state is the read position (epoch, shard, line), both buffers, the shuffle RNG
+  and the carried-over tokens.
 - :class:`TokenShardStream` reads a memmapped token file written by :func:`pretokenize`
   (uint16 when the vocabulary fits, else uint32) and visits its ``seq_length`` windows
   in a fresh seeded permutation each epoch. Its state is two integers.
@@ -106,8 +108,10 @@ def encode_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
 class PackedStream:
     """Documents of a corpus split, shuffled through a buffer and packed with EOS.
 
-    ``loop=True`` starts a new epoch when the shards are exhausted (training);
-    ``loop=False`` stops (validation, read in order with ``shuffle_buffer=0``).
+    ``shuffle_buffer`` documents are shuffled before packing and ``sequence_buffer``
+    packed sequences after it (0: none). ``loop=True`` starts a new epoch when the
+    shards are exhausted (training); ``loop=False`` stops (validation, read in order
+    with both buffers 0).
     """
 
     def __init__(
@@ -117,6 +121,7 @@ class PackedStream:
         seq_length: int,
         *,
         shuffle_buffer: int = 1000,
+        sequence_buffer: int = 0,
         seed: int = 0,
         loop: bool = True,
     ) -> None:
@@ -125,12 +130,14 @@ class PackedStream:
         self.eos = tokenizer.eos_token_id
         self.seq_length = seq_length
         self.shuffle_buffer = shuffle_buffer
+        self.sequence_buffer = sequence_buffer
         self.loop = loop
         self.epoch = 0
         self.shard = 0
         self.line = 0
         self.buffer: list[list[int]] = []
         self.carry: list[int] = []
+        self.sequences: list[np.ndarray] = []  # packed, waiting to be drawn at random
         self.rng = random.Random(seed)
         self._reader: Iterator[tuple[int, int, str]] | None = None
         self._docs_this_epoch = 0
@@ -143,6 +150,7 @@ class PackedStream:
             "line": self.line,
             "buffer": [np.asarray(d, dtype=np.int32) for d in self.buffer],
             "carry": np.asarray(self.carry, dtype=np.int32),
+            "sequences": np.asarray(self.sequences, dtype=np.int32).reshape(-1, self.seq_length),
             "rng": self.rng.getstate(),
             "docs_this_epoch": self._docs_this_epoch,
             "files": [f.name for f in self.files],
@@ -157,6 +165,13 @@ class PackedStream:
         self.epoch, self.shard, self.line = state["epoch"], state["shard"], state["line"]
         self.buffer = [d.tolist() for d in state["buffer"]]
         self.carry = state["carry"].tolist()
+        # A checkpoint from before the sequence buffer had none.
+        saved = state.get("sequences", np.zeros((0, self.seq_length), dtype=np.int32))
+        if saved.shape[1] != self.seq_length:
+            raise DataError(
+                f"--resume: the checkpoint packed {saved.shape[1]} tokens, now {self.seq_length}"
+            )
+        self.sequences = [row.astype(np.int64) for row in saved]
         self.rng.setstate(state["rng"])
         self._docs_this_epoch = state["docs_this_epoch"]
         self._reader = None
@@ -211,17 +226,34 @@ class PackedStream:
             return self.buffer.pop()
         return self.buffer.pop(0)
 
-    def next_sequence(self) -> np.ndarray:
-        """The next ``seq_length`` token ids; StopIteration when a finite stream ends."""
+    def _pack(self) -> np.ndarray | None:
         while len(self.carry) < self.seq_length:
             doc = self._next_document()
             if doc is None:
-                raise StopIteration
+                return None
             self.carry.extend(doc)
             self.carry.append(self.eos)
         out = np.asarray(self.carry[: self.seq_length], dtype=np.int64)
         del self.carry[: self.seq_length]
         return out
+
+    def next_sequence(self) -> np.ndarray:
+        """The next ``seq_length`` token ids; StopIteration when a finite stream ends."""
+        if self.sequence_buffer == 0 and not self.sequences:
+            out = self._pack()
+            if out is None:
+                raise StopIteration
+            return out
+        while len(self.sequences) < self.sequence_buffer:
+            packed = self._pack()
+            if packed is None:
+                break
+            self.sequences.append(packed)
+        if not self.sequences:
+            raise StopIteration
+        i = self.rng.randrange(len(self.sequences))
+        self.sequences[i], self.sequences[-1] = self.sequences[-1], self.sequences[i]
+        return self.sequences.pop()
 
 
 # -- pretokenized token shards ----------------------------------------------------------

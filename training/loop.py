@@ -268,6 +268,7 @@ def _data_sources(
             tokenizer,
             seq_length,
             shuffle_buffer=config.shuffle_buffer,
+            sequence_buffer=config.sequence_buffer,
             seed=config.seed,
         )
         return train, lambda: PackedStream(

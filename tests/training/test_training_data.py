@@ -83,13 +83,47 @@ def test_shuffle_buffer_is_seeded_and_loops_over_epochs(files, tokenizer):
     assert many.epoch >= 2
 
 
+def drain(stream: PackedStream) -> list[list[int]]:
+    out = []
+    while True:
+        try:
+            out.append(stream.next_sequence().tolist())
+        except StopIteration:
+            return out
+
+
+def test_sequence_buffer_spreads_the_windows_of_a_long_document(tmp_path, tokenizer):
+    docs = ["def long(x):\n" + "    x = x * 3 + 1\n" * 40, *DOCS]
+    files = shard_files(write_split(tmp_path / "c", "train", docs, shards=1), "train")
+    packed = drain(PackedStream(files, tokenizer, 16, shuffle_buffer=0, loop=False))
+
+    def shuffled_stream() -> PackedStream:
+        return PackedStream(
+            files, tokenizer, 16, shuffle_buffer=0, sequence_buffer=64, seed=1, loop=False
+        )
+
+    shuffled = drain(shuffled_stream())
+    assert sorted(shuffled) == sorted(packed)  # every window once, none lost or made up
+    n_long = len(expected_stream(tokenizer, docs[:1])) // 16
+    assert 16 <= n_long < 32 < len(packed)  # without the buffer, a batch of 16 is all `long`
+    long_windows = {tuple(w) for w in packed[:n_long]}
+    assert sum(tuple(w) in long_windows for w in shuffled[:16]) < 12  # ~16 x 20/64 expected
+    assert drain(shuffled_stream()) == shuffled  # seeded
+
+
+@pytest.mark.parametrize("sequence_buffer", [0, 12])
 @pytest.mark.parametrize("consumed", [0, 5, 37, 200])
-def test_packed_stream_resumes_from_its_state(files, tokenizer, consumed):
-    a = PackedStream(files, tokenizer, 24, shuffle_buffer=8, seed=7)
+def test_packed_stream_resumes_from_its_state(files, tokenizer, consumed, sequence_buffer):
+    def stream(seed: int) -> PackedStream:
+        return PackedStream(
+            files, tokenizer, 24, shuffle_buffer=8, sequence_buffer=sequence_buffer, seed=seed
+        )
+
+    a = stream(7)
     for _ in range(consumed):
         a.next_sequence()
     state = pickle.loads(pickle.dumps(a.state_dict()))  # as stored by save_state
-    b = PackedStream(files, tokenizer, 24, shuffle_buffer=8, seed=999)  # seed comes from the state
+    b = stream(999)  # the seed comes from the state
     b.load_state_dict(state)
     for _ in range(60):
         assert a.next_sequence().tolist() == b.next_sequence().tolist()
