@@ -1,16 +1,22 @@
 """Generation speed: our engine against ``model.generate`` on the same model and input.
 
-Builds a `tiny`-shaped GPT-2 (4 layers, 256 wide, 4 heads, 1024 positions, randomly
-initialised) and an 8k byte-level BPE trained on a few stdlib files, then measures,
-interleaving ours and the baseline so that load from other jobs hits both alike:
+Builds `tiny`-preset GPT-2s (4 layers, 256 wide, 4 heads, randomly initialised) with
+the preset's context of 256 positions and, as a harder case, with 1,024 positions, and an
+8k byte-level BPE trained on a few stdlib files, then measures, interleaving ours and the
+baseline so that load from other jobs hits both alike:
 
-(a) the editor case: a 1,000-token prompt (the last 992 fit), 32 new tokens, greedy: p50/p95 latency;
-(b) pass@k sampling: n = 20 samples of 128 tokens for a ~150-token prompt: tokens/s.
+(a) the editor case: a 1,000-token prompt fitted to the context (the tiny preset keeps its
+    last 224 tokens, the 1,024-position model its last 992), 32 new tokens, greedy:
+    p50/p95 latency, cold and (a') while typing;
+(b) pass@k sampling (1,024 positions): n = 20 samples of 128 tokens for a ~150-token
+    prompt: tokens/s.
 
-Both sides generate exactly the same number of tokens (no stop strings, EOS ignored),
-so the comparison is work for work. Prints medians and ratios; run with
+Sides: "ours" (``Engine.load`` defaults: the checkpoint's float32 weights), "ours-int8"
+(``quantize="int8"``, the language server's default on a CPU) and transformers'
+``model.generate`` on the same ids. All generate exactly the same number of tokens (no
+stop strings, EOS ignored), so the comparison is work for work. Run with
 
-    .venv/bin/python bench/generate.py [--repeats 30] [--dtype float32]
+    .venv/bin/python bench/generate.py [--repeats 30] [--positions 256 1024]
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ from pathlib import Path
 
 import torch
 
+from codeparrot.generation import GenerationConfig
+
 STDLIB_FILES = ("textwrap.py", "heapq.py", "bisect.py", "argparse.py", "typing.py", "ast.py")
 
 
-def build_checkpoint(out: Path, vocab_size: int) -> Path:
+def build_checkpoint(out: Path, vocab_size: int, n_positions: int = 1024) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
@@ -49,7 +57,7 @@ def build_checkpoint(out: Path, vocab_size: int) -> Path:
     torch.manual_seed(0)
     config = GPT2Config(
         vocab_size=max(vocab_size, len(tokenizer)),  # padded, like nanoGPT's 50304
-        n_positions=1024,
+        n_positions=n_positions,
         n_embd=256,
         n_layer=4,
         n_head=4,
@@ -86,43 +94,11 @@ def report_latency(times: dict[str, list[float]], baseline: str = "hf") -> None:
         print(f"    {name:15s} p50 {p50:7.1f} ms   p95 {p95:7.1f} ms{ratio}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=30, help="requests of (a) and (a') per side")
-    parser.add_argument("--sampling-repeats", type=int, default=5, help="runs of (b) per side")
-    parser.add_argument("--vocab-size", type=int, default=8192, help="model vocabulary (padded)")
-    parser.add_argument("--dtype", default="auto", help="engine dtype (auto, float32, bfloat16)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    from transformers.utils import logging as hf_logging
-
-    from codeparrot.generation import Engine, GenerationConfig
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = build_checkpoint(Path(tmp) / "ckpt", args.vocab_size)
-        engine = Engine.load(path, dtype=args.dtype)
-        baseline = Engine.load(path, dtype="float32").model
-    # the same weights, one-token steps on torch's threads (the default is one thread)
-    torch_threads = Engine(
-        engine.model, engine.tokenizer, bf16_prefill=engine.bf16_prefill, decode_threads=None
-    )
-    engines = {"ours": engine, "ours-allthreads": torch_threads}
-    params = sum(p.numel() for p in baseline.parameters())
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; model {params / 1e6:.1f}M "
-        f"parameters, vocab {baseline.config.vocab_size}; engine dtype {args.dtype} "
-        f"(bf16 prefill: {engine.bf16_prefill})"
-    )
-    source = (Path(sysconfig.get_paths()["stdlib"]) / "argparse.py").read_text()
-
-    # (a) editor case, cold -------------------------------------------------------------
-    # 1,000 tokens + 32 new exceed the 1,024 positions: the engine keeps the end of the
-    # prompt (its tokenizer call is timed); the baseline gets the same ids.
+def editor_case(engines: dict, baseline, source: str, repeats: int) -> None:
+    """(a) cold and (a') typing, for one model."""
+    engine = engines["ours"]
+    # 1,000 tokens + 32 new exceed the positions: the engine keeps the end of the prompt
+    # (its tokenizer call is timed); the baseline gets the same ids.
     prompt = prompt_of(engine, source, 1000)
     fitted, _ = engine.encode_prompt(prompt, 32)
     ids = torch.tensor([fitted])
@@ -149,12 +125,12 @@ def main() -> None:
     sides = {name: ours_a(e) for name, e in engines.items()} | {"hf": hf(ids)}
     print(
         f"(a) cold: prompt {engine.count_tokens(prompt)} tokens (kept {ids.shape[1]}), "
-        f"32 new tokens, greedy, {args.repeats} requests per side"
+        f"32 new tokens, greedy, {repeats} requests per side"
     )
     for f in list(sides.values()) * 2:  # warm-up
         f()
     times: dict[str, list[float]] = {name: [] for name in sides}
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         for name, f in sides.items():
             times[name].append(timed(f))
     report_latency(times)
@@ -165,7 +141,7 @@ def main() -> None:
     cursor = len(prompt)
     typing: dict[str, list[float]] = {name: [] for name in sides}
     reused: list[int] = []
-    for r in range(args.repeats):
+    for r in range(repeats):
         cursor += 1 + r % 4
         typed = source[:cursor]
         fitted_r, _ = engine.encode_prompt(typed, 32)
@@ -176,12 +152,15 @@ def main() -> None:
             reused.append(c.prompt_cached_tokens / c.prompt_tokens)
         typing["hf"].append(timed(hf(torch.tensor([fitted_r]))))
     print(
-        f"(a') typing: {args.repeats} requests per side, each prompt 1-4 characters longer; "
+        f"(a') typing: {repeats} requests per side, each prompt 1-4 characters longer; "
         f"median {statistics.median(reused):.1%} of the prompt reused"
     )
     report_latency(typing)
 
-    # (b) n = 20 sampling ---------------------------------------------------------------
+
+def sampling_case(engines: dict, baseline, source: str, repeats: int) -> None:
+    """(b) n = 20 samples of 128 tokens: tokens/s."""
+    engine = engines["ours"]
     n, new = 20, 128
     prompt_b = prompt_of(engine, source[5000:], 150)
     ids_b = torch.tensor([engine.tokenizer(prompt_b, add_special_tokens=False)["input_ids"]])
@@ -215,13 +194,53 @@ def main() -> None:
     for f in sides_b.values():
         f()
     rates: dict[str, list[float]] = {name: [] for name in sides_b}
-    for _ in range(args.sampling_repeats):
+    for _ in range(repeats):
         for name, f in sides_b.items():
             rates[name].append(n * new / timed(f))
     base = statistics.median(rates["hf"])
     for name, rs in rates.items():
         ratio = "" if name == "hf" else f"   {statistics.median(rs) / base:5.2f}x"
         print(f"    {name:15s} {statistics.median(rs):8.0f} tokens/s{ratio}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=30, help="requests of (a) and (a') per side")
+    parser.add_argument("--sampling-repeats", type=int, default=5, help="runs of (b) per side")
+    parser.add_argument("--vocab-size", type=int, default=8192, help="model vocabulary (padded)")
+    parser.add_argument(
+        "--positions", type=int, nargs="+", default=[256, 1024], help="contexts to measure"
+    )
+    parser.add_argument("--dtype", default="auto", help="engine dtype (auto, float32, bfloat16)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from transformers.utils import logging as hf_logging
+
+    from codeparrot.generation import Engine
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    source = (Path(sysconfig.get_paths()["stdlib"]) / "argparse.py").read_text()
+    for positions in args.positions:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = build_checkpoint(Path(tmp) / "ckpt", args.vocab_size, positions)
+            engines = {
+                "ours": Engine.load(path, dtype=args.dtype),
+                "ours-int8": Engine.load(path, dtype=args.dtype, quantize="int8"),
+            }
+            baseline = Engine.load(path, dtype="float32").model
+        params = sum(p.numel() for p in baseline.parameters())
+        print(
+            f"\n== {positions} positions: torch {torch.__version__}, {torch.get_num_threads()} "
+            f"threads; model {params / 1e6:.1f}M parameters, vocab {baseline.config.vocab_size}; "
+            f"engine dtype {args.dtype} (bf16 prefill: {engines['ours'].bf16_prefill})"
+        )
+        editor_case(engines, baseline, source, args.repeats)
+        if positions >= 512:
+            sampling_case(engines, baseline, source, args.sampling_repeats)
     print("targets: (a) p50 <= 50 ms, p95 <= 120 ms, >= 4x; (b) >= 2x")
 
 

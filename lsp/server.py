@@ -136,7 +136,9 @@ class CodeparrotServer(LanguageServer):
             return
         self._engine_path = path
         self._load_error_shown = False
-        self._engine = self._generator.submit(_load, path, self.config.device, self.config.threads)
+        self._engine = self._generator.submit(
+            _load, path, self.config.device, self.config.threads, self.config.quantize
+        )
         self.cache.clear()
 
     def update_settings(self, settings: Any, source: str) -> None:
@@ -319,14 +321,14 @@ class CodeparrotServer(LanguageServer):
         logger.error("%s: %s", getattr(source, "__name__", source), error)
 
 
-def _load(path, device: str | None, threads: int):
+def _load(path, device: str | None, threads: int, quantize: str):
     """Runs in the generation thread, which is the one that decodes."""
     import torch
 
     from codeparrot.generation import Engine
 
     torch.set_num_threads(threads)
-    return Engine.load(path, device=device)
+    return Engine.load(path, device=device, quantize=quantize)
 
 
 # -- handlers: one feature each, LSP types in and out ------------------------------------

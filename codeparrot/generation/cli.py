@@ -76,7 +76,9 @@ def run_complete(args: argparse.Namespace) -> int:
 
     config, gen = _configs(args)
     prompt = sys.stdin.read() if config.prompt == "-" else config.prompt
-    engine = Engine.load(config.checkpoint, device=config.device, dtype=config.dtype)
+    engine = Engine.load(
+        config.checkpoint, device=config.device, dtype=config.dtype, quantize=config.quantize
+    )
     if config.stream:
         return _print_stream(engine, prompt, gen)
     completions = engine.generate(prompt, gen)

@@ -12,6 +12,12 @@ What it saves, per call:
 - logits are computed for the last position only (not for the whole prompt);
 - keys/values go into a buffer sized for the whole call (no ``torch.cat`` per token);
 - no attention mask: the prompt uses causal attention, one new token sees everything.
+
+On a CPU a one-token step is bound by how fast the weights stream from memory, not by
+arithmetic. :meth:`GPT2Decoder.quantize_int8` adds int8 copies of the matrices
+(weight-only, symmetric, one scale per output channel) that the small-batch steps read
+instead: a quarter of the bytes, ~2.3x faster steps on the tiny preset (BENCHMARKS.md).
+Prompts keep the full-precision weights.
 """
 
 from __future__ import annotations
@@ -34,6 +40,40 @@ class _Layer:
     c_fc: tuple[torch.Tensor, torch.Tensor]
     mlp_proj: tuple[torch.Tensor, torch.Tensor]
     scaling: float
+
+
+# Steps with at most this many rows use the int8 weights (when present); with more rows
+# the int8 kernel stops paying for itself against a blocked fp32/bf16 product.
+INT8_MAX_ROWS = 32
+
+_LINEARS = ("c_attn", "c_proj", "c_fc", "mlp_proj")
+
+
+def int8_supported() -> bool:
+    """Does this torch have the CPU int8 weight-only product (``_weight_int8pack_mm``)?"""
+    try:
+        x = torch.zeros(1, 64, dtype=torch.bfloat16)
+        w = torch.zeros(8, 64, dtype=torch.int8)
+        torch.ops.aten._weight_int8pack_mm(x, w, torch.ones(8, dtype=torch.bfloat16))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
+def quantize_rows_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``weight`` (N, K) -> int8 (N, K) and bf16 scales (N,): symmetric, one scale per row."""
+    w = weight.detach().float()
+    scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+    q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+    return q, scales.to(torch.bfloat16)
+
+
+def _int8_linear(
+    x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None
+) -> torch.Tensor:
+    out = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), *packed)
+    # one op adds the bias and returns the bias's (the residual's) dtype
+    return out.to(x.dtype) if bias is None else torch.add(bias, out)
 
 
 class KVCache:
@@ -158,6 +198,9 @@ class GPT2Decoder:
         self.lm_head = model.lm_head.weight  # (V, C), usually tied to wte
         self.lm_bias = getattr(model.lm_head, "bias", None)
         self.lm_head_bf16: torch.Tensor | None = None  # see use_bf16_head
+        # see quantize_int8: per layer {name: (int8 (N, K), scales (N,))}, and the head
+        self.int8: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self.lm_head_int8: tuple[torch.Tensor, torch.Tensor] | None = None
         self.dtype = self.wte.dtype
         self.device = self.wte.device
         # gelu_new is the tanh approximation; torch has it as one fused kernel.
@@ -196,16 +239,23 @@ class GPT2Decoder:
         make = lambda: torch.empty(shape, dtype=self.dtype, device=self.device)  # noqa: E731
         return KVCache([make() for _ in self.layers], [make() for _ in self.layers], prefix)
 
-    def forward(self, ids: torch.Tensor, cache: KVCache, *, bf16: bool = False) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, cache: KVCache, *, bf16: bool = False, int8: bool = False
+    ) -> torch.Tensor:
         """Logits of the last position of ``ids`` (B, T), appending T positions to ``cache``.
 
         ``bf16`` runs the blocks' matrix products in bfloat16 (CPU autocast; worth it for
         a long prompt on a CPU with native bf16). Residuals, cache and logits stay in the
-        model's dtype.
+        model's dtype. ``int8`` reads the int8 weights (after :meth:`quantize_int8`) for a
+        one-token step of at most ``INT8_MAX_ROWS`` rows; callers pass it for generated
+        tokens only, so a prompt gives the same keys/values however it was split.
         """
+        int8 = int8 and self.int8 is not None and ids.size(1) == 1 and len(ids) <= INT8_MAX_ROWS
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
-            x = self._blocks(ids, cache)
+            x = self._blocks(ids, cache, int8)
         last = F.layer_norm(x[:, -1], (self.n_embd,), *self.ln_f, self.eps)  # (B, C)
+        if int8 and self.lm_head_int8 is not None:
+            return _int8_linear(last, self.lm_head_int8, self.lm_bias)
         if self.lm_head_bf16 is not None:
             logits = F.linear(last.to(torch.bfloat16), self.lm_head_bf16)  # (B, V)
             return logits.float() if self.lm_bias is None else logits.float() + self.lm_bias
@@ -217,11 +267,39 @@ class GPT2Decoder:
         The projection is the largest matrix a step reads (vocabulary x width); on a CPU
         with native bf16 the copy halves that traffic and its product is 2-3x faster,
         for logits rounded to bf16 (as on a GPU). Costs vocabulary x width x 2 bytes.
+        (A bf16 copy of the blocks' matrices for bf16 prompts measured no faster than
+        autocast's casts.)
         """
         if self.lm_head.dtype == torch.float32:
             self.lm_head_bf16 = self.lm_head.detach().to(torch.bfloat16)
 
-    def _blocks(self, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def quantize_int8(self) -> None:
+        """Add int8 copies of every matrix (and the output projection) for one-token steps.
+
+        Weight-only quantization, one scale per output channel: the steps read a quarter
+        of the bytes of float32 weights, and multiply in bf16 (CPU kernel
+        ``_weight_int8pack_mm``). Logits move by well under 1% of their spread (tests
+        bound it); prompts still run on the full-precision weights. Costs a quarter of
+        the model's float32 size in memory.
+        """
+        if not int8_supported():
+            raise RuntimeError("this torch build has no int8 weight-only CPU kernel")
+        # Conv1D keeps (in, out); the kernel wants (out, in)
+        self.int8 = [
+            {name: quantize_rows_int8(getattr(layer, name)[0].t()) for name in _LINEARS}
+            for layer in self.layers
+        ]
+        self.lm_head_int8 = quantize_rows_int8(self.lm_head)
+
+    def _linear(
+        self, x: torch.Tensor, i: int, name: str, layer: _Layer, int8: bool
+    ) -> torch.Tensor:
+        weight, bias = getattr(layer, name)
+        if int8:
+            return _int8_linear(x, self.int8[i][name], bias)  # type: ignore[index]
+        return torch.addmm(bias, x, weight)
+
+    def _blocks(self, ids: torch.Tensor, cache: KVCache, int8: bool = False) -> torch.Tensor:
         B, T = ids.shape
         t0 = cache.length
         t1 = t0 + T
@@ -229,7 +307,7 @@ class GPT2Decoder:
         x = F.embedding(ids, self.wte) + self.wpe[t0:t1]  # (B, T, C)
         for i, layer in enumerate(self.layers):
             h = F.layer_norm(x, (C,), *layer.ln_1, self.eps)
-            qkv = torch.addmm(layer.c_attn[1], h.view(B * T, C), layer.c_attn[0])  # (B*T, 3C)
+            qkv = self._linear(h.view(B * T, C), i, "c_attn", layer, int8)  # (B*T, 3C)
             q, k, v = qkv.view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs)
             o = cache.offset  # positions held by a shared prefix (0 without one)
             cache.keys[i][:, :, t0 - o : t1 - o] = k
@@ -257,11 +335,11 @@ class GPT2Decoder:
                     q, keys, values, attn_mask=mask, scale=layer.scaling
                 )
             y = y.transpose(1, 2).reshape(B * T, C)  # (B*T, C)
-            x = x + torch.addmm(layer.c_proj[1], y, layer.c_proj[0]).view(B, T, C)
+            x = x + self._linear(y, i, "c_proj", layer, int8).view(B, T, C)
             h = F.layer_norm(x, (C,), *layer.ln_2, self.eps)
-            h = torch.addmm(layer.c_fc[1], h.view(B * T, C), layer.c_fc[0])  # (B*T, 4C)
+            h = self._linear(h.view(B * T, C), i, "c_fc", layer, int8)  # (B*T, 4C)
             h = F.gelu(h, approximate="tanh") if self.fast_gelu else self.acts[i](h)
-            x = x + torch.addmm(layer.mlp_proj[1], h, layer.mlp_proj[0]).view(B, T, C)
+            x = x + self._linear(h, i, "mlp_proj", layer, int8).view(B, T, C)
         cache.length = t1
         return x
 

@@ -177,3 +177,39 @@ def test_missing_or_incompatible_checkpoints_are_clear_errors(tmp_path, tiny_che
         Engine.load(encoder)
     with pytest.raises(ConfigError, match="dtype"):
         Engine.load(tiny_checkpoint, dtype="int3")
+
+
+def test_int8_steps_stay_close_and_prompts_keep_full_precision(engine):
+    quantized = Engine(engine.model, engine.tokenizer, quantize="int8")  # same weights
+    exact_dec, int8_dec = engine._gpt2, quantized._gpt2
+    assert exact_dec.int8 is None and int8_dec.int8 is not None  # engines do not share it
+    ids = torch.tensor([engine.tokenizer(PROMPT * 3)["input_ids"]])
+    T = ids.size(1)
+    with torch.inference_mode():
+        a, b = exact_dec.new_cache(2, T + 4), int8_dec.new_cache(2, T + 4)
+        prompt = ids.expand(2, -1)
+        # prompts run on the full-precision weights in both
+        assert torch.equal(exact_dec.forward(prompt, a), int8_dec.forward(prompt, b, int8=True))
+        for nxt in ([[5], [9]], [[17], [3]]):
+            exact = exact_dec.forward(torch.tensor(nxt), a)
+            approx = int8_dec.forward(torch.tensor(nxt), b, int8=True)
+            spread = exact.amax(dim=-1) - exact.amin(dim=-1)
+            error = (exact - approx).abs().amax(dim=-1)
+            assert torch.all(error < 0.02 * spread), (error, spread)
+            assert not torch.equal(exact, approx)  # the int8 weights were really used
+
+
+def test_int8_generation_runs_end_to_end(tiny_checkpoint):
+    engine = Engine.load(tiny_checkpoint, quantize="int8")
+    assert engine.quantize == "int8"
+    cfg = GenerationConfig(max_new_tokens=12, temperature=0.8, n=3, seed=1, stop_at_eos=False)
+    first = engine.generate(PROMPT, cfg)
+    assert [c.new_tokens for c in first] == [12, 12, 12]
+    assert [c.text for c in engine.generate(PROMPT, cfg)] == [c.text for c in first]
+
+
+def test_bad_quantize_settings_are_clear_errors(tiny_checkpoint, engine):
+    with pytest.raises(ConfigError, match="quantize must be one of none, int8"):
+        Engine.load(tiny_checkpoint, quantize="int4")
+    with pytest.raises(ConfigError, match="needs a GPT-2 checkpoint"):
+        Engine(engine.model, engine.tokenizer, lean_gpt2=False, quantize="int8")
