@@ -11,9 +11,11 @@ interleaving ours and the baselines so that load from other jobs hits both alike
     ``encode`` call per file;
 (c) compression: GPT-2's token count / ours on held-out stdlib files (``tokenizer_report``).
 
+Both sides use the same pre-tokenizer (``--pre-tokenizer``, default the stage's ``code``).
 Prints seconds (minimum over repeats) and ratios; run with
 
     .venv/bin/python bench/tokenizer.py [--files 2000] [--vocab-size 32768] [--repeats 3]
+    .venv/bin/python bench/tokenizer.py --ratio-only --files 8000 [--pre-tokenizer gpt2]
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from codeparrot.tokenizer import TokenizerConfig, tokenizer_report, train_tokenizer
 from codeparrot.tokenizer.corpus import corpus_shards
+from codeparrot.tokenizer.pretokenizer import PRE_TOKENIZERS, pre_tokenizer_pattern
 
 
 def python_files(root: Path, skip_parts: set[str]) -> list[Path]:
@@ -61,10 +64,18 @@ def write_corpus(root: Path, texts: list[str]) -> Path:
     return root
 
 
-def direct_training(batches, vocab_size: int) -> Tokenizer:
+def direct_training(batches, vocab_size: int, pattern: str | None) -> Tokenizer:
     """The baseline: `tokenizers` called directly with the recipe's settings."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if pattern is None:  # GPT-2's pre-tokenizer
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -114,6 +125,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--heldout", type=int, default=500, help="held-out stdlib files")
     parser.add_argument("--data", type=Path, help="an existing corpus directory to train on")
+    parser.add_argument("--pre-tokenizer", choices=PRE_TOKENIZERS, default="code")
     parser.add_argument(
         "--ratio-only", action="store_true", help="train once and measure only (c), the GPT-2 ratio"
     )
@@ -127,7 +139,11 @@ def main() -> None:
         data = write_corpus(work / "corpus", read_texts(python_files(site, set()), args.files))
     texts = plain_read(data, args.files)
     mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
-    print(f"training corpus: {len(texts)} files, {mb:.1f} MB; vocab {args.vocab_size}")
+    print(
+        f"training corpus: {len(texts)} files, {mb:.1f} MB; vocab {args.vocab_size}; "
+        f"pre-tokenizer {args.pre_tokenizer}"
+    )
+    pattern = pre_tokenizer_pattern(args.pre_tokenizer)
 
     # (a) training throughput, interleaved in rotating order. transformers is imported
     # first: its one-off import (seconds) is not training time.
@@ -135,12 +151,12 @@ def main() -> None:
 
     config = TokenizerConfig(
         data=data, output=work / "tok", vocab_size=args.vocab_size, files=args.files,
-        overwrite=True, progress=False,
+        overwrite=True, progress=False, pre_tokenizer=args.pre_tokenizer,
     )  # fmt: skip
     runs = {
-        "direct (in memory)": lambda: direct_training(batches_of(texts), args.vocab_size),
+        "direct (in memory)": lambda: direct_training(batches_of(texts), args.vocab_size, pattern),
         "direct (+ plain read)": lambda: direct_training(
-            batches_of(plain_read(data, args.files)), args.vocab_size
+            batches_of(plain_read(data, args.files)), args.vocab_size, pattern
         ),
         "ours": lambda: train_tokenizer(config),
     }
@@ -215,6 +231,7 @@ def main() -> None:
             f"GPT-2 tokens / ours: {gpt2['ratio']:.2f}x ({gpt2['tokens']:,} vs {report['tokens']:,})"
         )
     print(f"keywords not single tokens: {report['keywords']['split'] or 'none'}")
+    print(f"indentation tokens: {report['indentation']}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
+from codeparrot.tokenizer.pretokenizer import PRE_TOKENIZERS
 
 # One symbol per byte: the initial alphabet of a byte-level BPE.
 BYTE_ALPHABET_SIZE = 256
@@ -32,6 +33,13 @@ class TokenizerConfig(Config):
     )
     files: int = option(200_000, "train on the first N files of the train split (shard order)")
     min_frequency: int = option(2, "a pair must occur at least this often to be merged")
+    pre_tokenizer: str = option(
+        "code",
+        "where merges may not cross: code (names with their underscores and dots, "
+        "indentation whole and kept with the line break before it) or gpt2 (GPT-2's "
+        "pre-tokenizer, the reference's choice)",
+        choices=PRE_TOKENIZERS,
+    )
     model_max_length: int = option(
         1024, "context length recorded in the tokenizer (the model's n_positions)"
     )
@@ -58,6 +66,11 @@ class TokenizerConfig(Config):
             out.append(f"--files must be >= 1, got {self.files}")
         if self.min_frequency < 1:
             out.append(f"--min-frequency must be >= 1, got {self.min_frequency}")
+        if self.pre_tokenizer not in PRE_TOKENIZERS:
+            out.append(
+                f"--pre-tokenizer must be one of {', '.join(PRE_TOKENIZERS)}, "
+                f"got {self.pre_tokenizer!r}"
+            )
         if self.model_max_length < 1:
             out.append(f"--model-max-length must be >= 1, got {self.model_max_length}")
         if str(self.output) in ("", "."):

@@ -44,9 +44,9 @@ DEFINITIONS = {
     "continued_word_proportion": "words split over two or more tokens / words",
     "byte_fallback_rate": "tokens that are one raw byte of a non-ASCII character / tokens",
     "gpt2.ratio": "GPT-2 tokens / our tokens on the same texts (2.0: half the tokens)",
-    "indentation": "whitespace-only tokens before the first word of an indented line "
-    "(1: the newline and the indentation are one token; GPT-2's pre-tokenizer gives the "
-    "last space to the word, and splits the last tab off, so tabs need at least 2)",
+    "indentation": "tokens holding part of an indented line's indentation (1: the run is "
+    "never split, though it may share its token with the line break before it; GPT-2's "
+    "pre-tokenizer gives the last space to the word and splits the last tab off, so 2)",
 }
 
 
@@ -170,13 +170,9 @@ def _indentation(backend: Any) -> dict[str, int]:
     for name, indent in INDENTS.items():
         text = f"if x:\n{indent}return x\n"
         enc = backend.encode(text, add_special_tokens=False)
-        start = text.index("\n")
-        first_word = text.index("return")
-        out[name] = sum(
-            1
-            for (s, e) in enc.offsets
-            if s >= start and e <= first_word + 1 and text[s:e].isspace()
-        )
+        start = text.index("\n") + 1
+        end = start + len(indent)
+        out[name] = sum(1 for (s, e) in enc.offsets if s < end and e > start)
     return out
 
 

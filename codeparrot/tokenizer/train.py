@@ -1,9 +1,12 @@
 """Train a byte-level BPE on the corpus and save it as a ``transformers`` tokenizer directory.
 
-The recipe of CodeParrot's tokenizer: GPT-2's byte-level pre-tokenizer (no prefix space),
-an initial alphabet of the 256 byte symbols so that any text is encodable without an
-unknown token, ``<|endoftext|>`` as the one special token (bos, eos and unk), and a
-byte-level decoder so that ``decode(encode(x)) == x`` for every string.
+The recipe of CodeParrot's tokenizer: a byte-level BPE with an initial alphabet of the 256
+byte symbols so that any text is encodable without an unknown token, ``<|endoftext|>`` as
+the one special token (bos, eos and unk), and a byte-level decoder so that
+``decode(encode(x)) == x`` for every string. Where the reference used GPT-2's pre-tokenizer,
+the default here is a code-aware one (``pretokenizer.py``: names with their underscores,
+indentation runs whole, a line break kept with the line before); ``pre_tokenizer="gpt2"``
+gives the reference's.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from codeparrot.tokenizer.corpus import (
     read_manifest,
     stream_contents,
 )
+from codeparrot.tokenizer.pretokenizer import build_pre_tokenizer, pre_tokenizer_pattern
 
 # Files handed to the Rust trainer per Python call: large enough that the per-call
 # overhead vanishes, small enough that memory stays flat.
@@ -30,12 +34,12 @@ TRAIN_BATCH_FILES = 1000
 METADATA_FILE = "codeparrot_tokenizer.json"
 
 
-def new_byte_level_bpe() -> Any:
-    """An untrained ``tokenizers.Tokenizer`` with GPT-2's byte-level pipeline."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+def new_byte_level_bpe(pre_tokenizer: str = "code") -> Any:
+    """An untrained ``tokenizers.Tokenizer``: the named pre-tokenizer, byte-level decoding."""
+    from tokenizers import Tokenizer, decoders, models
 
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = build_pre_tokenizer(pre_tokenizer)
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer
 
@@ -45,11 +49,12 @@ def train_byte_level_bpe(
     vocab_size: int,
     min_frequency: int = 2,
     show_progress: bool = False,
+    pre_tokenizer: str = "code",
 ) -> Any:
     """Train a byte-level BPE on batches of texts; returns a ``tokenizers.Tokenizer``."""
     from tokenizers import pre_tokenizers, trainers
 
-    tokenizer = new_byte_level_bpe()
+    tokenizer = new_byte_level_bpe(pre_tokenizer)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
@@ -62,20 +67,22 @@ def train_byte_level_bpe(
 
 
 def wrap_for_transformers(tokenizer: Any, model_max_length: int) -> Any:
-    """A fast GPT-2 tokenizer around a trained ``tokenizers.Tokenizer``.
+    """A fast ``transformers`` tokenizer around a trained ``tokenizers.Tokenizer``.
 
-    Saved, it records ``tokenizer_class: GPT2Tokenizer`` and loads with ``AutoTokenizer``
-    into the same tokenization as the trained object (checked by the tests).
+    Not ``GPT2TokenizerFast``: in transformers 5 that class rebuilds its pipeline from the
+    vocabulary and merges with GPT-2's pre-tokenizer when loaded, silently dropping ours.
+    The generic fast tokenizer records ``tokenizer_class: TokenizersBackend`` and loads
+    ``tokenizer.json`` as saved, so ``AutoTokenizer`` tokenizes exactly as the trained
+    object does (checked by the tests).
     """
-    from transformers import GPT2TokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    return GPT2TokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         bos_token=END_OF_TEXT,
         eos_token=END_OF_TEXT,
         unk_token=END_OF_TEXT,
         model_max_length=model_max_length,
-        add_prefix_space=False,
         clean_up_tokenization_spaces=False,
     )
 
@@ -106,7 +113,11 @@ def train_tokenizer(config: TokenizerConfig) -> Path:
 
     started = time.perf_counter()
     tokenizer = train_byte_level_bpe(
-        all_batches(), config.vocab_size, config.min_frequency, show_progress=config.progress
+        all_batches(),
+        config.vocab_size,
+        config.min_frequency,
+        show_progress=config.progress,
+        pre_tokenizer=config.pre_tokenizer,
     )
     seconds = time.perf_counter() - started
     if stats.chars == 0:
@@ -119,6 +130,11 @@ def train_tokenizer(config: TokenizerConfig) -> Path:
     metadata = {
         "config": config.to_dict(),
         "vocab_size": tokenizer.get_vocab_size(),
+        # The split regex itself, so a later change of the pattern cannot hide what was used.
+        "pre_tokenizer": {
+            "name": config.pre_tokenizer,
+            "split_pattern": pre_tokenizer_pattern(config.pre_tokenizer),
+        },
         "corpus": {
             "data": str(Path(config.data).resolve()),
             "manifest_path": str(manifest_path.resolve()) if manifest is not None else None,

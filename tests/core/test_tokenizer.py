@@ -16,6 +16,7 @@ from transformers import AutoTokenizer
 from codeparrot.errors import CheckpointError, ConfigError, DataError
 from codeparrot.tokenizer import TokenizerConfig, tokenizer_report, train_tokenizer
 from codeparrot.tokenizer.gpt2_reference import load_gpt2_tokenizer
+from codeparrot.tokenizer.pretokenizer import CODE_PATTERN
 from codeparrot.tokenizer.train import METADATA_FILE
 
 VOCAB = 1024
@@ -70,9 +71,19 @@ def report(trained) -> dict:
 # -- training and the saved directory --------------------------------------------------
 
 
+# Text where GPT-2's pre-tokenizer and ours split differently: tab and space indentation,
+# CRLF, blank lines, underscores, dotted names, non-ASCII, a special token.
+TRICKY = (
+    "class A(object):\r\n\tdef _f(self, x_1):\r\n\t\treturn os.path.join(self._x, 'é')\r\n"
+    "\n\n    if __name__ == '__main__':  # 日本 🦜\n        x  =  [0x1F, 1_000]\n"
+    "<|endoftext|>\t\tdef g():\n\t\t\tpass\n"
+)
+
+
 def test_output_loads_as_gpt2_style_fast_tokenizer(trained, loaded):
     assert loaded.is_fast
-    assert type(loaded).__name__ == "GPT2Tokenizer"
+    # Not GPT2Tokenizer: transformers 5 rebuilds that class with GPT-2's pre-tokenizer.
+    assert type(loaded).__name__ == "TokenizersBackend"
     assert len(loaded) == VOCAB
     assert loaded.eos_token == loaded.bos_token == loaded.unk_token == "<|endoftext|>"
     assert loaded("a<|endoftext|>b")["input_ids"][1] == loaded.eos_token_id
@@ -84,13 +95,27 @@ def test_loaded_tokenizer_matches_the_saved_tokenizer_json(trained, loaded):
     from tokenizers import Tokenizer
 
     raw = Tokenizer.from_file(str(trained / "tokenizer.json"))
-    texts = stdlib_texts(50)[40:]
+    texts = [*stdlib_texts(50)[40:], TRICKY, TRICKY.replace("\n", "\r\n")]
     assert [e.ids for e in raw.encode_batch(texts)] == loaded(texts)["input_ids"]
+    # The loaded pipeline is the saved one, not rebuilt from the vocab and merges.
+    saved = json.loads((trained / "tokenizer.json").read_text())
+    assert json.loads(loaded.backend_tokenizer.to_str())["pre_tokenizer"] == saved["pre_tokenizer"]
+    assert saved["pre_tokenizer"]["pretokenizers"][0]["pattern"] == {"Regex": CODE_PATTERN}
+
+
+def test_a_reloaded_copy_keeps_the_code_pre_tokenizer(loaded, tmp_path):
+    # What a checkpoint does: save the loaded tokenizer again, load it again.
+    loaded.save_pretrained(tmp_path / "copy")
+    again = AutoTokenizer.from_pretrained(tmp_path / "copy")
+    assert again(TRICKY)["input_ids"] == loaded(TRICKY)["input_ids"]
+    assert again.backend_tokenizer.pre_tokenizer.pre_tokenize_str("\t\tx")[0][0] == "ĉĉ"
 
 
 def test_metadata_records_config_corpus_and_provenance(trained, corpus):
     meta = json.loads((trained / METADATA_FILE).read_text())
     assert meta["config"]["vocab_size"] == VOCAB
+    assert meta["config"]["pre_tokenizer"] == "code"
+    assert meta["pre_tokenizer"] == {"name": "code", "split_pattern": CODE_PATTERN}
     assert meta["corpus"]["files"] == 40
     assert meta["corpus"]["chars"] == sum(len(t) for t in stdlib_texts(40))
     assert meta["corpus"]["manifest_path"] == str((corpus / "manifest.json").resolve())
@@ -193,7 +218,69 @@ def test_indentation_runs_are_single_tokens(report, loaded):
     assert report["indentation"]["4 spaces"] == 1
     assert report["indentation"]["8 spaces"] == 1
     tokens = loaded.convert_ids_to_tokens(loaded("if x:\n        return x")["input_ids"])
-    assert "Ċ" + "Ġ" * 7 in tokens
+    # The line break and the whole indentation in one token (with the colon, if learned);
+    # the keyword after it starts a token of its own.
+    assert any(t.endswith("Ċ" + "Ġ" * 8) for t in tokens)
+    assert "return" in tokens
+
+
+def test_pre_tokenizer_keeps_python_units_together(loaded):
+    split = loaded.backend_tokenizer.pre_tokenizer.pre_tokenize_str
+    pieces = [p for p, _ in split("def f(self):\n\t\treturn self._x.y\r\n\r\n\tz  = 10\n")]
+    # ByteLevel shows a space as Ġ, a tab as ĉ, \n as Ċ and \r as č.
+    assert pieces == [
+        "def", "Ġf", "(self", "):Ċĉĉ", "return", "Ġself._x.y" + "čĊ" * 2 + "ĉ",
+        "z", "Ġ", "Ġ=", "Ġ10Ċ",
+    ]  # fmt: skip
+    assert split("\t\tif x:")[0][0] == "ĉĉ"  # indentation at the start of a text
+    assert [p for p, _ in split("a\t\tb")] == ["a", "ĉĉ", "b"]
+
+
+@pytest.fixture(scope="module")
+def tabbed(tmp_path_factory) -> Path:
+    """A tokenizer trained on tab-indented code."""
+    texts = [t.replace("    ", "\t") for t in stdlib_texts(20)]
+    data = write_corpus(tmp_path_factory.mktemp("tabbed"), texts[:18], texts[18:])
+    out = tmp_path_factory.mktemp("tok") / "tabbed"
+    train_tokenizer(TokenizerConfig(data=data, output=out, vocab_size=800, progress=False))
+    return out
+
+
+def test_tab_indentation_runs_are_single_tokens(tabbed):
+    rep = tokenizer_report(tabbed, progress=False, compare_gpt2=False)
+    assert rep["indentation"]["1 tab"] == 1
+    assert rep["indentation"]["2 tabs"] == 1
+    tok = AutoTokenizer.from_pretrained(tabbed)
+    text = "class A:\n\tdef f(self):\n\t\tif x:\n\t\t\treturn x\n"
+    tokens = tok.convert_ids_to_tokens(tok(text)["input_ids"])
+    for depth in (1, 2, 3):
+        assert sum(t.endswith("Ċ" + "ĉ" * depth) for t in tokens) == 1, tokens
+
+
+def test_gpt2_pre_tokenizer_remains_available(corpus, tmp_path):
+    out = tmp_path / "gpt2"
+    config = TokenizerConfig(data=corpus, output=out, vocab_size=600, pre_tokenizer="gpt2")
+    train_tokenizer(config.replace(progress=False))
+    tok = AutoTokenizer.from_pretrained(out)
+    assert json.loads(tok.backend_tokenizer.to_str())["pre_tokenizer"]["use_regex"] is True
+    meta = json.loads((out / METADATA_FILE).read_text())
+    assert meta["pre_tokenizer"] == {"name": "gpt2", "split_pattern": None}
+    # GPT-2's regex splits the last tab off the indentation.
+    rep = tokenizer_report(out, progress=False, compare_gpt2=False)
+    assert rep["indentation"]["2 tabs"] >= 2
+    with pytest.raises(ConfigError, match="--pre-tokenizer must be one of code, gpt2"):
+        TokenizerConfig(data=corpus, output=out, pre_tokenizer="bert")
+
+
+def test_incremental_decoding_matches_decode(loaded):
+    """The generation engine streams text with a DecodeStream over the backend."""
+    from tokenizers.decoders import DecodeStream
+
+    for text in (TRICKY, stdlib_texts(41)[40].replace("    ", "\t")):
+        ids = loaded(text)["input_ids"]
+        stream = DecodeStream(skip_special_tokens=False)
+        pieces = [stream.step(loaded.backend_tokenizer, i) for i in ids]
+        assert "".join(p for p in pieces if p) == loaded.decode(ids) == text
 
 
 def test_common_keywords_are_single_tokens(report):
