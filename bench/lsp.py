@@ -1,7 +1,8 @@
 """Language server latency through a real client over stdio (issue 7).
 
-Builds a random checkpoint of the ``tiny`` preset's shape (4 layers, 256 wide) with a
-1024-token context and an 8k byte-level BPE, starts ``python -m lsp`` as a subprocess,
+Builds a random checkpoint of the ``tiny`` preset (4 layers, 256 wide, its context of 256
+positions; ``--positions 1024`` for a longer one) and an 8k byte-level BPE, starts
+``python -m lsp`` (default settings: int8 decoding steps on a CPU) as a subprocess,
 drives it with pygls' client and measures request-to-response latency of single-line
 ``textDocument/inlineCompletion`` at cursors in stdlib files:
 
@@ -71,8 +72,8 @@ def stdlib_texts() -> dict[str, str]:
     return {name: (root / name).read_text(encoding="utf-8") for name in STDLIB_FILES}
 
 
-def build_checkpoint(out: Path, texts: list[str]) -> Path:
-    """A random GPT-2 of the tiny preset's shape, context 1024, with an 8k BPE."""
+def build_checkpoint(out: Path, texts: list[str], positions: int) -> Path:
+    """A random GPT-2 of the tiny preset, context ``positions``, with an 8k BPE."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -95,7 +96,7 @@ def build_checkpoint(out: Path, texts: list[str]) -> Path:
         unk_token="<|endoftext|>",
         model_max_length=1024,
     )
-    model = build_model("tiny", tokenizer, seed=0, n_positions=1024)
+    model = build_model("tiny", tokenizer, seed=0, n_positions=positions)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -251,8 +252,8 @@ def baseline(checkpoint: Path, texts, points, max_new: int, context: int):
     from lsp.postprocess import block_indent
 
     torch.set_num_threads(1)  # what the server uses by default
-    engine = Engine.load(checkpoint)
     config = LspConfig(max_new_tokens=max_new, context_tokens=context)
+    engine = Engine.load(checkpoint, quantize=config.quantize)
     wall, cpu = [], []
     for i, (name, line, col) in enumerate(points):
         doc = Document("x", document_until(texts[name], line, col))
@@ -272,6 +273,7 @@ def main() -> None:
     parser.add_argument("--bursts", type=int, default=30)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--context-tokens", type=int, default=768, help="prompt budget")
+    parser.add_argument("--positions", type=int, default=256, help="model context (tiny: 256)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -280,9 +282,10 @@ def main() -> None:
     bursts = cursors(texts, args.bursts, args.seed + 1)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        ckpt = build_checkpoint(Path(tmp) / "tiny-1024", list(texts.values()))
+        ckpt = build_checkpoint(Path(tmp) / "tiny", list(texts.values()), args.positions)
         print(
-            f"random tiny-shaped checkpoint (context 1024) built in {time.perf_counter() - t0:.1f} s"
+            f"random tiny checkpoint (context {args.positions}) built in "
+            f"{time.perf_counter() - t0:.1f} s"
         )
         new, context = args.max_new_tokens, args.context_tokens
         base_ms, base_cpu = baseline(ckpt, texts, points, new, context)
@@ -292,7 +295,8 @@ def main() -> None:
         _, typing, _ = asyncio.run(run_server(ckpt, texts, points, [], new, context, cache=True))
     print(
         f"single-line inline completion, max {args.max_new_tokens} new tokens, prompt budget "
-        f"{args.context_tokens} tokens, 1 torch thread"
+        f"{args.context_tokens} tokens (fitted to the context of {args.positions}), "
+        "1 torch thread, server defaults"
     )
     b = summary("baseline: engine in-process", base_ms)
     summary("baseline: CPU time (1 thread)", base_cpu)

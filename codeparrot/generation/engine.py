@@ -332,7 +332,7 @@ class Engine:
                 f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in the "
                 f"model's context of {self.context_length} tokens"
             )
-        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        ids = self.tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"]
         if not ids:
             ids = [self.eos_token_id if self.eos_token_id is not None else 0]
         budget = self.context_length - max_new_tokens
@@ -344,7 +344,7 @@ class Engine:
         return ids[cut:], True
 
     def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     # -- generation ------------------------------------------------------------------
     def generate(

@@ -162,3 +162,22 @@ def test_empty_document(encoding: str):
     assert doc.position_at(0, encoding) == Position(0, 0)
     w = cursor_window(doc, 0, 100, 100)
     assert w.prefix == w.suffix == w.line_head == w.line_tail == ""
+
+
+def test_fit_prefix_never_tokenizes_a_long_window_whole_and_keeps_its_start_while_typing():
+    window = "".join(f"value_{i} = compute({i}, other)\n" for i in range(600)) + "result = "
+    seen: list[int] = []
+
+    def count(s: str) -> int:
+        seen.append(len(s))
+        return len(s) // 4
+
+    fitted = fit_prefix(window, 200, count, quantum=64)
+    assert max(seen) <= 200 * 8 + 64 < len(window)  # the whole window was never counted
+    assert window.endswith(fitted) and fitted.startswith("value_")
+    assert 150 <= len(fitted) // 4 <= 200  # most of the budget used
+    # a few more characters typed at the end: the prompt still starts at the same place
+    for typed in ("a", "ab", "abc"):
+        assert fit_prefix(window + typed, 200, lambda s: len(s) // 4, quantum=64).startswith(
+            fitted[:50]
+        )
