@@ -88,3 +88,17 @@ def test_the_same_seed_draws_the_same_tokens():
     config = GenerationConfig(temperature=0.8, top_p=0.9)
     assert torch.equal(draw(config, seed=3), draw(config, seed=3))
     assert not torch.equal(draw(config, seed=3), draw(config, seed=4))
+
+
+def test_zero_weight_tokens_are_never_drawn_even_at_the_edges_of_the_draw():
+    from codeparrot.generation.engine import _draw
+
+    # zero weights first, last and between: a draw of exactly 0 or of almost the total
+    # must still land on a token with weight
+    weights = torch.tensor([0.0, 0.0, 0.3, 0.0, 0.7, 0.0]).expand(ROWS, -1).contiguous()
+    tokens = _draw(weights, torch.Generator().manual_seed(3))
+    assert set(tokens.tolist()) == {2, 4}
+    assert abs(law(tokens, 6)[4].item() - 0.7) < 0.01
+    # unnormalised weights are drawn in proportion
+    tokens = _draw(torch.tensor([[2.0, 6.0]]).expand(ROWS, -1), torch.Generator().manual_seed(4))
+    assert abs(law(tokens, 2)[1].item() - 0.75) < 0.01
