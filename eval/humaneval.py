@@ -40,7 +40,21 @@ def generation_settings(config: HumanEvalConfig) -> dict[str, Any]:
         "max_new_tokens": config.max_new_tokens,
         "seed": config.seed,
         "batch_size": config.batch_size,
+        "prompt": PROMPT_FORM,
     }
+
+
+# The model completes the prompt without its trailing whitespace (as bigcode's harness
+# does): HumanEval prompts end in a line break, and a tokenizer that keeps a line break
+# with the next line's indentation would otherwise end the prompt on a token it rarely
+# saw (a bare line break) instead of letting the model write the break and the indent.
+# The program run is still the original prompt + completion (a blank line between).
+PROMPT_FORM = "rstrip"
+
+
+def model_prompt(prompt: str) -> str:
+    """The text the model continues for a HumanEval ``prompt``."""
+    return prompt.rstrip() or prompt
 
 
 def batch_seed(base: int, task_index: int, first_sample: int) -> int:
@@ -127,7 +141,7 @@ def generate_samples(
                     stop=HUMANEVAL_STOP_SEQUENCES,
                     seed=seed,
                 )
-                for c in engine.generate(problems[task_id]["prompt"], gen):
+                for c in engine.generate(model_prompt(problems[task_id]["prompt"]), gen):
                     record = {
                         "task_id": task_id,
                         "completion": c.text,

@@ -19,9 +19,11 @@ class CountingEngine:
     def __init__(self, engine):
         self.engine = engine
         self.requested = 0
+        self.prompts = []
 
     def generate(self, prompt, config):
         self.requested += config.n
+        self.prompts.append(prompt)
         return self.engine.generate(prompt, config)
 
 
@@ -87,6 +89,8 @@ def test_interrupted_generation_resumes_without_redoing(tmp_path, tiny_checkpoin
     counting.requested = 0
     generate_samples(config, problems, engine=counting, progress=False)
     assert counting.requested == 0
+    # the model continues each prompt without its trailing line break (bigcode's form)
+    assert {p for p in counting.prompts} == {p["prompt"].rstrip() for p in problems.values()}
 
     with pytest.raises(DataError, match="temperature"):
         generate_samples(config.replace(temperature=0.8), problems, engine=counting, progress=False)
