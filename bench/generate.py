@@ -203,6 +203,45 @@ def sampling_case(engines: dict, baseline, source: str, repeats: int) -> None:
         print(f"    {name:15s} {statistics.median(rs):8.0f} tokens/s{ratio}")
 
 
+def int8_loss(checkpoint: Path, files: int) -> None:
+    """Held-out loss of a trained checkpoint when every token goes through the decoding
+    step, with the checkpoint's float32 weights and with the int8 copies: what int8
+    costs in quality (teacher forcing over the first context of a few stdlib files)."""
+    import torch.nn.functional as F
+
+    from codeparrot.generation import Engine
+
+    engine = Engine.load(checkpoint, quantize="int8")
+    decoder = engine._gpt2
+    root = Path(sysconfig.get_paths()["stdlib"])
+    names = sorted(p.name for p in root.glob("*.py"))[:files]
+    loss = {False: 0.0, True: 0.0}
+    tokens = agree = 0
+    with torch.inference_mode():
+        for name in names:
+            text = (root / name).read_text(encoding="utf-8", errors="replace")
+            ids = engine.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+            ids = ids[: decoder.context_length]
+            if len(ids) < 2:
+                continue
+            caches = {q: decoder.new_cache(1, len(ids)) for q in loss}
+            logits = {q: decoder.forward(torch.tensor([ids[:1]]), caches[q]) for q in loss}
+            for t in range(1, len(ids)):
+                target = torch.tensor([ids[t]])
+                for q in loss:
+                    loss[q] += F.cross_entropy(logits[q].float(), target).item()
+                agree += int(logits[False].argmax() == logits[True].argmax())
+                tokens += 1
+                for q in loss:
+                    logits[q] = decoder.forward(torch.tensor([[ids[t]]]), caches[q], int8=q)
+    exact, approx = loss[False] / tokens, loss[True] / tokens
+    print(
+        f"int8 vs float32 decoding on {checkpoint} ({tokens} tokens of {len(names)} stdlib "
+        f"files): loss {exact:.4f} -> {approx:.4f} ({100 * (approx / exact - 1):+.2f}%), "
+        f"same greedy token {agree / tokens:.1%}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=30, help="requests of (a) and (a') per side")
@@ -213,9 +252,18 @@ def main() -> None:
     )
     parser.add_argument("--dtype", default="auto", help="engine dtype (auto, float32, bfloat16)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument(
+        "--int8-loss",
+        type=Path,
+        metavar="CHECKPOINT",
+        help="only measure what int8 decoding costs in held-out loss on a trained checkpoint",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.int8_loss:
+        int8_loss(args.int8_loss, files=20)
+        return
 
     from transformers.utils import logging as hf_logging
 
