@@ -272,8 +272,12 @@ def _build_corpus(config: FinetuneConfig) -> dict[str, Any]:
     return manifest
 
 
-def _train_config(config: FinetuneConfig, steps: int, seq_length: int) -> Any:
+def _train_config(config: FinetuneConfig, steps: int, seq_length: int, train_tokens: int) -> Any:
     from training.config import TrainConfig
+
+    # The sequence shuffle buffer holds at most one epoch of a small repository, so that
+    # --epochs still counts passes over it rather than draws from several epochs at once.
+    default_buffer = TrainConfig.__dataclass_fields__["sequence_buffer"].default
 
     return TrainConfig(
         data=config.corpus_dir,
@@ -281,6 +285,7 @@ def _train_config(config: FinetuneConfig, steps: int, seq_length: int) -> Any:
         init_from=config.checkpoint,
         dropout=config.dropout,
         seq_length=seq_length,
+        sequence_buffer=min(default_buffer, train_tokens // seq_length),
         batch_size=config.batch_size,
         learning_rate=config.learning_rate,
         min_lr_ratio=config.min_lr_ratio,
@@ -353,7 +358,7 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
     say(f"fine-tuning for up to {steps} steps or {config.max_minutes:g} minutes")
     from training.loop import train
 
-    trained = train(_train_config(config, steps, seq_length))
+    trained = train(_train_config(config, steps, seq_length, train_tokens))
     after = checkpoint_losses(config.model_dir, splits, seq_length)
 
     pushed = None
