@@ -1,8 +1,9 @@
 """Make ``accelerate launch --cpu --num_processes N -m training`` start N processes.
 
 Accelerate 1.x's ``--cpu`` launcher starts several processes only through mpirun (with
-``--mpirun_hostfile``). Without it, it starts ONE process, sets ``MASTER_ADDR`` and
-``MASTER_PORT`` for the group it was asked for and never tells that process N. So
+``--mpirun_hostfile``), and so does a plain ``--num_processes N`` on a machine without GPU.
+Otherwise it starts ONE process, sets ``MASTER_ADDR`` and ``MASTER_PORT`` for the group it
+was asked for and never tells that process N. So
 ``python -m training`` checks for exactly that situation, reads N from the ``accelerate
 launch`` command line that started it, and replaces itself with torchrun
 (``torch.distributed.run``) on the same address, which starts the N processes; Accelerate
@@ -39,14 +40,19 @@ class Request:
     num_machines: int
 
 
-def launched_alone_for_several(env: Mapping[str, str]) -> bool:
+def launched_alone_for_several(env: Mapping[str, str], *, accelerator_device: bool) -> bool:
     """True in the single process that ``accelerate launch --cpu --num_processes N>1`` starts.
 
-    Its launcher sets ``ACCELERATE_USE_CPU`` and, only for N > 1 (or several machines),
-    ``MASTER_ADDR``; every launcher that really starts N processes sets a world size.
+    That launcher sets ``ACCELERATE_USE_CPU`` (True with ``--cpu``; False without, which
+    still means the CPU where there is no accelerator device) and, only for N > 1 (or
+    several machines), ``MASTER_ADDR``; every launcher that really starts N processes sets
+    a world size. With a device and no ``--cpu`` (say N processes asked on one GPU) the
+    lone process is left alone: torchrun would put them all on that device.
     """
+    use_cpu = env.get("ACCELERATE_USE_CPU")
     return (
-        env.get("ACCELERATE_USE_CPU", "").lower() == "true"
+        use_cpu is not None
+        and (use_cpu.lower() == "true" or not accelerator_device)
         and "MASTER_ADDR" in env
         and not any(name in env for name in WORLD_SIZE_VARIABLES)
     )
@@ -101,6 +107,15 @@ def torchrun_argv(
     ]  # fmt: skip
 
 
+def has_accelerator_device() -> bool:
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        return bool(accelerator.is_available())
+    return bool(torch.cuda.is_available())
+
+
 def parent_command_line() -> list[str]:
     """The command line of the process that started this one (Linux ``/proc``; else empty)."""
     try:
@@ -116,7 +131,9 @@ def relaunch_under_torchrun(script_argv: Sequence[str]) -> None:
     Returns when there is nothing to do; raises LaunchError when N cannot be started.
     """
     env = os.environ
-    if not launched_alone_for_several(env):
+    if "ACCELERATE_USE_CPU" not in env:  # not started by `accelerate launch`: skip importing torch
+        return
+    if not launched_alone_for_several(env, accelerator_device=has_accelerator_device()):
         return
     request = requested(parent_command_line())
     if request is None:

@@ -30,6 +30,7 @@ from training.data import (
     pretokenize,
     shard_files,
 )
+from training.launch import has_accelerator_device, launched_alone_for_several
 
 CHECKPOINTS = "checkpoints"
 STATE = "state"
@@ -324,7 +325,7 @@ def setup(
         # Without an accelerator device, say so: under torchrun (`accelerate launch
         # --multi_gpu`, `torchrun --nproc_per_node N`) Accelerate then forms a gloo DDP
         # group on CPU instead of N unrelated single-process runs.
-        cpu=not _has_accelerator_device(torch),
+        cpu=not has_accelerator_device(),
         mixed_precision=config.mixed_precision,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         log_with=tracker,
@@ -403,9 +404,7 @@ def _warn_single_cpu_process() -> None:
 
     `-m training` starts them itself (training/launch.py); another entry point lands here alone.
     """
-    from training.launch import launched_alone_for_several
-
-    if launched_alone_for_several(os.environ):
+    if launched_alone_for_several(os.environ, accelerator_device=has_accelerator_device()):
         import warnings
 
         warnings.warn(
@@ -414,13 +413,6 @@ def _warn_single_cpu_process() -> None:
             "(through torchrun), as does `torchrun --nproc_per_node N -m training ...`",
             stacklevel=3,
         )
-
-
-def _has_accelerator_device(torch: Any) -> bool:
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None:
-        return bool(accelerator.is_available())
-    return bool(torch.cuda.is_available())
 
 
 def _fast_adamw_kwargs(torch: Any) -> dict[str, Any]:

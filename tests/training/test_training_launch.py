@@ -11,12 +11,18 @@ from training.launch import Request, launched_alone_for_several, requested, torc
 ACCELERATE_CPU = {"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 
 
-def test_only_the_lone_process_of_a_cpu_group_is_relaunched():
-    assert launched_alone_for_several(ACCELERATE_CPU)
-    assert not launched_alone_for_several({**ACCELERATE_CPU, "WORLD_SIZE": "2"})  # torchrun
-    assert not launched_alone_for_several({**ACCELERATE_CPU, "OMPI_COMM_WORLD_SIZE": "2"})  # MPI
-    assert not launched_alone_for_several({"ACCELERATE_USE_CPU": "True"})  # --num_processes 1
-    assert not launched_alone_for_several({})  # python -m training
+@pytest.mark.parametrize("device", [False, True])
+def test_only_the_lone_process_of_a_cpu_group_is_relaunched(device):
+    def alone(env):
+        return launched_alone_for_several(env, accelerator_device=device)
+
+    assert alone(ACCELERATE_CPU)
+    assert not alone({**ACCELERATE_CPU, "WORLD_SIZE": "2"})  # torchrun
+    assert not alone({**ACCELERATE_CPU, "OMPI_COMM_WORLD_SIZE": "2"})  # MPI
+    assert not alone({"ACCELERATE_USE_CPU": "True"})  # --num_processes 1
+    assert not alone({})  # python -m training
+    # `accelerate launch --num_processes 2` without --cpu: the CPU only where there is no GPU
+    assert alone({**ACCELERATE_CPU, "ACCELERATE_USE_CPU": "False"}) is not device
 
 
 @pytest.mark.parametrize(
