@@ -357,7 +357,13 @@ def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
             f"{f['tokens_seen'] / 1e6:.2f}M tokens in {f['minutes']:.1f} min "
             f"({f['tokens_per_s']:,.0f} tokens/s)"
         )
-        lines.append(f"            validation loss {loss} nats/token, perplexity {ppl}")
+        per_char = ""
+        chars = steps.get("tokenizer", {}).get("facts", {}).get("chars_per_token")
+        if f["eval_loss"] is not None and chars:
+            # comparable across tokenizers: one that packs more text per token has a
+            # higher loss per token for the same model quality
+            per_char = f" (~{f['eval_loss'] / chars:.3f} nats/char)"
+        lines.append(f"            validation loss {loss} nats/token{per_char}, perplexity {ppl}")
     if "eval" in steps:
         f = steps["eval"]["facts"]
         scores = ", ".join(f"{k} {100 * v:.2f}%" for k, v in f["pass_at_k"].items())

@@ -49,6 +49,7 @@ def test_quickstart_runs_every_step_then_reuses_them(tmp_path, source_tree, caps
     printed = capsys.readouterr().out
     assert "[4/4] Scoring HumanEval in the sandbox ..." in printed
     assert "pass@1" in printed and "codeparrot app --checkpoint" in printed
+    assert "nats/char)" in printed  # a loss comparable across tokenizers
 
     state = json.loads((out / "quickstart.json").read_text())
     assert set(state["steps"]) == {"corpus", "tokenizer", "train", "eval"}
