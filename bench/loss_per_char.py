@@ -1,0 +1,63 @@
+"""Held-out loss per character of checkpoints with different tokenizers (issue 3 / 9).
+
+A loss per token depends on how much text a token holds, so checkpoints trained with
+different tokenizers are compared per character: each checkpoint scores the same
+validation files (the first ``--files`` of a corpus' ``valid`` split), tokenized with its
+own tokenizer, in non-overlapping windows of its context, starting from end-of-text.
+
+    .venv/bin/python bench/loss_per_char.py --corpus runs/quickstart/corpus CKPT [CKPT ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoints", type=Path, nargs="+")
+    parser.add_argument("--corpus", type=Path, required=True, help="a corpus with a valid split")
+    parser.add_argument("--files", type=int, default=120, help="validation files scored")
+    args = parser.parse_args()
+
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    texts: list[str] = []
+    for shard in sorted((args.corpus / "valid").glob("*.jsonl.gz")):
+        with gzip.open(shard, "rt", encoding="utf-8") as fh:
+            texts += [json.loads(line)["content"] for line in fh]
+    texts = texts[: args.files]
+    if not texts:
+        raise SystemExit(f"{args.corpus}/valid: no files")
+    chars = sum(len(t) for t in texts)
+    for checkpoint in args.checkpoints:
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+        window = model.config.n_positions
+        nll, tokens = 0.0, 0
+        with torch.inference_mode():
+            for text in texts:
+                ids = [tokenizer.eos_token_id]
+                ids += tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+                for start in range(0, len(ids) - 1, window - 1):
+                    chunk = torch.tensor([ids[start : start + window]])
+                    if chunk.size(1) < 2:
+                        break
+                    logits = model(chunk).logits[0, :-1].float()
+                    nll += F.cross_entropy(logits, chunk[0, 1:], reduction="sum").item()
+                    tokens += chunk.size(1) - 1
+        print(
+            f"{checkpoint}: {len(texts)} files, {chars:,} chars, {tokens:,} tokens "
+            f"({chars / tokens:.2f} chars/token): {nll / tokens:.3f} nats/token, "
+            f"{nll / chars:.4f} nats/char ({nll / chars / math.log(2):.4f} bits/char)"
+        )
+
+
+if __name__ == "__main__":
+    main()
