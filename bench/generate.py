@@ -102,7 +102,7 @@ def editor_case(engines: dict, baseline, source: str, repeats: int) -> None:
     prompt = prompt_of(engine, source, 1000)
     fitted, _ = engine.encode_prompt(prompt, 32)
     ids = torch.tensor([fitted])
-    cfg = GenerationConfig(max_new_tokens=32, temperature=0, stop_at_eos=False)
+    cfg = GenerationConfig(max_new_tokens=32, temperature=0, stop_at_eos=False, heal=False)
 
     def ours_a(e):
         def run() -> None:
@@ -165,7 +165,7 @@ def sampling_case(engines: dict, baseline, source: str, repeats: int) -> None:
     prompt_b = prompt_of(engine, source[5000:], 150)
     ids_b = torch.tensor([engine.tokenizer(prompt_b, add_special_tokens=False)["input_ids"]])
     cfg_b = GenerationConfig(
-        max_new_tokens=new, temperature=0.8, top_p=0.95, n=n, seed=0, stop_at_eos=False
+        max_new_tokens=new, temperature=0.8, top_p=0.95, n=n, seed=0, stop_at_eos=False, heal=False
     )
 
     def ours_b(e):

@@ -44,17 +44,13 @@ def generation_settings(config: HumanEvalConfig) -> dict[str, Any]:
     }
 
 
-# The model completes the prompt without its trailing whitespace (as bigcode's harness
-# does): HumanEval prompts end in a line break, and a tokenizer that keeps a line break
-# with the next line's indentation would otherwise end the prompt on a token it rarely
-# saw (a bare line break) instead of letting the model write the break and the indent.
-# The program run is still the original prompt + completion (a blank line between).
-PROMPT_FORM = "rstrip"
-
-
-def model_prompt(prompt: str) -> str:
-    """The text the model continues for a HumanEval ``prompt``."""
-    return prompt.rstrip() or prompt
+# How the prompt is given to the model: whole, with token healing (the engine backs up
+# over the prompt's last token and lets the first new token be any that starts with its
+# text). HumanEval prompts end in a line break; a tokenizer that keeps a line break with
+# the next line's indentation would otherwise end the prompt on a token the model rarely
+# saw there (a bare line break). bigcode's harness strips the prompt instead, which leaves
+# a small model reading the closing quotes of the docstring as opening ones.
+PROMPT_FORM = "healed"
 
 
 def batch_seed(base: int, task_index: int, first_sample: int) -> int:
@@ -140,8 +136,9 @@ def generate_samples(
                     max_new_tokens=config.max_new_tokens,
                     stop=HUMANEVAL_STOP_SEQUENCES,
                     seed=seed,
+                    heal=True,
                 )
-                for c in engine.generate(model_prompt(problems[task_id]["prompt"]), gen):
+                for c in engine.generate(problems[task_id]["prompt"], gen):
                     record = {
                         "task_id": task_id,
                         "completion": c.text,

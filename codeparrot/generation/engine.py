@@ -65,6 +65,12 @@ class GenerationConfig(Config):
         (), "stop strings: a candidate ends at the first one, which is trimmed", flag="--stop"
     )
     stop_at_eos: bool = option(True, "end a candidate at the end-of-text token", cli=False)
+    heal: bool = option(
+        True,
+        "token healing: back the prompt up by its last token and let the first new token "
+        "be any token that starts with that text (a prompt ending in a line break or half a "
+        "word otherwise ends on a token the model rarely saw there)",
+    )
 
     def problems(self) -> list[str]:
         out = []
@@ -122,6 +128,8 @@ class _Candidate:
     emitted: int = 0  # characters already streamed
     finish_reason: str | None = None
     stop_at: int | None = None  # character index where the text ends
+    heal_len: int = 0  # characters of a healed prompt's last token, decoded with the ids
+    skip: int = 0  # of those, characters not yet dropped from the streamed text
 
 
 def first_block(text: str, stop_sequences: tuple[str, ...] = HUMANEVAL_STOP_SEQUENCES) -> str:
@@ -211,6 +219,8 @@ class Engine:
         if quantize == "int8":
             self._enable_int8()
         self.prompt_cache = PromptCache(prompt_cache_entries)
+        self._table: tuple[list[str], list[int]] | None = None  # see _token_table
+        self._table_lock = threading.Lock()
 
     def _enable_int8(self) -> None:
         from codeparrot.generation.gpt2 import int8_supported
@@ -376,8 +386,45 @@ class Engine:
         if not isinstance(prompt, str) or not prompt:
             raise ConfigError("the prompt is empty")
         ids, truncated = self.encode_prompt(prompt, config.max_new_tokens)
+        healed = self._heal(ids) if config.heal else None
+        if healed is not None:
+            ids = ids[:-1]
         # Checks done: the generator below starts work only when iterated.
-        return self._stream(ids, truncated, config, cancel)
+        return self._stream(ids, truncated, config, cancel, healed)
+
+    def _heal(self, ids: list[int]) -> tuple[str, list[int]] | None:
+        """(text of the prompt's last token, ids of every token starting with it), or None.
+
+        None when healing does not apply: a one-token prompt, a special token, or a
+        token that is not text on its own (part of a UTF-8 character).
+        """
+        if len(ids) < 2 or ids[-1] in self.tokenizer.all_special_ids:
+            return None
+        text = self.tokenizer.decode(ids[-1:], skip_special_tokens=False)
+        if not text or "\ufffd" in text:
+            return None
+        texts, order = self._token_table()
+        import bisect
+
+        lo = bisect.bisect_left(texts, text)
+        hi = lo
+        while hi < len(texts) and texts[hi].startswith(text):
+            hi += 1
+        allowed = [order[i] for i in range(lo, hi)]
+        return (text, allowed) if allowed else None
+
+    def _token_table(self) -> tuple[list[str], list[int]]:
+        """Decoded text of every ordinary token, sorted, and the ids in that order (cached)."""
+        with self._table_lock:
+            if self._table is None:
+                special = set(self.tokenizer.all_special_ids)
+                pairs = sorted(
+                    (self.tokenizer.decode([i], skip_special_tokens=False), i)
+                    for i in range(self.vocab_size)
+                    if i not in special
+                )
+                self._table = ([t for t, _ in pairs], [i for _, i in pairs])
+            return self._table
 
     def _stream(
         self,
@@ -385,6 +432,7 @@ class Engine:
         truncated: bool,
         config: GenerationConfig,
         cancel: threading.Event | None,
+        healed: tuple[str, list[int]] | None = None,
     ) -> Iterator[StreamEvent]:
         import torch
 
@@ -392,7 +440,8 @@ class Engine:
         generator = torch.Generator(device=self.device).manual_seed(seed)
         n = config.n
         started = time.perf_counter()
-        cands = [_Candidate(self._new_decoder()) for _ in range(n)]
+        skip = len(healed[0]) if healed is not None else 0
+        cands = [_Candidate(self._new_decoder(), heal_len=skip, skip=skip) for _ in range(n)]
         stops = tuple(config.stop)
         longest_stop = max((len(s) for s in stops), default=0)
         eos = self.eos_token_id if config.stop_at_eos else None
@@ -413,7 +462,7 @@ class Engine:
                 Completion(
                     text=c.text[:end],
                     finish_reason=reason,
-                    prompt_tokens=len(ids),
+                    prompt_tokens=len(ids) + (healed is not None),
                     new_tokens=len(c.ids),
                     seconds=time.perf_counter() - started,
                     seed=seed,
@@ -427,6 +476,10 @@ class Engine:
         # the caller's code between events must not run inside it.
         with torch.inference_mode():
             logits = step.prefill()
+            if healed is not None:  # the first token must start with the removed text
+                mask = torch.full_like(logits[0], float("-inf"))
+                mask[torch.tensor(healed[1], device=mask.device)] = 0.0
+                logits = logits + mask
         active = list(range(n))  # candidate index of each row still in the batch
         reason = "length"
         for _ in range(config.max_new_tokens):
@@ -483,14 +536,22 @@ class Engine:
     def _append_text(self, c: _Candidate, tok: int) -> None:
         if c.decoder is not None:
             piece = c.decoder.step(self._backend, tok)
+            if piece and c.skip:  # the start of a healed prompt's last token
+                dropped = min(c.skip, len(piece))
+                piece, c.skip = piece[dropped:], c.skip - dropped
             if piece:
                 c.text += piece
         else:  # a slow tokenizer: decode everything (held back while it ends in U+FFFD)
-            c.text = self.tokenizer.decode(c.ids, skip_special_tokens=False)
+            c.text = self._decoded(c)
+
+    def _decoded(self, c: _Candidate) -> str:
+        """The whole text of ``c`` decoded again (without a healed prompt's end)."""
+        text = self.tokenizer.decode(c.ids, skip_special_tokens=False)
+        return text[c.heal_len :]
 
     def _flush(self, c: _Candidate, stops: tuple[str, ...]) -> None:
         """Final text of an unstopped candidate: bytes still pending in the detokenizer."""
-        full = self.tokenizer.decode(c.ids, skip_special_tokens=False).rstrip("\ufffd")
+        full = self._decoded(c).rstrip("\ufffd")
         if full != c.text and full.startswith(c.text[: c.emitted]):
             c.text = full
         if stops:

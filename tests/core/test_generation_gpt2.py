@@ -63,7 +63,7 @@ def test_bf16_prefill_stays_close(engine):
 
 
 def test_greedy_matches_transformers_generate(engine):
-    config = GenerationConfig(temperature=0, max_new_tokens=24, stop_at_eos=False)
+    config = GenerationConfig(temperature=0, max_new_tokens=24, stop_at_eos=False, heal=False)
     (ours,) = engine.generate(PROMPT, config)
     ids = torch.tensor([engine.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]])
     with torch.inference_mode():
@@ -111,11 +111,12 @@ def test_a_growing_prompt_reuses_the_cached_start(tiny_checkpoint):
     (cold,) = engine.generate(PROMPT, config)
     assert cold.prompt_cached_tokens == 0
     (warm,) = engine.generate(PROMPT, config)
-    assert warm.prompt_cached_tokens == warm.prompt_tokens - 1
+    # all but the last position the model reads (the healed last token is not read)
+    assert warm.prompt_cached_tokens == warm.prompt_tokens - 2
     assert warm.text == cold.text
     longer = PROMPT + "    return fibonacci(n - 1)"
     (grown,) = engine.generate(longer, config)
-    assert grown.prompt_cached_tokens >= cold.prompt_tokens - 2
+    assert grown.prompt_cached_tokens >= cold.prompt_tokens - 3
     engine.prompt_cache.clear()
     (fresh,) = engine.generate(longer, config)
     assert fresh.prompt_cached_tokens == 0 and fresh.text == grown.text
@@ -213,3 +214,27 @@ def test_bad_quantize_settings_are_clear_errors(tiny_checkpoint, engine):
         Engine.load(tiny_checkpoint, quantize="int4")
     with pytest.raises(ConfigError, match="needs a GPT-2 checkpoint"):
         Engine(engine.model, engine.tokenizer, lean_gpt2=False, quantize="int8")
+
+
+def test_token_healing_backs_up_one_token_and_constrains_the_first(engine):
+    prompt = PROMPT + "    ret"  # ends half-way through a word
+    ids = engine.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    last, allowed = engine._heal(ids)
+    assert last == engine.tokenizer.decode(ids[-1:]) and prompt.endswith(last)
+    texts = {i: engine.tokenizer.decode([i]) for i in range(engine.vocab_size)}
+    special = set(engine.tokenizer.all_special_ids)
+    assert set(allowed) == {i for i, t in texts.items() if t.startswith(last) and i not in special}
+    assert ids[-1] in allowed
+    # greedy: the first token is the most likely *allowed* one after the shorter prompt,
+    # and the returned text continues the prompt (the healed start is not repeated)
+    with torch.inference_mode():
+        logits = engine.model(torch.tensor([ids[:-1]])).logits[0, -1]
+    first = max(allowed, key=lambda i: logits[i].item())
+    config = GenerationConfig(temperature=0, max_new_tokens=6, stop_at_eos=False)
+    (healed,) = engine.generate(prompt, config)
+    assert healed.text.startswith(texts[first][len(last) :])
+    assert healed.prompt_tokens == len(ids)
+    # nothing to heal: a one-token prompt, or healing turned off
+    assert engine._heal(ids[:1]) is None
+    (plain,) = engine.generate(prompt, config.replace(heal=False))
+    assert plain.new_tokens == 6
