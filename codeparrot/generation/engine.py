@@ -8,6 +8,10 @@ The prompt is run once for one row and its keys/values are shared by the ``n``
 candidates; GPT-2 checkpoints use the lean forward of :mod:`codeparrot.generation.gpt2`,
 any other causal LM the ``transformers`` forward. Text is detokenized incrementally
 (only the new token's bytes), so a step costs the same at token 5 and token 500.
+
+Token healing (on by default): the prompt's last token is taken off and the first new
+token may be any token whose text starts with it. A prompt cut at a line break, or in the
+middle of a word, otherwise ends on a token that rarely ended such text in training.
 """
 
 from __future__ import annotations
