@@ -159,7 +159,8 @@ def add_config_arguments(
             if isinstance(shown, list):
                 shown = " ".join(map(str, shown))
             help_text = f"{help_text} (default: {shown})"
-        kwargs: dict[str, Any] = {"help": help_text}
+        # argparse %-formats help texts: a literal "%" must reach it doubled
+        kwargs: dict[str, Any] = {"help": help_text.replace("%", "%%")}
         if "choices" in f.metadata:
             kwargs["choices"] = f.metadata["choices"]
         if "metavar" in f.metadata:

@@ -23,7 +23,7 @@ class CompleteConfig(Config):
     quantize: str = option(
         "none",
         "int8: decode with int8 copies of the weights (GPT-2 on a CPU, ~2x faster steps, "
-        "logits within ~1%); auto: int8 where it applies",
+        "logits within about 1 in 100); auto: int8 where it applies",
         choices=("none", "int8", "auto"),
     )
     stream: bool = option(False, "print text as it is generated")

@@ -139,3 +139,31 @@ def test_atomic_outputs_get_the_usual_permissions(tmp_path):
         os.umask(mask)
     assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["quickstart"],
+        ["data", "build"],
+        ["data", "stats"],
+        ["tokenizer", "train"],
+        ["tokenizer", "report"],
+        ["init"],
+        ["train"],
+        ["finetune"],
+        ["complete"],
+        ["eval", "humaneval"],
+        ["eval", "execute"],
+        ["app"],
+        ["lsp"],
+    ],
+)
+def test_every_subcommand_explains_its_flags(command, capsys):
+    from codeparrot.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "--" in out and "option_strings" not in out  # no help text mangled by "%"
