@@ -42,6 +42,13 @@ class QuickstartConfig(Config):
     max_files: int = option(8000, "cap on input files sampled for the corpus (0: all)")
     vocab_size: int = option(8192, "tokenizer vocabulary (the reference uses 32768)")
     tokenizer_files: int = option(3000, "files the tokenizer is trained on")
+    pre_tokenizer: str = option(
+        "gpt2",
+        "the tokenizer's pre-tokenizer: gpt2 (GPT-2's split; the tiny model learns it "
+        "best: 1.38 vs 1.42 nats/char with code after the same 4.1M tokens) or code "
+        "(the library default: more text per token)",
+        choices=("gpt2", "code"),
+    )
     max_steps: int = option(1000, "training steps (the cosine schedule ends here)")
     batch_size: int = option(16, "sequences per training step")
     max_minutes: float = option(14.0, "stop training after this many minutes whatever the step")
@@ -146,6 +153,7 @@ def _tokenizer_config(cfg: QuickstartConfig) -> Any:
         output=cfg.tokenizer_dir,
         vocab_size=cfg.vocab_size,
         files=cfg.tokenizer_files,
+        pre_tokenizer=cfg.pre_tokenizer,
         overwrite=True,
     )
 
