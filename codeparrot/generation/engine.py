@@ -16,6 +16,7 @@ middle of a word, otherwise ends on a token that rarely ended such text in train
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import threading
 import time
@@ -408,8 +409,6 @@ class Engine:
         if not text or "\ufffd" in text:
             return None
         texts, order = self._token_table()
-        import bisect
-
         lo = bisect.bisect_left(texts, text)
         hi = lo
         while hi < len(texts) and texts[hi].startswith(text):
