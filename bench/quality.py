@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+# Run as a script, this folder comes first on sys.path, and bench/eval.py would then
+# shadow the project's `eval` package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
 
 def main() -> None:
@@ -23,6 +28,14 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=Path("runs/quality"))
     parser.add_argument("--minutes", type=float, default=60.0, help="training wall-time budget")
     parser.add_argument("--steps", type=int, default=6000, help="schedule length (cosine end)")
+    parser.add_argument(
+        "--n-positions",
+        type=int,
+        default=512,
+        help="the model's context: tiny's own 256 would truncate half the HumanEval prompts "
+        "(median 125, longest 419 tokens with the quickstart tokenizer) beside 128 new tokens",
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--n", type=int, default=100, help="HumanEval samples per problem")
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.2, 0.8])
     parser.add_argument("--limit", type=int, default=None, help="only the first K problems")
@@ -36,6 +49,8 @@ def main() -> None:
         output=args.output,
         max_files=0,
         max_steps=args.steps,
+        n_positions=args.n_positions,
+        eval_max_new_tokens=args.max_new_tokens,
         max_minutes=args.minutes,
         allow_code_execution=False,  # the evaluation below uses its own settings
     )
@@ -50,13 +65,14 @@ def main() -> None:
                 n=args.n,
                 batch_size=min(args.n, 50),
                 temperature=temperature,
+                max_new_tokens=args.max_new_tokens,
                 limit=args.limit,
                 allow_code_execution=True,
             )
         )
         rows.append((temperature, summary))
     print(
-        f"\ntiny preset, {train['minutes']:.0f} min, {train['tokens_seen'] / 1e6:.1f}M tokens, "
+        f"\ntiny preset with {args.n_positions} positions, {train['minutes']:.0f} min, {train['tokens_seen'] / 1e6:.1f}M tokens, "
         f"{train['parameters'] / 1e6:.1f}M parameters: held-out loss {train['eval_loss']:.3f}, "
         f"perplexity {train['perplexity']:.1f}"
     )
@@ -66,7 +82,12 @@ def main() -> None:
         print(f"| {temperature} | {summary['solved']} / {summary['problems']} | {scores} |")
     (args.output / "quality.json").write_text(
         json.dumps(
-            {"train": train, "humaneval": {str(t): s["pass_at_k"] for t, s in rows}}, indent=2
+            {
+                "config": vars(args) | {"output": str(args.output)},
+                "train": train,
+                "humaneval": {str(t): s["pass_at_k"] for t, s in rows},
+            },
+            indent=2,
         )
     )
 

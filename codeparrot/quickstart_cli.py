@@ -33,6 +33,11 @@ class QuickstartConfig(Config):
 
     output: Path = option(Path("runs/quickstart"), "directory for every artefact of the run")
     preset: str = option("tiny", "model preset (tiny trains on 2 CPU cores)", choices=PRESETS)
+    n_positions: int | None = option(
+        None,
+        "the model's context (default: the preset's; tiny's 256 leaves 128 tokens of prompt "
+        "beside eval-max-new-tokens 128, and half the HumanEval prompts are longer)",
+    )
     sources: tuple[str, ...] = option(
         (),
         "corpus sources: directories, git checkouts or hub:NAME (default: this Python "
@@ -92,6 +97,8 @@ class QuickstartConfig(Config):
             out.append(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.max_minutes <= 0:
             out.append(f"--max-minutes must be > 0, got {self.max_minutes}")
+        if self.n_positions is not None and not 8 <= self.n_positions <= 1 << 16:
+            out.append(f"--n-positions must be in 8..65536, got {self.n_positions}")
         if self.eval_n < 1:
             out.append(f"--eval-n must be >= 1, got {self.eval_n}")
         if self.eval_limit is not None and self.eval_limit < 1:
@@ -182,6 +189,7 @@ def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
         tokenizer=cfg.tokenizer_dir,
         output=cfg.model_dir,
         preset=cfg.preset,
+        n_positions=cfg.n_positions,
         max_steps=cfg.max_steps,
         batch_size=cfg.batch_size,
         max_minutes=cfg.max_minutes,
@@ -271,11 +279,11 @@ def check_fits(cfg: QuickstartConfig) -> None:
     from codeparrot.errors import ConfigError
     from codeparrot.models.presets import get_preset
 
-    positions = get_preset(cfg.preset).n_positions
+    positions = cfg.n_positions or get_preset(cfg.preset).n_positions
     if cfg.eval_max_new_tokens > positions // 2:
         raise ConfigError(
             f"--eval-max-new-tokens {cfg.eval_max_new_tokens} leaves too little of the "
-            f"{cfg.preset} preset's {positions}-token context for the HumanEval prompt; "
+            f"model's {positions}-token context for the HumanEval prompt; "
             f"use at most {positions // 2}"
         )
 

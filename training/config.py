@@ -49,10 +49,17 @@ class TrainConfig(Config):
         None,
         "set residual, embedding and attention dropout (default: the preset's or checkpoint's)",
     )
+    n_positions: int | None = option(
+        None, "context length of a fresh preset (default: the preset's; not with --init-from)"
+    )
     seq_length: int | None = option(None, "tokens per packed sequence (default: model positions)")
     batch_size: int = option(8, "sequences per process per micro-batch")
     gradient_accumulation_steps: int = option(1, "micro-batches per optimizer step")
-    learning_rate: float = option(5e-4, "peak learning rate")
+    learning_rate: float | None = option(
+        None,
+        "peak learning rate (default: the preset's: tiny 2e-3, small 5e-4, large 2e-4; "
+        "5e-4 with --init-from)",
+    )
     min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak")
     warmup_steps: int = option(100, "linear warmup steps before the cosine decay")
     weight_decay: float = option(0.1, "AdamW weight decay (weights only, not biases or norms)")
@@ -107,6 +114,11 @@ class TrainConfig(Config):
             )
         if self.preset not in PRESET_NAMES:
             out.append(f"--preset must be one of {', '.join(PRESET_NAMES)}, got {self.preset!r}")
+        if self.n_positions is not None:
+            if not 8 <= self.n_positions <= 1 << 16:
+                out.append(f"--n-positions must be in 8..65536, got {self.n_positions}")
+            if self.init_from is not None:
+                out.append("--n-positions sets a fresh preset's context; --init-from keeps its own")
         if self.seq_length is not None and self.seq_length < 2:
             out.append(f"--seq-length must be >= 2, got {self.seq_length}")
         for name in (
@@ -127,7 +139,7 @@ class TrainConfig(Config):
         ):
             if getattr(self, name) < 0:
                 out.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
+        if self.learning_rate is not None and self.learning_rate <= 0:
             out.append(f"--learning-rate must be > 0, got {self.learning_rate}")
         if not 0 <= self.min_lr_ratio <= 1:
             out.append(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")

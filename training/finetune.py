@@ -52,7 +52,9 @@ class FinetuneConfig(Config):
     output: Path = option(
         help="directory to create: corpus/, model/ and finetune.json", metavar="DIR"
     )
-    learning_rate: float = option(2e-4, "peak learning rate (pretraining uses 5e-4)")
+    learning_rate: float = option(
+        2e-4, "peak learning rate (pretraining the tiny preset uses 2e-3, small 5e-4)"
+    )
     warmup_steps: int = option(20, "linear warmup steps")
     min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak")
     weight_decay: float = option(0.1, "AdamW weight decay")

@@ -245,7 +245,9 @@ def _build_model(config: TrainConfig, tokenizer: Any) -> Any:
     if config.init_from is not None:
         model, _tok, _meta = load_checkpoint(config.init_from, tokenizer=tokenizer)
     else:
-        model = build_model(config.preset, tokenizer, seed=config.seed)
+        model = build_model(
+            config.preset, tokenizer, seed=config.seed, n_positions=config.n_positions
+        )
     check_vocab(tokenizer, model.config.vocab_size, where=f"--preset {config.preset}")
     if config.dropout is not None:
         import torch
@@ -285,6 +287,19 @@ def _data_sources(
     )
 
 
+def with_defaults(config: TrainConfig) -> TrainConfig:
+    """``config`` with the defaults that depend on other settings filled in (and so
+    recorded with every checkpoint): the peak learning rate comes from the preset."""
+    import dataclasses
+
+    from codeparrot.models.presets import get_preset
+
+    if config.learning_rate is None:
+        lr = 5e-4 if config.init_from is not None else get_preset(config.preset).learning_rate
+        config = dataclasses.replace(config, learning_rate=lr)
+    return config
+
+
 def setup(
     config: TrainConfig,
     *,
@@ -292,6 +307,7 @@ def setup(
     valid_data: Callable[[], SequenceSource] | None = None,
 ) -> Run:
     """Check inputs, build model, optimizer, schedule and data, and restore a resumed run."""
+    config = with_defaults(config)
     resume_from = _preflight(config)
 
     import torch
@@ -500,6 +516,7 @@ def train(
     valid_data: Callable[[], SequenceSource] | None = None,
 ) -> TrainResult:
     """Pretrain (or continue with ``config.resume``) and leave the latest export in ``output``."""
+    config = with_defaults(config)
     run = setup(config, train_data=train_data, valid_data=valid_data)
     acc, state = run.accelerator, run.state
     resumed_from = state.step if run.resume_from is not None else None

@@ -217,3 +217,28 @@ def test_single_process_cpu_launch_is_flagged(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _warn_single_cpu_process()
+
+
+def test_learning_rate_defaults_to_the_presets_and_is_recorded(tmp_path, corpus, tiny_checkpoint):
+    from codeparrot.models.presets import PRESETS
+    from training.loop import load_run_summary, with_defaults
+
+    fresh = tiny_config(corpus, tiny_checkpoint, tmp_path / "a", init_from=None, learning_rate=None)
+    assert with_defaults(fresh).learning_rate == PRESETS["tiny"].learning_rate == 2e-3
+    small = tiny_config(corpus, tiny_checkpoint, tmp_path / "b", init_from=None, preset="small")
+    assert with_defaults(small.replace(learning_rate=None)).learning_rate == 5e-4
+    continued = tiny_config(corpus, tiny_checkpoint, tmp_path / "c", learning_rate=None)
+    assert with_defaults(continued).learning_rate == 5e-4
+    assert with_defaults(tiny_config(corpus, tiny_checkpoint, tmp_path)).learning_rate == 3e-3
+
+    # a fresh tiny preset with its own context; the resolved rate is what the run records
+    run = tmp_path / "fresh"
+    train(fresh.replace(output=run, n_positions=64, max_steps=1, eval_every=0))
+    summary = load_run_summary(run)
+    assert summary["train_config"]["learning_rate"] == 2e-3
+    assert json.loads((run / "config.json").read_text())["n_positions"] == 64
+
+
+def test_n_positions_is_refused_with_init_from(tmp_path, corpus, tiny_checkpoint):
+    with pytest.raises(ConfigError, match="--n-positions"):
+        tiny_config(corpus, tiny_checkpoint, tmp_path, n_positions=128)
