@@ -232,6 +232,11 @@ def test_pre_tokenizer_keeps_python_units_together(loaded):
         "def", "Ġf", "(self", "):Ċĉĉ", "return", "Ġself._x.y" + "čĊ" * 2 + "ĉ",
         "z", "Ġ", "Ġ=", "Ġ10Ċ",
     ]  # fmt: skip
+    # A numeric literal is one unit; a name or number keeps the punctuation run before it
+    # (with one space before that run), but not the space after an operator.
+    assert [p for p, _ in split("y = f(-1, 0x1F, **kw)")] == [
+        "y", "Ġ=", "Ġf", "(-1", ",", "Ġ0x1F", ",", "Ġ**kw", ")",
+    ]  # fmt: skip
     assert split("\t\tif x:")[0][0] == "ĉĉ"  # indentation at the start of a text
     assert [p for p, _ in split("a\t\tb")] == ["a", "ĉĉ", "b"]
 
