@@ -516,8 +516,8 @@ def train(
     valid_data: Callable[[], SequenceSource] | None = None,
 ) -> TrainResult:
     """Pretrain (or continue with ``config.resume``) and leave the latest export in ``output``."""
-    config = with_defaults(config)
     run = setup(config, train_data=train_data, valid_data=valid_data)
+    config = run.config  # with the defaults that depend on other settings filled in
     acc, state = run.accelerator, run.state
     resumed_from = state.step if run.resume_from is not None else None
     metrics = MetricsLog(config.output / METRICS, enabled=acc.is_main_process)
