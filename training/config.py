@@ -72,7 +72,9 @@ class TrainConfig(Config):
     mixed_precision: str = option(
         "bf16", "autocast dtype (bf16 works on CPU)", choices=("no", "bf16", "fp16")
     )
-    compile: bool = option(False, "torch.compile the model (slow start, faster steps)")
+    compile: bool = option(
+        False, "torch.compile the forward pass and loss (slow start, faster steps)"
+    )
     gradient_checkpointing: bool = option(False, "recompute activations in backward (~20% slower)")
     pretokenized: bool = option(
         False,

@@ -242,3 +242,28 @@ def test_learning_rate_defaults_to_the_presets_and_is_recorded(tmp_path, corpus,
 def test_n_positions_is_refused_with_init_from(tmp_path, corpus, tiny_checkpoint):
     with pytest.raises(ConfigError, match="--n-positions"):
         tiny_config(corpus, tiny_checkpoint, tmp_path, n_positions=128)
+
+
+@pytest.mark.slow
+def test_compiled_training_learns_the_same_weights(tmp_path, corpus, tiny_checkpoint):
+    """--compile (the loss function compiled, eager attention on CPU) changes speed only:
+    the weights match an uncompiled run, and the export still loads with SDPA attention."""
+    import torch
+
+    from codeparrot.models.checkpoint import load_checkpoint
+
+    # dropout off: inductor draws its dropout masks from its own generator
+    settings = dict(max_steps=3, dropout=0.0)
+    plain = train(tiny_config(corpus, tiny_checkpoint, tmp_path / "plain", **settings))
+    compiled = train(
+        tiny_config(corpus, tiny_checkpoint, tmp_path / "compiled", compile=True, **settings)
+    )
+    a, b = read_weights(tmp_path / "plain"), read_weights(tmp_path / "compiled")
+    start = read_weights(tiny_checkpoint)
+    assert max((a[k] - start[k]).abs().max().item() for k in a) > 1e-3  # it did train
+    for name in a:
+        assert torch.allclose(a[name], b[name], atol=1e-4, rtol=1e-4), name
+    assert compiled.eval_loss == pytest.approx(plain.eval_loss, abs=1e-4)
+    model, _tok, _meta = load_checkpoint(tmp_path / "compiled")
+    assert model.config._attn_implementation == "sdpa"
+    assert "eager" not in (tmp_path / "compiled" / "config.json").read_text()

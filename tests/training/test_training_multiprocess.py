@@ -39,7 +39,8 @@ def run_training(prefix: list[str], args: list[str], cwd: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
-def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_checkpoint):
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_checkpoint, compiled):
     import torch
     from safetensors.torch import load_file
 
@@ -50,6 +51,7 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_checkp
         "--warmup-steps", "1", "--learning-rate", "1e-2", "--eval-every", "0",
         "--eval-batches", "1", "--mixed-precision", "no", "--log-with", "none",
         "--peak-tflops", "1", "--no-progress", "--shuffle-buffer", "8", "--dropout", "0",
+        *(["--compile"] if compiled else []),
     ]  # fmt: skip
     bindir = Path(sys.executable).parent
     run_training(
