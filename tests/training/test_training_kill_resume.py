@@ -33,7 +33,8 @@ def latest_step(run: Path) -> int:
     return max(steps, default=0)
 
 
-def test_sigkill_then_resume_gives_the_uninterrupted_weights(tmp_path, tiny_checkpoint):
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_sigkill_then_resume_gives_the_uninterrupted_weights(tmp_path, tiny_checkpoint, compiled):
     from safetensors.torch import load_file
 
     corpus = write_corpus(tmp_path / "corpus")
@@ -44,6 +45,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_weights(tmp_path, tiny_chec
         "--eval-every", "2", "--eval-batches", "1", "--keep-checkpoints", "2",
         "--mixed-precision", "bf16", "--log-with", "none", "--peak-tflops", "1",
         "--no-progress", "--shuffle-buffer", "8", "--log-every", "1",
+        *(["--compile"] if compiled else []),
     ]  # fmt: skip
     full = tmp_path / "full"
     subprocess.run(
