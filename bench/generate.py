@@ -12,8 +12,9 @@ baseline so that load from other jobs hits both alike:
     prompt: tokens/s.
 
 Sides: "ours" (``Engine.load`` defaults: the checkpoint's float32 weights), "ours-int8"
-(``quantize="int8"``, the language server's default on a CPU) and transformers'
-``model.generate`` on the same ids. All generate exactly the same number of tokens (no
+(``quantize="int8"``), "ours-int8-comp" (int8 plus ``compile_steps``: the language
+server's default on a CPU once its background compile is done; the compile time is
+printed, not counted) and transformers' ``model.generate`` on the same ids. All generate exactly the same number of tokens (no
 stop strings, EOS ignored), so the comparison is work for work. Run with
 
     .venv/bin/python bench/generate.py [--repeats 30] [--positions 256 1024]
@@ -258,6 +259,12 @@ def main() -> None:
         metavar="CHECKPOINT",
         help="only measure what int8 decoding costs in held-out loss on a trained checkpoint",
     )
+    parser.add_argument(
+        "--no-compiled",
+        dest="compiled",
+        action="store_false",
+        help="skip the side with compiled one-token steps (the language server's default)",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -279,6 +286,12 @@ def main() -> None:
                 "ours": Engine.load(path, dtype=args.dtype),
                 "ours-int8": Engine.load(path, dtype=args.dtype, quantize="int8"),
             }
+            if args.compiled:
+                compiled = Engine.load(path, dtype=args.dtype, quantize="int8")
+                started = time.perf_counter()
+                compiled.compile_steps(background=False)
+                print(f"compiled steps ready after {time.perf_counter() - started:.1f} s")
+                engines["ours-int8-comp"] = compiled
             baseline = Engine.load(path, dtype="float32").model
         params = sum(p.numel() for p in baseline.parameters())
         print(

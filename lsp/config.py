@@ -77,6 +77,12 @@ class LspConfig(Config):
         "within ~1%), none (the checkpoint's own), auto (int8 for GPT-2 on a CPU)",
         choices=("auto", "int8", "none"),
     )
+    compile: bool = option(
+        True,
+        "torch.compile the one-token decoding step in the background after loading "
+        "(10-20 s of CPU once; ~20% faster steps; completions use the eager step "
+        "until it is ready, and keep it if the compile fails)",
+    )
     tcp: str | None = option(
         None, "listen on HOST:PORT instead of talking over stdin/stdout", metavar="HOST:PORT"
     )

@@ -106,6 +106,7 @@ class CodeparrotServer(LanguageServer):
         self.cache = SuggestionCache(config.cache_size)
         self._generator = ThreadPoolExecutor(1, thread_name_prefix="codeparrot-generate")
         self._engine: Future | None = None
+        self._compile_error_logged = False
         self._engine_path: Any = None
         self._load_error_shown = False
         self._pending: dict[str, threading.Event] = {}
@@ -136,8 +137,14 @@ class CodeparrotServer(LanguageServer):
             return
         self._engine_path = path
         self._load_error_shown = False
+        self._compile_error_logged = False
         self._engine = self._generator.submit(
-            _load, path, self.config.device, self.config.threads, self.config.quantize
+            _load,
+            path,
+            self.config.device,
+            self.config.threads,
+            self.config.quantize,
+            self.config.compile,
         )
         self.cache.clear()
 
@@ -176,13 +183,17 @@ class CodeparrotServer(LanguageServer):
             return None
         try:
             # shielded: a cancelled request must not cancel a load still in the queue
-            return await asyncio.shield(asyncio.wrap_future(self._engine))
+            engine = await asyncio.shield(asyncio.wrap_future(self._engine))
         except Exception as e:  # CheckpointError, or whatever torch raised while loading
             if not self._load_error_shown:
                 self._load_error_shown = True
                 logger.exception("loading %s failed", self._engine_path)
                 self.show(types.MessageType.Error, f"codeparrot: {e}")
             return None
+        if engine.compile_error is not None and not self._compile_error_logged:
+            self._compile_error_logged = True  # the eager step serves on: a log line only
+            logger.warning("compiling the decoding step failed: %s", engine.compile_error)
+        return engine
 
     # -- documents -----------------------------------------------------------------------
     def apply_changes(self, params: types.DidChangeTextDocumentParams) -> None:
@@ -321,14 +332,18 @@ class CodeparrotServer(LanguageServer):
         logger.error("%s: %s", getattr(source, "__name__", source), error)
 
 
-def _load(path, device: str | None, threads: int, quantize: str):
+def _load(path, device: str | None, threads: int, quantize: str, compile: bool):
     """Runs in the generation thread, which is the one that decodes."""
     import torch
 
     from codeparrot.generation import Engine
 
     torch.set_num_threads(threads)
-    return Engine.load(path, device=device, quantize=quantize)
+    engine = Engine.load(path, device=device, quantize=quantize)
+    if compile and engine._gpt2 is not None:
+        engine.compile_steps()  # in the background; see CodeparrotServer.engine
+        logger.info("compiling the decoding step of %s in the background", path)
+    return engine
 
 
 # -- handlers: one feature each, LSP types in and out ------------------------------------

@@ -238,3 +238,56 @@ def test_token_healing_backs_up_one_token_and_constrains_the_first(engine):
     assert engine._heal(ids[:1]) is None
     (plain,) = engine.generate(prompt, config.replace(heal=False))
     assert plain.new_tokens == 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quantize", ["int8", "none"])
+def test_compiled_steps_give_the_same_tokens_and_never_recompile_in_a_request(
+    tiny_checkpoint, quantize
+):
+    from torch._dynamo.utils import counters
+
+    eager = Engine.load(tiny_checkpoint, quantize=quantize)
+    compiled = Engine.load(tiny_checkpoint, quantize=quantize)
+    greedy = GenerationConfig(max_new_tokens=12, temperature=0, stop_at_eos=False)
+    want = eager.generate(PROMPT, greedy)[0].text
+    thread = compiled.compile_steps()  # in the background; requests are served meanwhile
+    assert compiled.generate(PROMPT, greedy)[0].text == want
+    thread.join(timeout=600)
+    assert compiled.steps_compiled.is_set() and compiled.compile_error is None
+
+    decoder = compiled._gpt2
+    eager_calls = []
+    forward = decoder.forward
+    decoder.forward = lambda *a, **k: eager_calls.append(a[0].shape) or forward(*a, **k)
+    try:
+        assert (
+            compiled.generate(PROMPT + "\n", greedy)[0].text
+            == eager.generate(PROMPT + "\n", greedy)[0].text
+        )
+        assert len(eager_calls) == 1  # the prompt; every new token took the compiled step
+        # n > 1 is not what the compiled step serves: the eager one runs, nothing compiles
+        graphs = counters["stats"]["unique_graphs"]
+        sampled = GenerationConfig(n=3, max_new_tokens=8, temperature=0.8, seed=3)
+        texts = [c.text for c in compiled.generate(PROMPT, sampled)]
+        assert texts == [c.text for c in eager.generate(PROMPT, sampled)]
+        assert counters["stats"]["unique_graphs"] == graphs
+    finally:
+        del decoder.forward
+
+
+def test_a_failed_compile_leaves_the_eager_steps(tiny_checkpoint, monkeypatch):
+    engine = Engine.load(tiny_checkpoint, quantize="int8")
+
+    def broken(self):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(GPT2Decoder, "compile_steps", broken)
+    engine.compile_steps().join(timeout=60)
+    assert engine.steps_compiled.is_set() and "no C++ compiler" in str(engine.compile_error)
+    greedy = GenerationConfig(max_new_tokens=6, temperature=0, stop_at_eos=False)
+    assert engine.generate(PROMPT, greedy)[0].new_tokens == 6
+    with pytest.raises(RuntimeError, match="no C\\+\\+ compiler"):
+        engine.compile_steps(background=False)
+    with pytest.raises(ConfigError, match="GPT-2 checkpoint"):
+        Engine(engine.model, engine.tokenizer, lean_gpt2=False).compile_steps()

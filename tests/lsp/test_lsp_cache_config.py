@@ -87,3 +87,16 @@ def test_editor_settings_in_any_spelling():
         apply_settings(LspConfig(), {"temperature": -1})
     assert settings_update("nonsense")[0] == {}
     assert settings_update(None) == ({}, [])
+
+
+@pytest.mark.slow
+def test_the_server_compiles_its_decoding_step_in_the_background_unless_told_not_to(
+    tiny_checkpoint,
+):
+    from lsp.server import _load
+
+    plain = _load(tiny_checkpoint, None, 1, "auto", False)
+    assert not plain.steps_compiled.is_set() and plain._gpt2._compiled is None
+    engine = _load(tiny_checkpoint, None, 1, "auto", True)  # returns before the compile ends
+    assert engine.steps_compiled.wait(timeout=600)
+    assert engine.compile_error is None and engine._gpt2._compiled is not None
