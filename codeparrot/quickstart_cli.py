@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.config import Config, add_config_arguments, config_from_args, option
+from codeparrot.models.presets import n_positions_problem
 
 PRESETS = ("tiny", "small", "large")
 
@@ -97,8 +98,8 @@ class QuickstartConfig(Config):
             out.append(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.max_minutes <= 0:
             out.append(f"--max-minutes must be > 0, got {self.max_minutes}")
-        if self.n_positions is not None and not 8 <= self.n_positions <= 1 << 16:
-            out.append(f"--n-positions must be in 8..65536, got {self.n_positions}")
+        if problem := n_positions_problem(self.n_positions):
+            out.append(problem)
         if self.eval_n < 1:
             out.append(f"--eval-n must be >= 1, got {self.eval_n}")
         if self.eval_limit is not None and self.eval_limit < 1:

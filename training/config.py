@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
+from codeparrot.models.presets import n_positions_problem
 
 PRESET_NAMES = ("tiny", "small", "large")  # codeparrot.models.presets.PRESETS, kept import-free
 TRACKERS = ("tensorboard", "wandb", "trackio", "none")
@@ -116,11 +117,10 @@ class TrainConfig(Config):
             )
         if self.preset not in PRESET_NAMES:
             out.append(f"--preset must be one of {', '.join(PRESET_NAMES)}, got {self.preset!r}")
-        if self.n_positions is not None:
-            if not 8 <= self.n_positions <= 1 << 16:
-                out.append(f"--n-positions must be in 8..65536, got {self.n_positions}")
-            if self.init_from is not None:
-                out.append("--n-positions sets a fresh preset's context; --init-from keeps its own")
+        if problem := n_positions_problem(self.n_positions):
+            out.append(problem)
+        if self.n_positions is not None and self.init_from is not None:
+            out.append("--n-positions sets a fresh preset's context; --init-from keeps its own")
         if self.seq_length is not None and self.seq_length < 2:
             out.append(f"--seq-length must be >= 2, got {self.seq_length}")
         for name in (

@@ -18,6 +18,16 @@ from typing import Any
 from codeparrot.config import Config, option
 from codeparrot.errors import ConfigError
 
+MAX_N_POSITIONS = 1 << 16
+
+
+def n_positions_problem(n_positions: int | None) -> str | None:
+    """What is wrong with an ``--n-positions`` value (``None``: the preset's own), or None."""
+    if n_positions is not None and not 8 <= n_positions <= MAX_N_POSITIONS:
+        return f"--n-positions must be in 8..{MAX_N_POSITIONS}, got {n_positions}"
+    return None
+
+
 VOCAB_MULTIPLE = 64
 
 
@@ -157,8 +167,8 @@ class InitConfig(Config):
         out = []
         if self.preset not in PRESETS:
             out.append(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
-        if self.n_positions is not None and not 8 <= self.n_positions <= 1 << 16:
-            out.append(f"--n-positions must be in 8..65536, got {self.n_positions}")
+        if problem := n_positions_problem(self.n_positions):
+            out.append(problem)
         return out
 
 

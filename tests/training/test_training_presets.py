@@ -152,3 +152,23 @@ def test_presets_match_the_train_config_choices():
     from training.config import PRESET_NAMES
 
     assert tuple(PRESETS) == PRESET_NAMES
+
+
+@pytest.mark.parametrize("bad", [4, 1 << 17])
+def test_every_command_refuses_an_n_positions_out_of_range(tmp_path, bad):
+    from codeparrot.errors import ConfigError
+    from codeparrot.models.presets import InitConfig
+    from codeparrot.quickstart_cli import QuickstartConfig
+    from training import TrainConfig
+
+    builders = [
+        lambda: InitConfig(tokenizer=tmp_path, output=tmp_path / "o", n_positions=bad),
+        lambda: TrainConfig(
+            data=tmp_path, tokenizer=tmp_path, output=tmp_path / "o", n_positions=bad
+        ),
+        lambda: QuickstartConfig(n_positions=bad),
+    ]
+    for build in builders:
+        with pytest.raises(ConfigError, match=f"--n-positions must be in 8..65536, got {bad}"):
+            build()
+    assert QuickstartConfig(n_positions=512).n_positions == 512
