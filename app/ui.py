@@ -63,9 +63,12 @@ class EnginePool:
     server load an arbitrary path.
     """
 
-    def __init__(self, checkpoints: tuple[Path, ...], device: str | None = None) -> None:
+    def __init__(
+        self, checkpoints: tuple[Path, ...], device: str | None = None, compile: bool = False
+    ) -> None:
         self.checkpoints = {str(p): Path(p) for p in checkpoints}
         self.device = device
+        self.compile = compile  # Engine.compile_steps after loading, in the background
         self._engines: dict[str, Engine] = {}
         self._lock = threading.Lock()
 
@@ -79,6 +82,8 @@ class EnginePool:
             engine = self._engines.get(key)
             if engine is None:
                 engine = Engine.load(self.checkpoints[key], device=self.device)
+                if self.compile and engine._gpt2 is not None:
+                    engine.compile_steps()
                 self._engines[key] = engine
             return engine
 
@@ -260,7 +265,7 @@ class _CandidatesView:
 
 def build_app(config: AppConfig) -> gr.Blocks:
     """The playground over ``config.checkpoints`` (not yet queued or launched)."""
-    pool = EnginePool(config.checkpoints, device=config.device)
+    pool = EnginePool(config.checkpoints, device=config.device, compile=config.compile)
     running = _RunningGenerations()
     choices = _checkpoint_choices(config.checkpoints)
     limit = config.max_new_tokens_limit

@@ -68,6 +68,7 @@ def playground(
         port=0,
         stream_interval=0.0,
         max_new_tokens_limit=128,
+        compile=False,  # EnginePool's compile has its own test
     )
     demo, url = launch(config, block=False)
     try:

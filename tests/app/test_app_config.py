@@ -84,3 +84,14 @@ def test_launch_without_any_checkpoint_directory_raises(tmp_path):
 
     with pytest.raises(CheckpointError, match="none of these is a directory"):
         launch(AppConfig(checkpoints=(tmp_path / "a",), port=0), block=False)
+
+
+@pytest.mark.slow
+def test_the_pool_compiles_each_model_in_the_background_when_asked(tiny_checkpoint):
+    from app.ui import EnginePool
+
+    plain = EnginePool((tiny_checkpoint,)).get(str(tiny_checkpoint))
+    assert not plain.steps_compiled.is_set()
+    engine = EnginePool((tiny_checkpoint,), compile=True).get(str(tiny_checkpoint))
+    assert engine.steps_compiled.wait(timeout=600) and engine.compile_error is None
+    assert AppConfig(checkpoints=(tiny_checkpoint,)).compile  # the CLI's default
