@@ -110,6 +110,7 @@ def main() -> None:
         port = free_port()
         command = [sys.executable, "-m", "codeparrot", "app", "--checkpoint", str(checkpoint)]
         command += ["--port", str(port), "--stream-interval", str(interval)]
+        command += ["--no-compile"]  # the engine baseline runs eager steps too
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         servers[label] = (process, wait_for_client(f"http://127.0.0.1:{port}/", process))
 
