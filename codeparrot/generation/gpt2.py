@@ -92,7 +92,6 @@ class KVCache:
         self.prefix = prefix
         self.offset = prefix.length if prefix is not None else 0  # positions in the prefix
         self.length = self.offset  # positions filled, the prefix's included
-        self.eager = False  # see GPT2Decoder.step
 
     @property
     def rows(self) -> int:
@@ -267,22 +266,14 @@ class GPT2Decoder:
         """:meth:`forward` for generated tokens: the compiled step where it applies.
 
         The compiled step (:meth:`compile_steps`) serves one row without a shared prefix,
-        the editor's case; anything else, or anything its guards do not cover (another
-        thread count, say), runs the eager :meth:`forward`: never a recompilation inside
-        a request. A cache refused once stays on the eager step (a refusal costs more
-        than the step).
+        the editor's case; other calls go to the eager :meth:`forward` directly. The
+        compiled step never compiles again: a call its guards do not cover (another thread
+        count, say) runs eagerly instead of stalling the request for a recompile.
         """
         compiled = self._compiled
-        if compiled is None or ids.size(0) != 1 or cache.prefix is not None or cache.eager:
+        if compiled is None or ids.size(0) != 1 or cache.prefix is not None:
             return self.forward(ids, cache, int8=int8)
-        try:
-            with torch.compiler.set_stance("fail_on_recompile"):
-                return compiled(ids, cache, int8=int8)
-        except RuntimeError as e:
-            if "recompil" not in str(e):
-                raise
-            cache.eager = True
-            return self.forward(ids, cache, int8=int8)
+        return compiled(ids, cache, int8=int8)
 
     def compile_steps(self) -> None:
         """torch.compile the one-row, one-token step that :meth:`step` uses.
@@ -301,7 +292,9 @@ class GPT2Decoder:
             token = torch.zeros((1, 1), dtype=torch.long, device=self.device)
             for _ in range(3):  # the first lengths are specialised; the third is generic
                 compiled(token, cache, int8=True)  # as the engine calls it
-        self._compiled = compiled
+        # run-only: use what was compiled here, never compile again (a per-call setting,
+        # unlike torch.compiler.set_stance, which would bind every thread of the process)
+        self._compiled = torch._dynamo.run(compiled)
 
     def use_bf16_head(self) -> None:
         """Keep a bf16 copy of the output projection and use it for the logits.

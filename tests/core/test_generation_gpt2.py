@@ -246,6 +246,7 @@ def test_compiled_steps_give_the_same_tokens_and_never_recompile_in_a_request(
     tiny_checkpoint, quantize
 ):
     from torch._dynamo.utils import counters
+    from torch.profiler import profile
 
     eager = Engine.load(tiny_checkpoint, quantize=quantize)
     compiled = Engine.load(tiny_checkpoint, quantize=quantize)
@@ -256,24 +257,28 @@ def test_compiled_steps_give_the_same_tokens_and_never_recompile_in_a_request(
     thread.join(timeout=600)
     assert compiled.steps_compiled.is_set() and compiled.compile_error is None
 
-    decoder = compiled._gpt2
-    eager_calls = []
-    forward = decoder.forward
-    decoder.forward = lambda *a, **k: eager_calls.append(a[0].shape) or forward(*a, **k)
+    with profile() as prof:
+        text = compiled.generate(PROMPT + "\n", greedy)[0].text
+    assert text == eager.generate(PROMPT + "\n", greedy)[0].text
+    graph_calls = [e for e in prof.events() if "CompiledFxGraph" in e.name]
+    assert len(graph_calls) == greedy.max_new_tokens - 1  # every step after the prompt's
+    # n > 1 is not what the compiled step serves: the eager one runs, nothing compiles
+    graphs = counters["stats"]["unique_graphs"]
+    sampled = GenerationConfig(n=3, max_new_tokens=8, temperature=0.8, seed=3)
+    texts = [c.text for c in compiled.generate(PROMPT, sampled)]
+    assert texts == [c.text for c in eager.generate(PROMPT, sampled)]
+    # a call its guards do not cover (steps on 2 threads; it was compiled for the
+    # engine's 1) runs eagerly: the same text, no compiled graph, no recompile
+    threads = torch.get_num_threads()
+    compiled.decode_threads = None  # the steps run with the caller's count
+    torch.set_num_threads(2)
     try:
-        assert (
-            compiled.generate(PROMPT + "\n", greedy)[0].text
-            == eager.generate(PROMPT + "\n", greedy)[0].text
-        )
-        assert len(eager_calls) == 1  # the prompt; every new token took the compiled step
-        # n > 1 is not what the compiled step serves: the eager one runs, nothing compiles
-        graphs = counters["stats"]["unique_graphs"]
-        sampled = GenerationConfig(n=3, max_new_tokens=8, temperature=0.8, seed=3)
-        texts = [c.text for c in compiled.generate(PROMPT, sampled)]
-        assert texts == [c.text for c in eager.generate(PROMPT, sampled)]
-        assert counters["stats"]["unique_graphs"] == graphs
+        with profile() as prof:
+            assert compiled.generate(PROMPT, greedy)[0].text == want
     finally:
-        del decoder.forward
+        torch.set_num_threads(threads)
+    assert not [e for e in prof.events() if "CompiledFxGraph" in e.name]
+    assert counters["stats"]["unique_graphs"] == graphs
 
 
 def test_a_failed_compile_leaves_the_eager_steps(tiny_checkpoint, monkeypatch):
