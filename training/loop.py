@@ -439,8 +439,9 @@ def _tune_for_training(model: Any, config: TrainConfig, seq_length: int, device:
     - transformers warns through ``logging`` when a model has no ``loss_type``, and that
       call breaks the compiled graph in two; name the default loss instead.
     - compiled on a CPU, the matmul-and-softmax ("eager") attention beats the fused SDPA
-      kernel for short sequences: bench/train.py measured +12% tokens/s at 256 and +10% at
-      512 tokens, -4% at 1,024 (BENCHMARKS.md). Checkpoints do not record the choice.
+      kernel for short sequences: +12% tokens/s at 256 and +10% at 512 tokens, -4% at
+      1,024, measured in one process alternating the two (BENCHMARKS.md, Training).
+      Checkpoints do not record the choice.
     """
     if getattr(model, "loss_type", None) is None:
         model.loss_type = "ForCausalLM"
