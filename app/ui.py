@@ -82,7 +82,7 @@ class EnginePool:
             engine = self._engines.get(key)
             if engine is None:
                 engine = Engine.load(self.checkpoints[key], device=self.device)
-                if self.compile and engine._gpt2 is not None:
+                if self.compile and engine.can_compile_steps:
                     engine.compile_steps()
                 self._engines[key] = engine
             return engine

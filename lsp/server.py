@@ -340,7 +340,7 @@ def _load(path, device: str | None, threads: int, quantize: str, compile: bool):
 
     torch.set_num_threads(threads)
     engine = Engine.load(path, device=device, quantize=quantize)
-    if compile and engine._gpt2 is not None:
+    if compile and engine.can_compile_steps:
         engine.compile_steps()  # in the background; see CodeparrotServer.engine
         logger.info("compiling the decoding step of %s in the background", path)
     return engine

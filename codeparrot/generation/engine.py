@@ -247,6 +247,11 @@ class Engine:
             )
         self._gpt2.quantize_int8()
 
+    @property
+    def can_compile_steps(self) -> bool:
+        """Does :meth:`compile_steps` apply (a GPT-2 checkpoint on the lean decode path)?"""
+        return self._gpt2 is not None
+
     def compile_steps(self, *, background: bool = True) -> threading.Thread | None:
         """torch.compile the one-token step of single completions (GPT-2 checkpoints).
 

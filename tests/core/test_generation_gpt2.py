@@ -294,5 +294,7 @@ def test_a_failed_compile_leaves_the_eager_steps(tiny_checkpoint, monkeypatch):
     assert engine.generate(PROMPT, greedy)[0].new_tokens == 6
     with pytest.raises(RuntimeError, match="no C\\+\\+ compiler"):
         engine.compile_steps(background=False)
+    other = Engine(engine.model, engine.tokenizer, lean_gpt2=False)
+    assert engine.can_compile_steps and not other.can_compile_steps
     with pytest.raises(ConfigError, match="GPT-2 checkpoint"):
-        Engine(engine.model, engine.tokenizer, lean_gpt2=False).compile_steps()
+        other.compile_steps()
