@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.config import AppConfig
+from codeparrot.app.config import AppConfig
 from codeparrot.config import add_config_arguments, config_from_args
 
 
@@ -36,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(AppConfig, args)
-    from app.model_card import read_model_card
-    from app.ui import launch
+    from codeparrot.app.model_card import read_model_card
+    from codeparrot.app.ui import launch
 
     for path in config.checkpoints:
         if not read_model_card(path).exists:

@@ -25,15 +25,15 @@ from typing import Any
 
 import gradio as gr
 
-from app.config import MAX_CANDIDATES, AppConfig
-from app.examples import (
+from codeparrot.app.config import MAX_CANDIDATES, AppConfig
+from codeparrot.app.examples import (
     CHAPTER_EXAMPLES,
     STOP_FIRST_BLOCK,
     STOP_MODES,
     STOP_NONE,
     STOP_SEQUENCES,
 )
-from app.model_card import ModelCard, checkpoint_label, read_model_card
+from codeparrot.app.model_card import ModelCard, checkpoint_label, read_model_card
 from codeparrot.errors import CheckpointError, CodeparrotError
 from codeparrot.generation import (
     HUMANEVAL_STOP_SEQUENCES,

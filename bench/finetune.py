@@ -32,7 +32,7 @@ def build_base(work: Path, minutes: float, files: int, seed: int) -> Path:
     """stdlib corpus -> 8k tokenizer -> tiny preset trained for ``minutes``."""
     from codeparrot.data import DataConfig, build_corpus
     from codeparrot.tokenizer import TokenizerConfig, train_tokenizer
-    from training import TrainConfig, train
+    from codeparrot.training import TrainConfig, train
 
     model = work / "base"
     if (model / "config.json").is_file():
@@ -111,8 +111,8 @@ def control(args: argparse.Namespace) -> None:
     run side by side: ``--control`` after the base exists). Same schedule, same minutes.
     """
     from codeparrot.models.checkpoint import load_tokenizer
-    from training import TrainConfig, train
-    from training.finetune import checkpoint_losses, split_tokens
+    from codeparrot.training import TrainConfig, train
+    from codeparrot.training.finetune import checkpoint_losses, split_tokens
 
     base, corpus = args.work / "base", args.work / f"finetune_{args.package}" / "corpus"
     while not (corpus / "manifest.json").is_file():
@@ -167,7 +167,7 @@ def main() -> None:
         control(args)
         return
 
-    from training.finetune import FinetuneConfig, finetune
+    from codeparrot.training.finetune import FinetuneConfig, finetune
 
     purelib = Path(sysconfig.get_paths()["purelib"])
     package = purelib / args.package

@@ -2,7 +2,7 @@
 
 Builds a random checkpoint of the ``tiny`` preset (4 layers, 256 wide, its context of 256
 positions; ``--positions 1024`` for a longer one) and an 8k byte-level BPE, starts
-``python -m lsp`` (default settings: int8 decoding steps on a CPU) as a subprocess,
+``python -m codeparrot.lsp`` (default settings: int8 decoding steps on a CPU) as a subprocess,
 drives it with pygls' client and measures request-to-response latency of single-line
 ``textDocument/inlineCompletion`` at cursors in stdlib files:
 
@@ -256,10 +256,10 @@ def baseline(checkpoint: Path, texts, points, max_new: int, context: int):
     import torch
 
     from codeparrot.generation import Engine
-    from lsp.completion import suggest
-    from lsp.config import LspConfig
-    from lsp.documents import Document, cursor_window
-    from lsp.postprocess import block_indent
+    from codeparrot.lsp.completion import suggest
+    from codeparrot.lsp.config import LspConfig
+    from codeparrot.lsp.documents import Document, cursor_window
+    from codeparrot.lsp.postprocess import block_indent
 
     torch.set_num_threads(1)  # what the server uses by default
     config = LspConfig(max_new_tokens=max_new, context_tokens=context)

@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
 
-    from app.ui import free_port
+    from codeparrot.app.ui import free_port
     from codeparrot.generation import Engine, GenerationConfig
 
     tmp = tempfile.TemporaryDirectory()

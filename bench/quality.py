@@ -47,9 +47,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first K problems")
     args = parser.parse_args()
 
+    from codeparrot.eval.config import HumanEvalConfig
+    from codeparrot.eval.humaneval import run
     from codeparrot.quickstart_cli import QuickstartConfig, run_quickstart
-    from eval.config import HumanEvalConfig
-    from eval.humaneval import run
 
     cfg = QuickstartConfig(
         output=args.output,

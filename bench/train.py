@@ -3,7 +3,7 @@ a nanoGPT-style model in bf16 with torch.compile (the strongest peer the issue n
 
 All run side by side in one process on the same shape (n_layer 4, n_head 4, n_embd 256,
 vocab 16,384, block 256, batch 8), alternating in rounds so that load from other work
-on the machine hits them alike. "ours" is the real training step of `training.loop`
+on the machine hits them alike. "ours" is the real training step of `codeparrot.training.loop`
 (Accelerate, bf16 autocast, the loss function compiled, fused AdamW) fed by an in-memory
 source; the baseline is the textbook loop (fp32, eager, default AdamW); the peer is a
 minimal GPT written the nanoGPT way (nn.Linear, SDPA causal attention, exact GELU, tied
@@ -155,8 +155,8 @@ def peer_step_fn():
 
 
 def ours_step_fn(workdir: Path, compile: bool):
-    from training import TrainConfig
-    from training.loop import _train_step, setup
+    from codeparrot.training import TrainConfig
+    from codeparrot.training.loop import _train_step, setup
 
     tokenizer = word_tokenizer(workdir / "tokenizer")
     config = TrainConfig(
@@ -194,7 +194,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from training.loop import measure_peak_flops
+    from codeparrot.training.loop import measure_peak_flops
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

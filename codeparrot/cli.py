@@ -24,16 +24,20 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("data", "codeparrot.data.cli"),
     ("tokenizer", "codeparrot.tokenizer.cli"),
     ("init", "codeparrot.models.cli"),
-    ("train", "training.cli"),
-    ("finetune", "training.finetune_cli"),
+    ("train", "codeparrot.training.cli"),
+    ("finetune", "codeparrot.training.finetune_cli"),
     ("complete", "codeparrot.generation.cli"),
-    ("eval", "eval.cli"),
-    ("app", "app.cli"),
-    ("lsp", "lsp.cli"),
+    ("eval", "codeparrot.eval.cli"),
+    ("app", "codeparrot.app.cli"),
+    ("lsp", "codeparrot.lsp.cli"),
 )
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
+
+
+class CommandImportError(RuntimeError):
+    """A subcommand's module failed to import: a broken install, never a silent omission."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,13 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"codeparrot {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for _name, module_name in COMMANDS:
+    for name, module_name in COMMANDS:
         try:
             module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name is None or not (module_name + ".").startswith(e.name + "."):
-                raise
-            continue  # a component not built yet; the table stays the single list
+        except ImportError as e:
+            raise CommandImportError(
+                f"the `{name}` subcommand cannot be loaded: importing {module_name} failed "
+                f"({type(e).__name__}: {e}); reinstall codeparrot (pip install -e .)"
+            ) from e
         module.register(subparsers)
     return parser
 
@@ -62,7 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from codeparrot.errors import CodeparrotError
 
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except CommandImportError as e:
+        print(f"codeparrot: error: {e}", file=sys.stderr)
+        return EXIT_FAILURE
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:

@@ -183,7 +183,7 @@ def step_tokenizer(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str
 
 
 def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
-    from training.config import TrainConfig
+    from codeparrot.training.config import TrainConfig
 
     return TrainConfig(
         data=cfg.corpus_dir,
@@ -204,7 +204,7 @@ def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
 def step_train(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, Any]:
     import shutil
 
-    from training import train
+    from codeparrot.training import train
 
     # An interrupted run of the same settings continues from its last checkpoint; any
     # other earlier run in the directory was made with other settings and is replaced.
@@ -228,7 +228,7 @@ def step_train(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, An
 
 
 def _eval_config(cfg: QuickstartConfig) -> Any:
-    from eval.config import HumanEvalConfig
+    from codeparrot.eval.config import HumanEvalConfig
 
     return HumanEvalConfig(
         checkpoint=cfg.model_dir,
@@ -244,7 +244,7 @@ def _eval_config(cfg: QuickstartConfig) -> Any:
 def step_eval(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, Any]:
     import shutil
 
-    from eval.humaneval import run
+    from codeparrot.eval.humaneval import run
 
     # samples of an interrupted run with the same settings are kept and resumed; a
     # report made with other settings (or for an earlier model) is replaced

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from codeparrot.config import add_config_arguments, config_from_args
-from eval.config import ExecuteConfig, HumanEvalConfig
+from codeparrot.eval.config import ExecuteConfig, HumanEvalConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,7 +46,7 @@ def _print_summary(summary: dict) -> None:
 
 
 def run_humaneval(args: argparse.Namespace) -> int:
-    from eval.humaneval import run
+    from codeparrot.eval.humaneval import run
 
     config = config_from_args(HumanEvalConfig, args)
     summary = run(config)
@@ -56,7 +56,7 @@ def run_humaneval(args: argparse.Namespace) -> int:
 
 
 def run_execute(args: argparse.Namespace) -> int:
-    from eval.humaneval import execute
+    from codeparrot.eval.humaneval import execute
 
     config = config_from_args(ExecuteConfig, args)
     summary = execute(config)

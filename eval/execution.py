@@ -1,6 +1,6 @@
 """Run programs through the sandbox in parallel and collect verdicts.
 
-Each worker thread owns one :class:`~eval.sandbox.Sandbox` (one zygote); the threads
+Each worker thread owns one :class:`~codeparrot.eval.sandbox.Sandbox` (one zygote); the threads
 only wait on pipes, so the work happens in the sandboxed processes. A sample that times
 out is killed by its own zygote and holds up only its own worker.
 """
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eval.data import Sample
-from eval.sandbox import Isolation, Limits, Sandbox, Verdict, detect_isolation
+from codeparrot.eval.data import Sample
+from codeparrot.eval.sandbox import Isolation, Limits, Sandbox, Verdict, detect_isolation
 
 
 @dataclass(frozen=True)

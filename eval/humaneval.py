@@ -11,18 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.errors import CheckpointError, DataError
-from codeparrot.io import atomic_open, provenance, read_json, write_json
-from eval.config import ExecuteConfig, ExecutionOptions, HumanEvalConfig
-from eval.data import SampleFile, load_problems, read_samples, select_problems
-from eval.execution import SampleResult, check_samples
-from eval.report import summarize, write_chart, write_results, write_summary
-from eval.sandbox import (
+from codeparrot.eval.config import ExecuteConfig, ExecutionOptions, HumanEvalConfig
+from codeparrot.eval.data import SampleFile, load_problems, read_samples, select_problems
+from codeparrot.eval.execution import SampleResult, check_samples
+from codeparrot.eval.report import summarize, write_chart, write_results, write_summary
+from codeparrot.eval.sandbox import (
     Isolation,
     Limits,
     default_secret_dirs,
     detect_isolation,
     require_permission,
 )
+from codeparrot.io import atomic_open, provenance, read_json, write_json
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from codeparrot.eval.execution import SampleResult
+from codeparrot.eval.passk import DEFAULT_KS, mean_pass_at_k
 from codeparrot.io import atomic_open, write_json
-from eval.execution import SampleResult
-from eval.passk import DEFAULT_KS, mean_pass_at_k
 
 
 def per_problem_counts(results: Iterable[SampleResult]) -> dict[str, dict[str, int]]:

@@ -1,4 +1,4 @@
-"""``python -m lsp --checkpoint DIR``: the same server as ``codeparrot lsp``."""
+"""``python -m codeparrot.lsp --checkpoint DIR``: the same server as ``codeparrot lsp``."""
 
 import sys
 

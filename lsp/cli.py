@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from codeparrot.config import add_config_arguments, config_from_args
-from lsp.config import LspConfig
+from codeparrot.lsp.config import LspConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lsp.server import serve
+    from codeparrot.lsp.server import serve
 
     serve(config_from_args(LspConfig, args))
     return 0

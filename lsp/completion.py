@@ -11,9 +11,9 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lsp.config import LspConfig
-from lsp.documents import Window, fit_prefix
-from lsp.postprocess import indent_width, postprocess
+from codeparrot.lsp.config import LspConfig
+from codeparrot.lsp.documents import Window, fit_prefix
+from codeparrot.lsp.postprocess import indent_width, postprocess
 
 if TYPE_CHECKING:
     from codeparrot.generation import Engine

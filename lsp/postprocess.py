@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from lsp.documents import Window
+from codeparrot.lsp.documents import Window
 
 OPENERS = "([{"
 CLOSERS = ")]}"

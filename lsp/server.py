@@ -1,6 +1,6 @@
 """The pygls language server: ghost text and completion items from the shared engine.
 
-Handlers are thin: they turn a request into a call of :func:`lsp.completion.suggest`
+Handlers are thin: they turn a request into a call of :func:`codeparrot.lsp.completion.suggest`
 and its answer back into LSP types. What makes it feel responsive lives in
 :meth:`CodeparrotServer.suggestion`:
 
@@ -10,7 +10,7 @@ and its answer back into LSP types. What makes it feel responsive lives in
 - ``$/cancelRequest`` cancels the handler's task, which sets the same event;
 - an LRU cache answers repeated requests and a user typing through a suggestion.
 
-Documents are kept by :class:`lsp.documents.Document` (LSP line breaks, positions in the
+Documents are kept by :class:`codeparrot.lsp.documents.Document` (LSP line breaks, positions in the
 negotiated encoding, large files indexed once per version), not by pygls' workspace.
 """
 
@@ -32,11 +32,11 @@ from pygls.protocol.language_server import lsp_method
 
 from codeparrot import __version__
 from codeparrot.errors import CodeparrotError
-from lsp.cache import PREFIX_KEY, SuggestionCache
-from lsp.completion import PROMPT_QUANTUM, Outcome, suggest
-from lsp.config import LspConfig, apply_settings
-from lsp.documents import UTF16, Document, Position, Window, cursor_window
-from lsp.postprocess import block_indent
+from codeparrot.lsp.cache import PREFIX_KEY, SuggestionCache
+from codeparrot.lsp.completion import PROMPT_QUANTUM, Outcome, suggest
+from codeparrot.lsp.config import LspConfig, apply_settings
+from codeparrot.lsp.documents import UTF16, Document, Position, Window, cursor_window
+from codeparrot.lsp.postprocess import block_indent
 
 logger = logging.getLogger("codeparrot.lsp")
 

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from training.config import TrainConfig
+from codeparrot.training.config import TrainConfig
 
 if TYPE_CHECKING:
-    from training.loop import TrainResult, train
+    from codeparrot.training.loop import TrainResult, train
 
 __all__ = ["TrainConfig", "TrainResult", "train"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("train", "TrainResult"):
-        from training import loop
+        from codeparrot.training import loop
 
         return getattr(loop, name)
-    raise AttributeError(f"module 'training' has no attribute {name!r}")
+    raise AttributeError(f"module 'codeparrot.training' has no attribute {name!r}")

@@ -1,9 +1,9 @@
-"""``python -m training ARGS`` is ``codeparrot train ARGS`` (for ``accelerate launch -m training``)."""
+"""``python -m codeparrot.training ARGS`` is ``codeparrot train ARGS`` (for ``accelerate launch -m codeparrot.training``)."""
 
 import sys
 
 from codeparrot.cli import main
-from training.launch import LaunchError, relaunch_under_torchrun
+from codeparrot.training.launch import LaunchError, relaunch_under_torchrun
 
 try:
     relaunch_under_torchrun(sys.argv[1:])  # `accelerate launch --cpu --num_processes N`

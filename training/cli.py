@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from codeparrot.config import add_config_arguments, config_from_args
-from training.config import TrainConfig
+from codeparrot.training.config import TrainConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,10 +15,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Pretrain a GPT-2 preset on DATA/train with packing, AdamW, a cosine schedule, "
             "checkpoints, exact --resume and TensorBoard logs. Several processes (DDP; gloo on "
-            "CPU): accelerate launch --cpu --num_processes 2 -m training --data ... (without "
-            "MPI, Accelerate 1.x starts one process for it, and `-m training` starts the 2 "
-            "with torchrun), or torchrun --nproc_per_node 2 -m training ...; on GPUs: "
-            "accelerate launch -m training ... after accelerate config."
+            "CPU): accelerate launch --cpu --num_processes 2 -m codeparrot.training --data ... (without "
+            "MPI, Accelerate 1.x starts one process for it, and `-m codeparrot.training` starts the 2 "
+            "with torchrun), or torchrun --nproc_per_node 2 -m codeparrot.training ...; on GPUs: "
+            "accelerate launch -m codeparrot.training ... after accelerate config."
         ),
     )
     add_config_arguments(parser, TrainConfig)
@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from training.loop import train
+    from codeparrot.training.loop import train
 
     config = config_from_args(TrainConfig, args)
     target = None

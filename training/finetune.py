@@ -190,7 +190,7 @@ def preflight(config: FinetuneConfig) -> Any:
 
 def split_tokens(corpus: Path, split: str, tokenizer: Any, limit: int) -> list[int]:
     """The first ``limit`` tokens of a split in shard order, documents joined by EOS."""
-    from training.data import encode_batch, read_documents, shard_files
+    from codeparrot.training.data import encode_batch, read_documents, shard_files
 
     ids: list[int] = []
     texts: list[str] = []
@@ -275,7 +275,7 @@ def _build_corpus(config: FinetuneConfig) -> dict[str, Any]:
 
 
 def _train_config(config: FinetuneConfig, steps: int, seq_length: int, train_tokens: int) -> Any:
-    from training.config import TrainConfig
+    from codeparrot.training.config import TrainConfig
 
     # The sequence shuffle buffer holds at most one epoch of a small repository, so that
     # --epochs still counts passes over it rather than draws from several epochs at once.
@@ -358,7 +358,7 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
 
     steps = planned_steps(config, train_tokens, seq_length)
     say(f"fine-tuning for up to {steps} steps or {config.max_minutes:g} minutes")
-    from training.loop import train
+    from codeparrot.training.loop import train
 
     trained = train(_train_config(config, steps, seq_length, train_tokens))
     after = checkpoint_losses(config.model_dir, splits, seq_length)

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from codeparrot.config import add_config_arguments, config_from_args
-from training.finetune import FinetuneConfig
+from codeparrot.training.finetune import FinetuneConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from training.finetune import finetune
+    from codeparrot.training.finetune import finetune
 
     config = config_from_args(FinetuneConfig, args)
     result = finetune(config, log=lambda msg: print(f"finetune: {msg}", file=sys.stderr))

@@ -1,14 +1,14 @@
-"""Make ``accelerate launch --cpu --num_processes N -m training`` start N processes.
+"""Make ``accelerate launch --cpu --num_processes N -m codeparrot.training`` start N processes.
 
 Accelerate 1.x's ``--cpu`` launcher starts several processes only through mpirun (with
 ``--mpirun_hostfile``), and so does a plain ``--num_processes N`` on a machine without GPU.
 Otherwise it starts ONE process, sets ``MASTER_ADDR`` and ``MASTER_PORT`` for the group it
 was asked for and never tells that process N. So
-``python -m training`` checks for exactly that situation, reads N from the ``accelerate
+``python -m codeparrot.training`` checks for exactly that situation, reads N from the ``accelerate
 launch`` command line that started it, and replaces itself with torchrun
 (``torch.distributed.run``) on the same address, which starts the N processes; Accelerate
 then forms a gloo DDP group on CPU, as under ``--multi_gpu``. Nothing else is touched: runs
-started by torchrun, ``--multi_gpu``, mpirun or a plain ``python -m training`` carry a world
+started by torchrun, ``--multi_gpu``, mpirun or a plain ``python -m codeparrot.training`` carry a world
 size or no ``MASTER_ADDR`` and go straight on.
 """
 
@@ -25,7 +25,7 @@ from codeparrot.errors import CodeparrotError
 
 # Where an MPI or torchrun launcher puts the world size.
 WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-WORKING_COMMAND = "torchrun --nproc_per_node N -m training ..."
+WORKING_COMMAND = "torchrun --nproc_per_node N -m codeparrot.training ..."
 
 
 class LaunchError(CodeparrotError):
@@ -93,7 +93,7 @@ def requested(launch_argv: Sequence[str]) -> Request | None:
 def torchrun_argv(
     request: Request, env: Mapping[str, str], script_argv: Sequence[str]
 ) -> list[str]:
-    """``python -m torch.distributed.run ... -m training ARGS`` for one machine."""
+    """``python -m torch.distributed.run ... -m codeparrot.training ARGS`` for one machine."""
     port = env.get("MASTER_PORT", "29500")
     if port == "0":  # `accelerate launch --main_process_port 0`: any free port
         with socket.socket() as s:
@@ -103,7 +103,7 @@ def torchrun_argv(
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", "1", "--nproc_per_node", str(request.num_processes),
         "--master_addr", env["MASTER_ADDR"], "--master_port", port,
-        "-m", "training", *script_argv,
+        "-m", "codeparrot.training", *script_argv,
     ]  # fmt: skip
 
 
@@ -147,7 +147,7 @@ def relaunch_under_torchrun(script_argv: Sequence[str]) -> None:
             f"`accelerate launch --cpu --num_machines {request.num_machines}` starts several "
             "processes only through MPI (--mpirun_hostfile); without it, start each machine "
             "with `torchrun --nnodes M --node_rank R --nproc_per_node N --master_addr ADDR "
-            "-m training ...`"
+            "-m codeparrot.training ...`"
         )
     if request.num_processes <= 1:
         return

@@ -1,7 +1,7 @@
 """The pretraining loop: ``train(config) -> TrainResult`` reads setup -> loop -> save.
 
 Accelerate carries the model, optimizer and schedule (``prepare`` once, ``accumulate``,
-``save_state``/``load_state``, trackers); the data sources of :mod:`training.data` are
+``save_state``/``load_state``, trackers); the data sources of :mod:`codeparrot.training.data` are
 resumable objects registered for checkpointing, so ``--resume`` restores the exact data
 position along with step, schedule, optimizer and RNG states. Tests inject tiny data
 through ``train_data`` and ``valid_data``.
@@ -21,8 +21,8 @@ from typing import Any
 
 from codeparrot.errors import CheckpointError, ConfigError, DataError
 from codeparrot.io import provenance, read_json
-from training.config import RESUMABLE_CHANGES, TrainConfig
-from training.data import (
+from codeparrot.training.config import RESUMABLE_CHANGES, TrainConfig
+from codeparrot.training.data import (
     Batches,
     PackedStream,
     SequenceSource,
@@ -30,7 +30,7 @@ from training.data import (
     pretokenize,
     shard_files,
 )
-from training.launch import has_accelerator_device, launched_alone_for_several
+from codeparrot.training.launch import has_accelerator_device, launched_alone_for_several
 
 CHECKPOINTS = "checkpoints"
 STATE = "state"
@@ -457,15 +457,15 @@ def _tune_for_training(model: Any, config: TrainConfig, seq_length: int, device:
 def _warn_single_cpu_process() -> None:
     """`accelerate launch --cpu --num_processes N SCRIPT` starts N processes only through MPI.
 
-    `-m training` starts them itself (training/launch.py); another entry point lands here alone.
+    `-m codeparrot.training` starts them itself (training/launch.py); another entry point lands here alone.
     """
     if launched_alone_for_several(os.environ, accelerator_device=has_accelerator_device()):
         import warnings
 
         warnings.warn(
             "`accelerate launch --cpu --num_processes N` without --mpirun_hostfile starts ONE "
-            "process; `accelerate launch --cpu --num_processes N -m training ...` starts N "
-            "(through torchrun), as does `torchrun --nproc_per_node N -m training ...`",
+            "process; `accelerate launch --cpu --num_processes N -m codeparrot.training ...` starts N "
+            "(through torchrun), as does `torchrun --nproc_per_node N -m codeparrot.training ...`",
             stacklevel=3,
         )
 

@@ -55,8 +55,8 @@ def playground(
     tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Playground]:
     """The playground served in this process on a free port of 127.0.0.1."""
-    from app.config import AppConfig
-    from app.ui import launch
+    from codeparrot.app.config import AppConfig
+    from codeparrot.app.ui import launch
 
     root = tmp_path_factory.mktemp("playground")
     trained = root / "run"

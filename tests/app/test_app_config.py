@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import AppConfig
-from app.examples import CHAPTER_EXAMPLES, STOP_MODES
+from codeparrot.app.config import AppConfig
+from codeparrot.app.examples import CHAPTER_EXAMPLES, STOP_MODES
 from codeparrot.errors import CheckpointError, ConfigError
 
 
@@ -50,7 +50,7 @@ def test_cli_refuses_when_no_checkpoint_exists(tmp_path, capsys):
 def test_stop_modes():
     import gradio as gr
 
-    from app.ui import stop_sequences
+    from codeparrot.app.ui import stop_sequences
     from codeparrot.generation import HUMANEVAL_STOP_SEQUENCES
 
     assert stop_sequences("first block", "ignored") == HUMANEVAL_STOP_SEQUENCES
@@ -80,7 +80,7 @@ def test_chapter_examples_are_the_four_prompts():
 
 
 def test_launch_without_any_checkpoint_directory_raises(tmp_path):
-    from app.ui import launch
+    from codeparrot.app.ui import launch
 
     with pytest.raises(CheckpointError, match="none of these is a directory"):
         launch(AppConfig(checkpoints=(tmp_path / "a",), port=0), block=False)
@@ -88,7 +88,7 @@ def test_launch_without_any_checkpoint_directory_raises(tmp_path):
 
 @pytest.mark.slow
 def test_the_pool_compiles_each_model_in_the_background_when_asked(tiny_checkpoint):
-    from app.ui import EnginePool
+    from codeparrot.app.ui import EnginePool
 
     plain = EnginePool((tiny_checkpoint,)).get(str(tiny_checkpoint))
     assert not plain.steps_compiled.is_set()

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.ui import _events_in_background
+from codeparrot.app.ui import _events_in_background
 from codeparrot.errors import ConfigError
 from codeparrot.generation import Completion, GenerationConfig, StreamEvent
 

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from app.model_card import checkpoint_label, read_metrics, read_model_card
+from codeparrot.app.model_card import checkpoint_label, read_metrics, read_model_card
 
 
 def test_foreign_checkpoint_counts_parameters_from_the_weights(tiny_checkpoint: Path):

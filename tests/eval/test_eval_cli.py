@@ -9,9 +9,9 @@ import pytest
 
 from codeparrot.cli import main
 from codeparrot.errors import ExecutionNotAllowed
-from eval.config import ExecuteConfig
-from eval.data import load_problems, read_samples
-from eval.humaneval import execute
+from codeparrot.eval.config import ExecuteConfig
+from codeparrot.eval.data import load_problems, read_samples
+from codeparrot.eval.humaneval import execute
 
 
 @pytest.fixture(scope="module")

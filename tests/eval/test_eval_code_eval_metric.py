@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import eval as eval_package
+import codeparrot.eval as eval_package
 
 METRIC_DIR = Path(eval_package.__file__).parent / "metrics" / "code_eval"
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from eval.data import Sample, load_problems
-from eval.execution import check_samples
-from eval.passk import mean_pass_at_k
-from eval.report import per_problem_counts
-from eval.sandbox import detect_isolation
+from codeparrot.eval.data import Sample, load_problems
+from codeparrot.eval.execution import check_samples
+from codeparrot.eval.passk import mean_pass_at_k
+from codeparrot.eval.report import per_problem_counts
+from codeparrot.eval.sandbox import detect_isolation
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import pytest
 
 from codeparrot.cli import main
 from codeparrot.errors import DataError
-from eval.config import HumanEvalConfig
-from eval.data import load_problems, select_problems
-from eval.humaneval import generate_samples
+from codeparrot.eval.config import HumanEvalConfig
+from codeparrot.eval.data import load_problems, select_problems
+from codeparrot.eval.humaneval import generate_samples
 
 
 class CountingEngine:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eval.passk import mean_pass_at_k, pass_at_k
+from codeparrot.eval.passk import mean_pass_at_k, pass_at_k
 
 
 @given(

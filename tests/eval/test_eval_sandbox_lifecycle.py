@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from eval.sandbox import Isolation, Sandbox, SandboxError, detect_isolation
+from codeparrot.eval.sandbox import Isolation, Sandbox, SandboxError, detect_isolation
 
 GOOD = "def f(x):\n    return x + 1\n"
 TEST = "assert f(1) == 2\n"

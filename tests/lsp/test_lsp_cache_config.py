@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from codeparrot.errors import ConfigError
-from lsp.cache import PREFIX_KEY, SuggestionCache
-from lsp.config import LspConfig, apply_settings, parse_host_port, settings_update
+from codeparrot.lsp.cache import PREFIX_KEY, SuggestionCache
+from codeparrot.lsp.config import LspConfig, apply_settings, parse_host_port, settings_update
 
 
 def test_exact_hit_and_lru_eviction():
@@ -93,7 +93,7 @@ def test_editor_settings_in_any_spelling():
 def test_the_server_compiles_its_decoding_step_in_the_background_unless_told_not_to(
     tiny_checkpoint,
 ):
-    from lsp.server import _load
+    from codeparrot.lsp.server import _load
 
     plain = _load(tiny_checkpoint, None, 1, "auto", False)
     assert not plain.steps_compiled.is_set() and plain._gpt2._compiled is None

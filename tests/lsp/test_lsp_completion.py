@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lsp.completion import prompt_budget, suggest
-from lsp.config import LspConfig
-from lsp.documents import Document, cursor_window
-from lsp.postprocess import block_indent
+from codeparrot.lsp.completion import prompt_budget, suggest
+from codeparrot.lsp.config import LspConfig
+from codeparrot.lsp.documents import Document, cursor_window
+from codeparrot.lsp.postprocess import block_indent
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def test_empty_document_prompt(engine):
 
 
 def test_typing_keeps_the_prompt_start_so_the_engine_reuses_it(engine):
-    from lsp.completion import PROMPT_QUANTUM
+    from codeparrot.lsp.completion import PROMPT_QUANTUM
 
     spy = Spy(engine)
     config = LspConfig(max_new_tokens=2, context_tokens=4096)

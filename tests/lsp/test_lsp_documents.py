@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lsp.documents import (
+from codeparrot.lsp.documents import (
     UTF8,
     UTF16,
     UTF32,

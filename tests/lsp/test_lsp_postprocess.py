@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lsp.documents import Document, cursor_window
-from lsp.postprocess import (
+from codeparrot.lsp.documents import Document, cursor_window
+from codeparrot.lsp.postprocess import (
     _imbalance,
     balance,
     block_indent,

@@ -26,7 +26,7 @@ URI = "file:///work/example.py"
 
 async def start(checkpoint: Path | None, *flags: str, **init) -> LanguageClient:
     client = make_test_lsp_client()
-    args = ["-m", "lsp", *flags]
+    args = ["-m", "codeparrot.lsp", *flags]
     if checkpoint is not None:
         args += ["--checkpoint", str(checkpoint)]
     await client.start_io(sys.executable, *args)

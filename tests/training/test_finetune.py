@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from codeparrot.errors import CheckpointError, ConfigError, DataError
-from training.finetune import FinetuneConfig, finetune, mean_loss
+from codeparrot.training.finetune import FinetuneConfig, finetune, mean_loss
 
 MODULES = (
     "textwrap.py",

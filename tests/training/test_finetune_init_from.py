@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from codeparrot.errors import CheckpointError, ConfigError
-from training.config import TrainConfig
+from codeparrot.training.config import TrainConfig
 
 
 def write_corpus(root: Path) -> Path:
@@ -37,7 +37,7 @@ def test_another_tokenizer_than_the_checkpoints_is_refused(tmp_path, tiny_checkp
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from training import train
+    from codeparrot.training import train
 
     # Same size (512) as the checkpoint's, so only the ids differ: the size check alone
     # would let it through and the embeddings would be read with the wrong ids.
@@ -70,7 +70,7 @@ def test_another_tokenizer_than_the_checkpoints_is_refused(tmp_path, tiny_checkp
 def test_init_from_a_directory_that_is_not_a_causal_lm(tmp_path, tiny_checkpoint):
     import shutil
 
-    from training import train
+    from codeparrot.training import train
 
     bad = tmp_path / "classifier"
     shutil.copytree(tiny_checkpoint, bad)

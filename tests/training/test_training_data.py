@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from codeparrot.errors import DataError
-from training.data import (
+from codeparrot.training.data import (
     Batches,
     PackedStream,
     TokenShardStream,
@@ -195,7 +195,7 @@ def test_bad_corpora_are_reported(tmp_path, tokenizer):
 
 
 def test_training_from_pretokenized_shards(tmp_path, tiny_checkpoint):
-    from training import TrainConfig, train
+    from codeparrot.training import TrainConfig, train
 
     corpus = write_split(write_split(tmp_path / "corpus", "train", DOCS), "valid", DOCS[:6], 1)
     config = TrainConfig(

@@ -39,7 +39,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_weights(tmp_path, tiny_chec
 
     corpus = write_corpus(tmp_path / "corpus")
     args = [
-        sys.executable, "-m", "training", "--data", str(corpus),
+        sys.executable, "-m", "codeparrot.training", "--data", str(corpus),
         "--tokenizer", str(tiny_checkpoint), "--init-from", str(tiny_checkpoint),
         "--seq-length", "32", "--batch-size", "2", "--max-steps", "30", "--warmup-steps", "3",
         "--eval-every", "2", "--eval-batches", "1", "--keep-checkpoints", "2",

@@ -1,4 +1,4 @@
-"""How `python -m training` tells that `accelerate launch --cpu` left it alone, and what it runs."""
+"""How `python -m codeparrot.training` tells that `accelerate launch --cpu` left it alone, and what it runs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from training.launch import Request, launched_alone_for_several, requested, torchrun_argv
+from codeparrot.training.launch import Request, launched_alone_for_several, requested, torchrun_argv
 
 ACCELERATE_CPU = {"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 
@@ -20,7 +20,7 @@ def test_only_the_lone_process_of_a_cpu_group_is_relaunched(device):
     assert not alone({**ACCELERATE_CPU, "WORLD_SIZE": "2"})  # torchrun
     assert not alone({**ACCELERATE_CPU, "OMPI_COMM_WORLD_SIZE": "2"})  # MPI
     assert not alone({"ACCELERATE_USE_CPU": "True"})  # --num_processes 1
-    assert not alone({})  # python -m training
+    assert not alone({})  # python -m codeparrot.training
     # `accelerate launch --num_processes 2` without --cpu: the CPU only where there is no GPU
     assert alone({**ACCELERATE_CPU, "ACCELERATE_USE_CPU": "False"}) is not device
 
@@ -30,15 +30,15 @@ def test_only_the_lone_process_of_a_cpu_group_is_relaunched(device):
     [
         (
             ["/v/bin/python", "/v/bin/accelerate", "launch", "--cpu", "--num_processes", "2",
-             "-m", "training", "--data", "d"],
+             "-m", "codeparrot.training", "--data", "d"],
             Request(num_processes=2, num_machines=1),
         ),
         (
             ["python", "-m", "accelerate.commands.launch", "--cpu", "--num-processes=3",
-             "--num_machines", "1", "-m", "training"],
+             "--num_machines", "1", "-m", "codeparrot.training"],
             Request(num_processes=3, num_machines=1),
         ),
-        (["python", "-m", "training", "--data", "d"], None),
+        (["python", "-m", "codeparrot.training", "--data", "d"], None),
     ],
 )  # fmt: skip
 def test_requested_processes_come_from_the_launch_command_line(argv, expected):
@@ -50,6 +50,6 @@ def test_torchrun_command_keeps_the_address_and_the_training_arguments():
     assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert argv[argv.index("--nproc_per_node") + 1] == "2"
     assert argv[argv.index("--master_port") + 1] == "29500"
-    assert argv[-4:] == ["-m", "training", "--data", "d"]
+    assert argv[-4:] == ["-m", "codeparrot.training", "--data", "d"]
     free = torchrun_argv(Request(2, 1), {**ACCELERATE_CPU, "MASTER_PORT": "0"}, [])
     assert int(free[free.index("--master_port") + 1]) > 0

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from codeparrot.errors import CheckpointError, ConfigError, DataError
-from training import TrainConfig, train
-from training.loop import lr_factor, parameter_groups
+from codeparrot.training import TrainConfig, train
+from codeparrot.training.loop import lr_factor, parameter_groups
 
 
 def write_corpus(root: Path, n_train: int = 40, n_valid: int = 12) -> Path:
@@ -203,7 +203,7 @@ def test_time_budget_stops_early_and_saves(tmp_path, corpus, tiny_checkpoint):
 
 def test_single_process_cpu_launch_is_flagged(monkeypatch):
     """`accelerate launch --cpu --num_processes 2` without MPI silently starts one process."""
-    from training.loop import _warn_single_cpu_process
+    from codeparrot.training.loop import _warn_single_cpu_process
 
     for key in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
         monkeypatch.delenv(key, raising=False)
@@ -221,7 +221,7 @@ def test_single_process_cpu_launch_is_flagged(monkeypatch):
 
 def test_learning_rate_defaults_to_the_presets_and_is_recorded(tmp_path, corpus, tiny_checkpoint):
     from codeparrot.models.presets import PRESETS
-    from training.loop import load_run_summary, with_defaults
+    from codeparrot.training.loop import load_run_summary, with_defaults
 
     fresh = tiny_config(corpus, tiny_checkpoint, tmp_path / "a", init_from=None, learning_rate=None)
     assert with_defaults(fresh).learning_rate == PRESETS["tiny"].learning_rate == 2e-3

@@ -1,7 +1,7 @@
 """Two processes on CPU train with DDP (gloo) exactly like one process with twice the batch.
 
-The command is the documented one, `accelerate launch --cpu --num_processes 2 -m training`.
-accelerate 1.15 starts one process for it without MPI; `python -m training` then starts the
+The command is the documented one, `accelerate launch --cpu --num_processes 2 -m codeparrot.training`.
+accelerate 1.15 starts one process for it without MPI; `python -m codeparrot.training` then starts the
 two with torchrun (training/launch.py), which needs nothing installed.
 """
 
@@ -55,14 +55,14 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_checkp
     ]  # fmt: skip
     bindir = Path(sys.executable).parent
     run_training(
-        [sys.executable, "-m", "training"],
+        [sys.executable, "-m", "codeparrot.training"],
         [*common, "--batch-size", "4", "--output", str(tmp_path / "one")],
         tmp_path,
     )
     # --main_process_port 0: any free port, so that concurrent test runs do not collide
     launch = [
         str(bindir / "accelerate"), "launch", "--cpu", "--num_processes", "2",
-        "--main_process_port", "0", "-m", "training",
+        "--main_process_port", "0", "-m", "codeparrot.training",
     ]  # fmt: skip
     run_training(
         launch, [*common, "--batch-size", "2", "--output", str(tmp_path / "two")], tmp_path

@@ -149,7 +149,7 @@ def test_model_package_import_is_cheap():
 
 
 def test_presets_match_the_train_config_choices():
-    from training.config import PRESET_NAMES
+    from codeparrot.training.config import PRESET_NAMES
 
     assert tuple(PRESETS) == PRESET_NAMES
 
@@ -159,7 +159,7 @@ def test_every_command_refuses_an_n_positions_out_of_range(tmp_path, bad):
     from codeparrot.errors import ConfigError
     from codeparrot.models.presets import InitConfig
     from codeparrot.quickstart_cli import QuickstartConfig
-    from training import TrainConfig
+    from codeparrot.training import TrainConfig
 
     builders = [
         lambda: InitConfig(tokenizer=tmp_path, output=tmp_path / "o", n_positions=bad),

@@ -14,9 +14,9 @@ from collections import defaultdict
 import datasets
 import evaluate
 
-from eval.execution import Program, run_programs
-from eval.passk import pass_at_k
-from eval.sandbox import Limits, require_permission
+from codeparrot.eval.execution import Program, run_programs
+from codeparrot.eval.passk import pass_at_k
+from codeparrot.eval.sandbox import Limits, require_permission
 
 _DESCRIPTION = """pass@k of code candidates against test code, executed in a sandbox
 (PID/mount/network namespaces, an unprivileged uid, rlimits, verdicts decided outside

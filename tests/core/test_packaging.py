@@ -1,0 +1,46 @@
+"""One installed import package, `codeparrot`, whatever directory the user runs from."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+
+import pytest
+
+from codeparrot import cli
+
+
+def test_the_distribution_installs_only_the_codeparrot_package():
+    top_level = importlib.metadata.distribution("codeparrot").read_text("top_level.txt")
+    assert top_level.split() == ["codeparrot"]
+
+
+def test_stages_import_from_a_directory_full_of_same_named_folders(tmp_path):
+    for name in ("eval", "app", "lsp", "training"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ImportError('the user package')\n")
+    probe = (
+        "import codeparrot.training, codeparrot.eval, codeparrot.app, codeparrot.lsp\n"
+        "print(codeparrot.eval.__name__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    helped = subprocess.run(
+        [sys.executable, "-m", "codeparrot", "--help"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert helped.returncode == 0, helped.stderr
+    for command in ("train", "eval", "app", "lsp"):
+        assert f"\n    {command}" in helped.stdout
+
+
+def test_a_subcommand_that_fails_to_import_is_an_error_naming_it(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, ("broken", "codeparrot.no_such_stage")))
+    assert cli.main(["--help"]) == cli.EXIT_FAILURE
+    err = capsys.readouterr().err
+    assert "`broken`" in err and "codeparrot.no_such_stage" in err
+    with pytest.raises(cli.CommandImportError, match="no_such_stage"):
+        cli.build_parser()
