@@ -4,11 +4,11 @@ Import cost matters here (the CLI imports this package for ``--help``): torch an
 transformers are imported inside :meth:`Engine.load` and :meth:`Engine.stream`.
 """
 
+from codeparrot.generation.config import GenerationConfig
 from codeparrot.generation.engine import (
     HUMANEVAL_STOP_SEQUENCES,
     Completion,
     Engine,
-    GenerationConfig,
     StreamEvent,
     first_block,
 )
