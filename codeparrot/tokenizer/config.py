@@ -9,12 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
+from codeparrot.fim import SENTINELS
 from codeparrot.tokenizer.pretokenizer import PRE_TOKENIZERS
 
 # One symbol per byte: the initial alphabet of a byte-level BPE.
 BYTE_ALPHABET_SIZE = 256
 # The special token that separates files and doubles as bos/eos/unk.
 END_OF_TEXT = "<|endoftext|>"
+# The fill-in-the-middle sentinels (codeparrot.fim.SENTINELS), special tokens of every
+# tokenizer trained here.
+FIM_SENTINEL_COUNT = len(SENTINELS)
 
 
 @dataclass(frozen=True)
@@ -29,7 +33,9 @@ class TokenizerConfig(Config):
         help="tokenizer directory to write (a save_pretrained layout)", metavar="DIR"
     )
     vocab_size: int = option(
-        32768, "vocabulary size, the 256 byte symbols and <|endoftext|> included"
+        32768,
+        "vocabulary size, the 256 byte symbols, <|endoftext|> and the 4 fill-in-the-middle "
+        "sentinels included",
     )
     files: int = option(200_000, "train on the first N files of the train split (shard order)")
     min_frequency: int = option(2, "a pair must occur at least this often to be merged")
@@ -54,11 +60,12 @@ class TokenizerConfig(Config):
 
     def problems(self) -> list[str]:
         out = []
-        smallest = BYTE_ALPHABET_SIZE + 1
-        if self.vocab_size < smallest:
+        base = BYTE_ALPHABET_SIZE + 1
+        if self.vocab_size < base + FIM_SENTINEL_COUNT:
             out.append(
-                f"--vocab-size must be at least {smallest} (the 256 byte symbols and "
-                f"{END_OF_TEXT}), got {self.vocab_size}"
+                f"--vocab-size must be at least {base} (the 256 byte symbols and "
+                f"{END_OF_TEXT}) plus the {FIM_SENTINEL_COUNT} fill-in-the-middle sentinels: "
+                f"{base + FIM_SENTINEL_COUNT}, got {self.vocab_size}"
             )
         if self.vocab_size > 1_000_000:
             out.append(f"--vocab-size must be at most 1000000, got {self.vocab_size}")

@@ -2,11 +2,15 @@
 
 The recipe of CodeParrot's tokenizer: a byte-level BPE with an initial alphabet of the 256
 byte symbols so that any text is encodable without an unknown token, ``<|endoftext|>`` as
-the one special token (bos, eos and unk), and a byte-level decoder so that
+the special token that is bos, eos and unk, and a byte-level decoder so that
 ``decode(encode(x)) == x`` for every string. Where the reference used GPT-2's pre-tokenizer,
 the default here is a code-aware one (``pretokenizer.py``: names with their underscores,
 indentation runs whole, a line break kept with the line before); ``pre_tokenizer="gpt2"``
 gives the reference's.
+
+Beyond the recipe, the four fill-in-the-middle sentinels (``codeparrot.fim.SENTINELS``,
+StarCoder's names) are special tokens of every tokenizer made here, with the ids 1-4 right
+after ``<|endoftext|>``; a model trained with ``fim_rate`` 0 simply never sees them.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.errors import DataError
+from codeparrot.fim import SENTINELS
 from codeparrot.io import atomic_directory, provenance, write_json
 from codeparrot.tokenizer.config import END_OF_TEXT, TokenizerConfig
 from codeparrot.tokenizer.corpus import (
@@ -58,7 +63,7 @@ def train_byte_level_bpe(
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
-        special_tokens=[END_OF_TEXT],
+        special_tokens=[END_OF_TEXT, *SENTINELS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=show_progress,
     )

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
 from codeparrot.errors import CheckpointError, ConfigError, DataError
+from codeparrot.fim import FIM_PREFIX, SENTINELS, FimTokens
 from codeparrot.tokenizer import TokenizerConfig, tokenizer_report, train_tokenizer
 from codeparrot.tokenizer.gpt2_reference import load_gpt2_tokenizer
 from codeparrot.tokenizer.pretokenizer import CODE_PATTERN
@@ -109,6 +110,35 @@ def test_a_reloaded_copy_keeps_the_code_pre_tokenizer(loaded, tmp_path):
     again = AutoTokenizer.from_pretrained(tmp_path / "copy")
     assert again(TRICKY)["input_ids"] == loaded(TRICKY)["input_ids"]
     assert again.backend_tokenizer.pre_tokenizer.pre_tokenize_str("\t\tx")[0][0] == "ĉĉ"
+
+
+def test_fim_sentinels_are_special_tokens_that_survive_a_reload(loaded, tmp_path):
+    tokens = FimTokens.from_tokenizer(loaded)
+    assert tokens is not None
+    assert sorted(tokens.ids) == [1, 2, 3, 4]  # right after <|endoftext|>
+    loaded.save_pretrained(tmp_path / "copy")
+    assert FimTokens.from_tokenizer(AutoTokenizer.from_pretrained(tmp_path / "copy")) == tokens
+    assert loaded.decode([tokens.prefix, tokens.middle]) == "<fim_prefix><fim_middle>"
+
+
+def test_sentinel_text_in_a_users_prompt_stays_text(loaded):
+    tokens = FimTokens.from_tokenizer(loaded)
+    prompt = f"x = '{FIM_PREFIX}'\n" + "".join(SENTINELS)
+    ids = loaded(prompt, split_special_tokens=True)["input_ids"]
+    assert not tokens.ids & set(ids)
+    assert loaded.decode(ids) == prompt
+    # Without the switch the same text is the control tokens: callers must split.
+    assert tokens.prefix in loaded(prompt)["input_ids"]
+
+
+def test_a_tokenizer_without_sentinels_has_fim_off(tmp_path):
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordLevel({"<|endoftext|>": 0, "a": 1}, "<|endoftext|>"))
+    old = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>")
+    old.save_pretrained(tmp_path)
+    assert FimTokens.from_tokenizer(AutoTokenizer.from_pretrained(tmp_path)) is None
 
 
 def test_metadata_records_config_corpus_and_provenance(trained, corpus):
