@@ -10,6 +10,7 @@ from codeparrot.models.presets import n_positions_problem
 
 PRESET_NAMES = ("tiny", "small", "large")  # codeparrot.models.presets.PRESETS, kept import-free
 TRACKERS = ("tensorboard", "wandb", "trackio", "none")
+FIM_MODES = ("document", "context")  # where the FIM transform applies: before or after packing
 
 # Fields that may change between an interrupted run and its --resume: budgets and logging.
 RESUMABLE_CHANGES = frozenset(
@@ -89,6 +90,21 @@ class TrainConfig(Config):
         "packed sequences held in a second streaming shuffle buffer, so that the windows of "
         "one long document do not fill whole batches (0: none; saved in each checkpoint)",
     )
+    fim_rate: float = option(
+        0.0,
+        "share of documents (--fim-mode document) or packed sequences (context) turned into "
+        "fill-in-the-middle examples (0: left to right only; needs a tokenizer with the FIM "
+        "sentinels)",
+    )
+    fim_spm_rate: float = option(
+        0.5, "share of the fill-in-the-middle examples laid out suffix-first (SPM), not PSM"
+    )
+    fim_mode: str = option(
+        "context",
+        "apply fill-in-the-middle to each document before packing, or to each document piece "
+        "of a packed sequence after it (Bavarian et al. 2022 found context-level better)",
+        choices=FIM_MODES,
+    )
     eval_every: int = option(
         500, "evaluate and save a checkpoint every N steps (0: only at the end)"
     )
@@ -160,6 +176,13 @@ class TrainConfig(Config):
             out.append(f"--max-minutes must be > 0, got {self.max_minutes}")
         if self.max_tokens is not None and self.max_tokens < 1:
             out.append(f"--max-tokens must be >= 1, got {self.max_tokens}")
+        for name in ("fim_rate", "fim_spm_rate"):
+            if not 0 <= getattr(self, name) <= 1:
+                out.append(
+                    f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(self, name)}"
+                )
+        if self.fim_mode not in FIM_MODES:
+            out.append(f"--fim-mode must be one of {', '.join(FIM_MODES)}, got {self.fim_mode!r}")
         if self.peak_tflops is not None and self.peak_tflops <= 0:
             out.append(f"--peak-tflops must be > 0, got {self.peak_tflops}")
         return out
