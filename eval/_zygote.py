@@ -188,12 +188,12 @@ def set_limits(limits):
     cpu = int(limits["timeout"]) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["fsize"], limits["fsize"]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size"], limits["file_size"]))
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # RLIMIT_NPROC counts every process of the real uid. In mode root the sample has a
     # uid of its own; otherwise it shares the harness user's, whose processes Z counted.
-    nproc = limits["nproc"] + limits["user_processes"]
+    nproc = limits["processes"] + limits["user_processes"]
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
@@ -356,7 +356,7 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
     if mode != "none":
         _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE)
         _mount(libc, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        size = b"size=%d,mode=1777" % limits["fsize"]
+        size = b"size=%d,mode=1777" % limits["file_size"]
         for path in PRIVATE_TMP:
             if os.path.isdir(path):
                 _mount(libc, b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
@@ -476,13 +476,22 @@ def count_user_processes():
     return count
 
 
+LIMIT_TYPES = {"timeout": float, "memory": int, "file_size": int, "processes": int}
+
+
+def parse_limits(header):
+    """The harness's ``Limits`` (JSON, its field names); anything else is refused."""
+    import json
+
+    raw = json.loads(header)
+    if type(raw) is not dict or set(raw) != set(LIMIT_TYPES):
+        raise ValueError(f"limits header has fields {sorted(raw)}, want {sorted(LIMIT_TYPES)}")
+    return {name: kind(raw[name]) for name, kind in LIMIT_TYPES.items()}
+
+
 def run_one(header, program, libc, mode, slot, hidden, secret):
-    timeout, memory, fsize, nproc = header.split()
     limits = {
-        "timeout": float(timeout),
-        "memory": int(memory),
-        "fsize": int(fsize),
-        "nproc": int(nproc),
+        **parse_limits(header),
         "hidden": hidden,
         "secret": secret,
         "user_processes": 0 if own_uid(mode) else count_user_processes(),

@@ -8,6 +8,7 @@ tree per program and reports a verdict decided outside the sample's reach (see
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import select
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from codeparrot.errors import CodeparrotError, ExecutionNotAllowed
@@ -155,6 +156,11 @@ def detect_isolation(mode: str | None = None) -> Isolation:
     raise SandboxError("no sandbox mode works here: " + "; ".join(errors))
 
 
+def limits_header(limits: Limits) -> bytes:
+    """The per-sample header the zygote reads: ``Limits``' own field names, as JSON."""
+    return json.dumps(asdict(limits), sort_keys=True).encode()
+
+
 def _frame(payload: bytes) -> bytes:
     return b"%010d" % len(payload) + payload
 
@@ -225,10 +231,9 @@ class Sandbox:
         self.start()
         assert self._proc is not None
         limits = self.limits
-        header = f"{limits.timeout} {limits.memory} {limits.file_size} {limits.processes}"
-        message = b"".join(
+        message = _frame(limits_header(limits)) + b"".join(
             _frame(part.encode("utf-8", "surrogatepass"))
-            for part in (header, program, prompt, test, entry_point)
+            for part in (program, prompt, test, entry_point)
         )
         start = time.monotonic()
         try:
