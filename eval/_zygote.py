@@ -34,6 +34,8 @@ MAX_DEPTH = 200
 UID_BASE = 2_000_000_000 // 1000 * 1000  # uids no account uses; B of slot i runs as UID_BASE + i
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 MS_BIND = 4096
 MS_NOSUID = 2
@@ -46,6 +48,9 @@ PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+# Per sample: its own PIDs, mounts, SysV/POSIX IPC objects (they die with the sample)
+# and host name.
+NAMESPACES = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS
 
 
 # -- frames ---------------------------------------------------------------------------
@@ -360,6 +365,7 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
         for path in PRIVATE_TMP:
             if os.path.isdir(path):
                 _mount(libc, b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
+        _limit_ipc(libc, limits["memory"], strict=mode == "root")
         if mode == "root":
             _expose_stdlib(libc, limits["hidden"])
         for path in limits["secret"]:  # e.g. the problems file with its solutions
@@ -417,6 +423,23 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
                 except OSError:
                     pass
         os._exit(0)
+
+
+def _limit_ipc(libc, memory, strict):
+    """The sample's IPC namespace: a neutral host name, and shared memory within its limit.
+
+    SysV shared memory is not counted by ``RLIMIT_AS`` until attached, so the namespace's
+    own ``shmmax``/``shmall`` cap it at the sample's memory limit.
+    """
+    libc.sethostname(b"sandbox", 7)
+    pages = max(1, memory // os.sysconf("SC_PAGE_SIZE"))
+    for name, value in (("shmmax", memory), ("shmall", pages), ("shmmni", 16)):
+        try:
+            with open(f"/proc/sys/kernel/{name}", "w") as f:
+                f.write(str(value))
+        except OSError:  # not writable from a user namespace on older kernels
+            if strict:
+                raise
 
 
 def hidden_stdlib():
@@ -515,7 +538,7 @@ def run_one(header, program, libc, mode, slot, hidden, secret):
             for fd in (0, 1):
                 os.dup2(devnull, fd)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if mode != "none" and libc.unshare(CLONE_NEWPID | CLONE_NEWNS) != 0:
+            if mode != "none" and libc.unshare(NAMESPACES) != 0:
                 os._exit(71)
             a = os.fork()
             if a == 0:  # A

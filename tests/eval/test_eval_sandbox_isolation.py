@@ -6,10 +6,21 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+from pathlib import Path
 
 import pytest
 
-from codeparrot.eval.sandbox import ZYGOTE, Limits, limits_header
+from codeparrot.eval.execution import Program, run_programs
+from codeparrot.eval.sandbox import ZYGOTE, Isolation, Limits, detect_isolation, limits_header
+
+
+@pytest.fixture(scope="module")
+def strong() -> Isolation:
+    """The namespaced sandbox; these layers are not promised by mode "none"."""
+    isolation = detect_isolation()
+    if isolation.mode == "none":
+        pytest.skip("no namespaces here: see docs/threat-model.md for mode none")
+    return isolation
 
 
 @pytest.fixture(scope="module")
@@ -25,3 +36,46 @@ def test_limits_cross_the_wire_under_their_own_names(zygote):
     assert zygote.parse_limits(limits_header(limits)) == dataclasses.asdict(limits)
     with pytest.raises(ValueError, match="fields"):
         zygote.parse_limits(b'{"timeout": 1, "memory": 1, "fsize": 1, "nproc": 1}')
+
+
+IPC_KEY = 0x5EED42
+IPC_SAMPLE = f"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+
+def f(x):
+    if x == 'write':
+        shm = libc.shmget({IPC_KEY}, 4096, 0o1666)
+        sem = libc.semget({IPC_KEY}, 1, 0o1666)
+        queue = libc.msgget({IPC_KEY}, 0o1666)
+        message = ctypes.create_string_buffer(b'\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00leak', 12)
+        sent = libc.msgsnd(queue, message, 4, 0)
+        big = libc.shmget({IPC_KEY} + 1, 600 << 20, 0o1666)
+        return [shm >= 0, sem >= 0, queue >= 0, sent == 0, big >= 0]
+    queue = libc.msgget({IPC_KEY}, 0o666)
+    if queue < 0:
+        return 'nothing'
+    buffer = ctypes.create_string_buffer(64)
+    got = libc.msgrcv(queue, buffer, 32, 0, 0o4000)
+    return buffer.raw[8:8 + max(got, 0)].decode()
+"""
+
+
+def sysv_objects() -> dict[str, list[str]]:
+    return {
+        kind: Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+        for kind in ("shm", "msg", "sem")
+    }
+
+
+def test_ipc_objects_die_with_the_sample_and_shm_stays_within_the_memory_limit(strong):
+    before = sysv_objects()
+    limits = Limits(memory=256 << 20)
+    writer = Program(IPC_SAMPLE, "assert f('write') == [True, True, True, True, False]", "f")
+    verdicts = run_programs([writer], workers=1, limits=limits, isolation=strong)
+    assert verdicts[0].passed, verdicts[0].result  # created all, but no 600 MiB segment
+    assert sysv_objects() == before  # nothing left on the host
+    reader = Program(IPC_SAMPLE, "assert f('read') == 'nothing'", "f")
+    verdicts = run_programs([reader], workers=1, limits=limits, isolation=strong)
+    assert verdicts[0].passed, verdicts[0].result  # a later sample cannot read it
