@@ -4,9 +4,15 @@ Every stage of the pipeline takes one dataclass that inherits from :class:`Confi
 Fields carry their documentation in ``metadata={"help": ...}``; the CLI builds its
 flags from it, so ``--help`` and the library docs never drift apart.
 
-Validation happens on construction: a subclass overrides :meth:`Config.problems` and
-returns every problem it finds; they are raised together as one
-:class:`~codeparrot.errors.ConfigError` that names the flags.
+Bounds and choices are declared with the field (``option(8, "...", ge=1)``); one
+declaration gives the check on construction, the argparse ``choices`` and the range shown
+in ``--help``. A setting several stages share is a :class:`Declaration`, made into each
+stage's field with :meth:`Declaration.field` (the stage may change the default and the
+help, not the bounds). Every float field must be finite.
+
+Validation happens on construction: the declared bounds first, then the cross-field
+rules a subclass returns from :meth:`Config.problems`; every problem is raised together
+as one :class:`~codeparrot.errors.ConfigError` that names the flags.
 
 This module imports only the standard library (the CLI imports it to build ``--help``).
 """
@@ -16,6 +22,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import numbers
 import types
 import typing
 from pathlib import Path
@@ -26,23 +34,171 @@ from codeparrot.errors import ConfigError
 C = TypeVar("C", bound="Config")
 
 
+_BOUND_KEYS = ("ge", "gt", "le", "lt")
+_METADATA_KEYS = ("flag", "cli", "choices", "metavar", *_BOUND_KEYS, "declaration")
+
+
 def option(default: Any = dataclasses.MISSING, help: str = "", **kwargs: Any) -> Any:
-    """A dataclass field with its ``--help`` text.
+    """A dataclass field with its ``--help`` text and its bounds.
 
     ``kwargs`` may hold ``flag`` (a different flag name), ``cli=False`` (not exposed on
-    the command line), ``choices`` and ``default_factory``.
+    the command line), ``metavar``, ``default_factory``, the bounds ``ge``, ``gt``,
+    ``le``, ``lt`` (checked on construction, shown in ``--help``) and ``choices``
+    (checked on construction, given to argparse). ``None`` always passes the bounds and
+    choices of an optional field; on a tuple field they apply to every element.
     """
     metadata = {"help": help}
-    for key in ("flag", "cli", "choices", "metavar"):
+    for key in _METADATA_KEYS:
         if key in kwargs:
             metadata[key] = kwargs.pop(key)
+    if "choices" in metadata:
+        metadata["choices"] = tuple(metadata["choices"])
     if "default_factory" in kwargs:
         return dataclasses.field(default_factory=kwargs.pop("default_factory"), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """What a field accepts: its bounds and choices (``None``: no such limit)."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple[Any, ...] | None = None
+
+    @classmethod
+    def of(cls, field: dataclasses.Field) -> Bounds:
+        return cls(**{k: field.metadata.get(k) for k in (*_BOUND_KEYS, "choices")})
+
+    @property
+    def minimum(self) -> float | None:
+        """The lower bound, inclusive or not (what a slider starts at)."""
+        return self.ge if self.ge is not None else self.gt
+
+    @property
+    def maximum(self) -> float | None:
+        """The upper bound, inclusive or not (what a slider ends at)."""
+        return self.le if self.le is not None else self.lt
+
+    def admits(self, value: Any) -> bool:
+        if self.choices is not None and value not in self.choices:
+            return False
+        return (
+            (self.ge is None or value >= self.ge)
+            and (self.gt is None or value > self.gt)
+            and (self.le is None or value <= self.le)
+            and (self.lt is None or value < self.lt)
+        )
+
+    def within(self, outer: Bounds) -> bool:
+        """Whether every value these bounds admit is admitted by ``outer`` too."""
+        if outer.choices is not None and not set(self.choices or ()) <= set(outer.choices):
+            return False
+        low, high = (self.minimum, self.maximum)
+        if outer.minimum is not None and (low is None or low < outer.minimum):
+            return False
+        if outer.maximum is not None and (high is None or high > outer.maximum):
+            return False
+        return (outer.gt is None or self.gt is not None or self.ge > outer.gt) and (
+            outer.lt is None or self.lt is not None or self.le < outer.lt
+        )
+
+    def describe(self, integer: bool = False) -> str:
+        """``"in 1..4096"``, ``"in (0, 1]"``, ``">= 0"``, ``"one of a, b"`` or ``""``."""
+        if self.choices is not None:
+            return "one of " + ", ".join(map(str, self.choices))
+        low, high = self.minimum, self.maximum
+        if integer and self.ge is not None and self.le is not None:
+            return f"in {_number(self.ge)}..{_number(self.le)}"
+        if low is not None and high is not None:
+            left, right = (
+                ("[" if self.ge is not None else "("),
+                ("]" if self.le is not None else ")"),
+            )
+            return f"in {left}{_number(low)}, {_number(high)}{right}"
+        if integer and self.ge is not None:
+            return f"at least {_number(self.ge)}"
+        if integer and self.le is not None:
+            return f"at most {_number(self.le)}"
+        for key, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            if getattr(self, key) is not None:
+                return f"{symbol} {_number(getattr(self, key))}"
+        return ""
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class Declaration:
+    """A setting several stage configs share: its help, default, bounds and choices.
+
+    ``TEMPERATURE.field()`` is the field in a stage config; ``field(0.0, "...")`` gives
+    a stage its own default and help. ``field(le=512)`` may narrow the bounds (a stage
+    that accepts less), never widen them: that is checked when the class is defined.
+    """
+
+    default: Any
+    help: str
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple[Any, ...] | None = None
+    flag: str | None = None
+    metavar: str | None = None
+
+    @property
+    def bounds(self) -> Bounds:
+        return Bounds(self.ge, self.gt, self.le, self.lt, self.choices)
+
+    def field(
+        self, default: Any = dataclasses.MISSING, help: str | None = None, **narrower: Any
+    ) -> Any:
+        """The dataclass field for one stage: this declaration, optionally a default, help
+        and narrower bounds of its own."""
+        unknown = set(narrower) - {*_BOUND_KEYS, "choices"}
+        if unknown:
+            raise TypeError(f"Declaration.field() got unexpected arguments {sorted(unknown)}")
+        limits = {k: getattr(self, k) for k in (*_BOUND_KEYS, "choices")} | narrower
+        if not Bounds(**limits).within(self.bounds):
+            raise ValueError(f"{narrower} widens the shared bounds {self.bounds.describe()}")
+        extra = {k: v for k, v in (("flag", self.flag), ("metavar", self.metavar)) if v}
+        limits = {k: v for k, v in limits.items() if v is not None}
+        return option(
+            self.default if default is dataclasses.MISSING else default,
+            self.help if help is None else help,
+            declaration=self,
+            **limits,
+            **extra,
+        )
+
+
 def flag_name(field: dataclasses.Field) -> str:
     return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+
+
+def field_bounds(cls: type[Config], name: str) -> Bounds:
+    """The bounds and choices declared for ``cls``'s field ``name`` (for a UI's sliders)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return Bounds.of(f)
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
+def field_default(cls: type[Config], name: str) -> Any:
+    """The default of ``cls``'s field ``name`` (a UI's initial value)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+            if f.default is dataclasses.MISSING:
+                raise KeyError(f"{cls.__name__}.{name} has no default")
+            return f.default
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,14 +206,17 @@ class Config:
     """Base class of stage configs: validation, (de)serialisation, CLI mapping."""
 
     def __post_init__(self) -> None:
-        problems = self.problems()
+        problems, typed = declaration_problems(self)
+        if typed:  # the cross-field rules compare values: only numbers can be compared
+            problems += self.problems()
         if problems:
             name = type(self).__name__
             lines = "\n".join(f"  - {p}" for p in problems)
             raise ConfigError(f"invalid {name}:\n{lines}")
 
     def problems(self) -> list[str]:
-        """Every problem with the values, as messages naming the flag. Override."""
+        """Problems the declarations cannot express (rules across fields), as messages
+        naming the flags. Override; bounds and choices belong in ``option(...)``."""
         return []
 
     # -- serialisation ---------------------------------------------------------------
@@ -83,6 +242,46 @@ class Config:
 
     def replace(self: C, **changes: Any) -> C:
         return dataclasses.replace(self, **changes)
+
+
+def declaration_problems(config: Config) -> tuple[list[str], bool]:
+    """What breaks the bounds and choices declared on ``config``'s fields, or the rule
+    that numbers are finite, as messages naming the flag and the value; and whether every
+    number field holds a number (so that rules comparing values can run)."""
+    hints = typing.get_type_hints(type(config))
+    out: list[str] = []
+    typed = True
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if value is None:
+            continue
+        tp, _ = _strip_optional(hints[f.name])
+        sequence = get_origin(tp) in (tuple, list) and isinstance(value, tuple | list)
+        if sequence:
+            tp = (get_args(tp) or (Any,))[0]
+        for v in value if sequence else (value,):
+            need, type_error = _requirement(tp, Bounds.of(f), v)
+            if need:
+                typed = typed and not type_error
+                got = list(value) if sequence else (repr(v) if isinstance(v, str) else v)
+                each = ": every value" if sequence else ""
+                out.append(f"{flag_name(f)}{each} must be {need}, got {got}")
+                break
+    return out, typed
+
+
+def _requirement(tp: Any, bounds: Bounds, value: Any) -> tuple[str, bool]:
+    """What ``value`` fails to be (``""``: nothing), and whether that is its type."""
+    if tp in (int, float):
+        if tp is int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            return "an integer", True
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return "a number", True
+        if not math.isfinite(value):
+            return "a finite number", False
+    if bounds == Bounds() or bounds.admits(value):
+        return "", False
+    return bounds.describe(integer=tp is int), False
 
 
 def _to_jsonable(value: Any) -> Any:
@@ -152,7 +351,7 @@ def add_config_arguments(
             if f.default is not dataclasses.MISSING
             else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
         )
-        help_text = f.metadata.get("help", "")
+        help_text = _help_text(f, tp)
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if not required and default not in (None, (), []):
             shown = _to_jsonable(default)
@@ -186,6 +385,18 @@ def add_config_arguments(
                 required=required,
                 **kwargs,
             )
+
+
+def _help_text(f: dataclasses.Field, tp: Any) -> str:
+    """The field's help with its declared range (choices argparse shows itself)."""
+    text = f.metadata.get("help", "")
+    bounds = dataclasses.replace(Bounds.of(f), choices=None)
+    if bounds != Bounds():
+        origin = get_origin(tp)
+        inner = (get_args(tp) or (str,))[0] if origin in (tuple, list) else tp
+        each = "each " if origin in (tuple, list) else ""
+        text = f"{text}; {each}{bounds.describe(integer=inner is int)}"
+    return text
 
 
 def _scalar_type(tp: Any) -> Any:
