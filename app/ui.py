@@ -1,9 +1,11 @@
 """The Gradio playground: a prompt editor, sampling controls, streamed candidates.
 
 ``build_app(config)`` returns the :class:`gradio.Blocks`; ``launch(config)`` queues and
-serves it. Inference goes through :class:`codeparrot.generation.Engine`; engines load
-on first use and are cached per checkpoint inside the :class:`EnginePool` that
-``build_app`` creates, so nothing is loaded at import and nothing is global.
+serves it. :class:`Playground` holds the state and the event handlers (one method per
+event); :mod:`codeparrot.app.layout` draws the page and wires its events to them.
+Inference goes through :class:`codeparrot.generation.Engine`; engines load on first use
+and are cached per checkpoint inside the playground's :class:`EnginePool`, so nothing is
+loaded at import and nothing is global.
 
 Sampling runs in a thread of its own and the page gets the text gathered every
 ``--stream-interval`` seconds, so the model never waits for the browser. Each session
@@ -26,13 +28,7 @@ from typing import Any
 import gradio as gr
 
 from codeparrot.app.config import MAX_CANDIDATES, AppConfig
-from codeparrot.app.examples import (
-    CHAPTER_EXAMPLES,
-    STOP_FIRST_BLOCK,
-    STOP_MODES,
-    STOP_NONE,
-    STOP_SEQUENCES,
-)
+from codeparrot.app.examples import STOP_FIRST_BLOCK, STOP_MODES, STOP_NONE, STOP_SEQUENCES
 from codeparrot.app.model_card import ModelCard, checkpoint_label, read_model_card
 from codeparrot.errors import CheckpointError, CodeparrotError
 from codeparrot.generation import (
@@ -48,12 +44,6 @@ CSS = """
 #notice p { margin: 0; }
 #card table { font-size: 0.9em; }
 """
-
-INTRO = (
-    "# codeparrot playground\n"
-    "Write the start of some Python, pick a checkpoint and press **Generate**: "
-    "the candidates stream in as the model samples them."
-)
 
 
 class EnginePool:
@@ -263,16 +253,27 @@ class _CandidatesView:
         return (gr.Markdown(notice, visible=bool(notice)), self.details(), *editors)
 
 
-def build_app(config: AppConfig) -> gr.Blocks:
-    """The playground over ``config.checkpoints`` (not yet queued or launched)."""
-    pool = EnginePool(config.checkpoints, device=config.device, compile=config.compile)
-    running = _RunningGenerations()
-    choices = _checkpoint_choices(config.checkpoints)
-    limit = config.max_new_tokens_limit
+class Playground:
+    """The playground's state and its event handlers; :mod:`codeparrot.app.layout` draws it.
 
-    def model_card(checkpoint: str) -> tuple[Any, ...]:
+    Each public method is the handler of one event of the page (and, where it has an
+    ``api_name``, one endpoint of the API). Nothing here builds components other than the
+    updates the handlers return.
+    """
+
+    def __init__(self, config: AppConfig) -> None:
+        self.config = config
+        self.pool = EnginePool(config.checkpoints, device=config.device, compile=config.compile)
+        self.running = _RunningGenerations()
+        self.choices = _checkpoint_choices(config.checkpoints)
+
+    @property
+    def max_new_tokens_limit(self) -> int:
+        return self.config.max_new_tokens_limit
+
+    def model_card(self, checkpoint: str) -> tuple[Any, ...]:
         """Facts of a checkpoint: the card, the training curve, the HumanEval report."""
-        if checkpoint not in pool.checkpoints:
+        if checkpoint not in self.pool.checkpoints:
             raise _user_error(f"Checkpoint {checkpoint!r} is not one this playground serves.")
         card = read_model_card(checkpoint)
         return (
@@ -285,13 +286,15 @@ def build_app(config: AppConfig) -> gr.Blocks:
             ),
         )
 
-    def fit_max_new_tokens(checkpoint: str, current: float) -> Any:
+    def fit_max_new_tokens(self, checkpoint: str, current: float) -> Any:
         """Keep the slider below the checkpoint's context (read from its config.json)."""
+        limit = self.max_new_tokens_limit
         context = read_model_card(checkpoint).context_length if checkpoint else None
         top = min(limit, context - 1) if context and context > 1 else limit
         return gr.Slider(maximum=top, value=min(int(current or 1), top))
 
     def generate(
+        self,
         checkpoint: str,
         prompt: str,
         max_new_tokens: float,
@@ -304,18 +307,54 @@ def build_app(config: AppConfig) -> gr.Blocks:
         request: gr.Request,
     ) -> Iterator[tuple[Any, ...]]:
         """Stream candidates: yields (notice, details, candidate 1, ..., candidate 8)."""
+        gen = self._generation_config(
+            prompt, max_new_tokens, temperature, top_p, n, seed, stop_mode, stop_text
+        )
+        view = _CandidatesView(prompt, gen.n)
+        if not self.pool.is_loaded(checkpoint):
+            yield view.frame(f"Loading `{checkpoint_label(Path(checkpoint))}` (first use)…")
+        try:
+            engine = self.pool.get(checkpoint)
+            ids, truncated = engine.encode_prompt(prompt, gen.max_new_tokens)
+        except CodeparrotError as e:
+            raise _user_error(str(e)) from e
+        notice = ""
+        if truncated:
+            notice = _truncation_notice(
+                engine.count_tokens(prompt), len(ids), engine, gen.max_new_tokens
+            )
+        yield view.frame(notice)
+        yield from self._stream_into(view, engine, gen, notice, _session_of(request))
+
+    def stop(self, request: gr.Request) -> None:
+        """End the generation of this browser tab (or API client session) within a token."""
+        self.running.cancel(_session_of(request))
+
+    def _generation_config(
+        self,
+        prompt: str,
+        max_new_tokens: float,
+        temperature: float,
+        top_p: float,
+        n: float,
+        seed: float | None,
+        stop_mode: str,
+        stop_text: str,
+    ) -> GenerationConfig:
+        """The request's sampling settings, checked; a :func:`_user_error` names the bad one."""
         if not prompt or not prompt.strip():
             raise _user_error(
                 "The prompt is empty: type the start of some code or pick an example."
             )
         n = int(n)
         max_new_tokens = int(max_new_tokens)
+        limit = self.max_new_tokens_limit
         if not 1 <= n <= MAX_CANDIDATES:
             raise _user_error(f"Number of candidates must be in 1..{MAX_CANDIDATES}, got {n}.")
         if not 1 <= max_new_tokens <= limit:
             raise _user_error(f"Max new tokens must be in 1..{limit}, got {max_new_tokens}.")
         try:
-            gen = GenerationConfig(
+            return GenerationConfig(
                 max_new_tokens=max_new_tokens,
                 temperature=float(temperature),
                 top_p=float(top_p),
@@ -325,24 +364,22 @@ def build_app(config: AppConfig) -> gr.Blocks:
             )
         except CodeparrotError as e:
             raise _user_error(str(e)) from e
-        view = _CandidatesView(prompt, n)
-        if not pool.is_loaded(checkpoint):
-            yield view.frame(f"Loading `{checkpoint_label(Path(checkpoint))}` (first use)…")
+
+    def _stream_into(
+        self,
+        view: _CandidatesView,
+        engine: Engine,
+        gen: GenerationConfig,
+        notice: str,
+        session: str,
+    ) -> Iterator[tuple[Any, ...]]:
+        """Sample in the background, adding each batch of events to ``view``; /stop ends it."""
+        cancel = self.running.start(session)
         try:
-            engine = pool.get(checkpoint)
-            ids, truncated = engine.encode_prompt(prompt, max_new_tokens)
-        except CodeparrotError as e:
-            raise _user_error(str(e)) from e
-        notice = ""
-        if truncated:
-            notice = _truncation_notice(
-                engine.count_tokens(prompt), len(ids), engine, max_new_tokens
+            batches = _events_in_background(
+                engine, view.prompt, gen, cancel, self.config.stream_interval
             )
-        yield view.frame(notice)
-        session = _session_of(request)
-        cancel = running.start(session)
-        try:
-            for batch in _events_in_background(engine, prompt, gen, cancel, config.stream_interval):
+            for batch in batches:
                 for event in batch:
                     view.add(event)
                 yield view.frame(notice, full=False)
@@ -350,148 +387,15 @@ def build_app(config: AppConfig) -> gr.Blocks:
             raise _user_error(str(e)) from e
         finally:
             cancel.set()  # the page went away or stopped: end the generation thread too
-            running.finish(session, cancel)
+            self.running.finish(session, cancel)
         yield view.frame(notice)
 
-    def stop_generation(request: gr.Request) -> None:
-        """End the generation of this browser tab (or API client session) within a token."""
-        running.cancel(_session_of(request))
 
-    default = choices[0][1] if choices else None
-    with gr.Blocks(title="codeparrot playground", analytics_enabled=False) as demo:
-        gr.Markdown(INTRO)
-        # rendered in the right column; created first so the examples can fill them
-        max_new_tokens = gr.Slider(
-            1, limit, value=min(64, limit), step=1, label="Max new tokens", render=False
-        )
-        stop_mode = gr.Radio(
-            list(STOP_MODES),
-            value=STOP_FIRST_BLOCK,
-            label="Stop",
-            info="first block: at the HumanEval stop sequences (\\ndef, \\nclass, ...)",
-            elem_id="stop-mode",
-            render=False,
-        )
-        with gr.Tab("Playground"), gr.Row():
-            with gr.Column(scale=3):
-                prompt = gr.Code(
-                    value=CHAPTER_EXAMPLES[0].prompt,
-                    language="python",
-                    label="Prompt",
-                    lines=7,
-                    interactive=True,
-                    elem_id="prompt",
-                )
-                gr.Examples(
-                    examples=[
-                        [e.prompt, e.stop_mode, min(e.max_new_tokens, limit)]
-                        for e in CHAPTER_EXAMPLES
-                    ],
-                    inputs=[prompt, stop_mode, max_new_tokens],
-                    example_labels=[e.label for e in CHAPTER_EXAMPLES],
-                    label="Examples from the CodeParrot chapter",
-                )
-                with gr.Row():
-                    run = gr.Button("Generate", variant="primary", elem_id="generate")
-                    stop_button = gr.Button("Stop", variant="stop", elem_id="stop")
-                notice = gr.Markdown("", visible=False, elem_id="notice")
-                candidates = [
-                    gr.Code(
-                        language="python",
-                        label=f"candidate {i + 1}",
-                        interactive=False,
-                        visible=i == 0,
-                        elem_classes=["candidate"],
-                        elem_id=f"candidate-{i + 1}",
-                    )
-                    for i in range(MAX_CANDIDATES)
-                ]
-                with gr.Accordion("Details (JSON)", open=False):
-                    details = gr.JSON(label="Candidates")
-            with gr.Column(scale=2):
-                checkpoint = gr.Dropdown(
-                    choices=choices,
-                    value=default,
-                    label="Checkpoint",
-                    interactive=True,
-                    elem_id="checkpoint",
-                )
-                card_md = gr.Markdown(elem_id="card")
-                with gr.Row():
-                    max_new_tokens.render()
-                    n = gr.Slider(1, MAX_CANDIDATES, value=1, step=1, label="Candidates")
-                with gr.Row():
-                    temperature = gr.Slider(
-                        0.0, 2.0, value=0.2, step=0.05, label="Temperature (0: greedy)"
-                    )
-                    top_p = gr.Slider(0.05, 1.0, value=0.95, step=0.01, label="Top-p")
-                stop_mode.render()
-                with gr.Row():
-                    stop_text = gr.Textbox(
-                        value="\\ndef\n\\nclass",
-                        lines=2,
-                        label="Stop sequences (one a line, \\n: newline)",
-                        scale=2,
-                    )
-                    seed = gr.Number(
-                        value=-1, precision=0, label="Seed (-1: random)", elem_id="seed", scale=1
-                    )
-        with gr.Tab("Training & evaluation"):
-            facts_md = gr.Markdown()
-            curve_image = gr.Image(label="Training loss", interactive=False, visible=False)
-            curve_plot = gr.LinePlot(
-                x="step",
-                y="value",
-                color="series",
-                y_title="loss (nats/token)",
-                label="Training curve",
-                visible=False,
-            )
-            curve_md = gr.Markdown()
-            gr.Markdown("### HumanEval")
-            humaneval_md = gr.Markdown()
-            humaneval_image = gr.Image(label="pass@k", interactive=False, visible=False)
-            refresh = gr.Button("Reload the reports")
+def build_app(config: AppConfig) -> gr.Blocks:
+    """The playground over ``config.checkpoints`` (not yet queued or launched)."""
+    from codeparrot.app.layout import build_layout
 
-        card_outputs = [
-            card_md,
-            facts_md,
-            curve_image,
-            curve_plot,
-            curve_md,
-            humaneval_md,
-            humaneval_image,
-        ]
-        checkpoint.change(
-            model_card, checkpoint, card_outputs, api_name="model_card", concurrency_limit=None
-        )
-        for trigger in (refresh.click, demo.load):
-            trigger(
-                model_card,
-                checkpoint,
-                card_outputs,
-                api_visibility="private",
-                concurrency_limit=None,
-            )
-        for trigger in (checkpoint.change, demo.load):
-            trigger(
-                fit_max_new_tokens,
-                [checkpoint, max_new_tokens],
-                max_new_tokens,
-                api_visibility="private",
-                concurrency_limit=None,
-            )
-        run.click(
-            generate,
-            [checkpoint, prompt, max_new_tokens, temperature, top_p, n, seed, stop_mode, stop_text],
-            [notice, details, *candidates],
-            api_name="generate",
-            concurrency_limit=config.concurrency,
-            concurrency_id="generate",
-        )
-        # Stop must not wait behind the generation it stops: no concurrency limit.
-        stop_button.click(stop_generation, None, None, api_name="stop", concurrency_limit=None)
-    return demo
+    return build_layout(Playground(config))
 
 
 def _checkpoint_choices(checkpoints: tuple[Path, ...]) -> list[tuple[str, str]]:

@@ -1,0 +1,219 @@
+"""The playground's page: the Blocks tree and which handler each event calls.
+
+The handlers live on :class:`codeparrot.app.ui.Playground`; this module only places the
+components and wires their events to those methods. The page has two tabs: the
+playground (prompt, examples, candidates on the left; checkpoint and sampling controls on
+the right) and the checkpoint's training and evaluation reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import gradio as gr
+
+from codeparrot.app.config import MAX_CANDIDATES
+from codeparrot.app.examples import CHAPTER_EXAMPLES, STOP_FIRST_BLOCK, STOP_MODES
+
+if TYPE_CHECKING:
+    from codeparrot.app.ui import Playground
+
+INTRO = (
+    "# codeparrot playground\n"
+    "Write the start of some Python, pick a checkpoint and press **Generate**: "
+    "the candidates stream in as the model samples them."
+)
+
+
+@dataclass
+class Widgets:
+    """The components the handlers read or update, filled in as the page is built."""
+
+    prompt: Any = None
+    checkpoint: Any = None
+    max_new_tokens: Any = None
+    temperature: Any = None
+    top_p: Any = None
+    n: Any = None
+    seed: Any = None
+    stop_mode: Any = None
+    stop_text: Any = None
+    run: Any = None
+    stop: Any = None
+    notice: Any = None
+    details: Any = None
+    candidates: list[Any] = field(default_factory=list)
+    card: Any = None
+    refresh: Any = None
+    reports: list[Any] = field(default_factory=list)  # the second tab's outputs, in order
+
+    def generation_inputs(self) -> list[Any]:
+        """Inputs of ``/generate``, in the order of :meth:`Playground.generate`'s parameters."""
+        return [
+            self.checkpoint,
+            self.prompt,
+            self.max_new_tokens,
+            self.temperature,
+            self.top_p,
+            self.n,
+            self.seed,
+            self.stop_mode,
+            self.stop_text,
+        ]
+
+    def generation_outputs(self) -> list[Any]:
+        return [self.notice, self.details, *self.candidates]
+
+    def card_outputs(self) -> list[Any]:
+        return [self.card, *self.reports]
+
+
+def build_layout(playground: Playground) -> gr.Blocks:
+    """The page of ``playground``, its events wired to the playground's handlers."""
+    w = Widgets()
+    limit = playground.max_new_tokens_limit
+    with gr.Blocks(title="codeparrot playground", analytics_enabled=False) as demo:
+        gr.Markdown(INTRO)
+        # rendered in the right column; created first so the examples can fill them
+        w.max_new_tokens = gr.Slider(
+            1, limit, value=min(64, limit), step=1, label="Max new tokens", render=False
+        )
+        w.stop_mode = gr.Radio(
+            list(STOP_MODES),
+            value=STOP_FIRST_BLOCK,
+            label="Stop",
+            info="first block: at the HumanEval stop sequences (\\ndef, \\nclass, ...)",
+            elem_id="stop-mode",
+            render=False,
+        )
+        with gr.Tab("Playground"), gr.Row():
+            with gr.Column(scale=3):
+                _prompt_and_candidates(w, limit)
+            with gr.Column(scale=2):
+                _checkpoint_and_sampling(w, playground.choices)
+        with gr.Tab("Training & evaluation"):
+            _reports(w)
+        _wire(demo, w, playground)
+    return demo
+
+
+def _prompt_and_candidates(w: Widgets, limit: int) -> None:
+    """Left column: the prompt, the chapter's examples, the buttons and the candidates."""
+    w.prompt = gr.Code(
+        value=CHAPTER_EXAMPLES[0].prompt,
+        language="python",
+        label="Prompt",
+        lines=7,
+        interactive=True,
+        elem_id="prompt",
+    )
+    gr.Examples(
+        examples=[[e.prompt, e.stop_mode, min(e.max_new_tokens, limit)] for e in CHAPTER_EXAMPLES],
+        inputs=[w.prompt, w.stop_mode, w.max_new_tokens],
+        example_labels=[e.label for e in CHAPTER_EXAMPLES],
+        label="Examples from the CodeParrot chapter",
+    )
+    with gr.Row():
+        w.run = gr.Button("Generate", variant="primary", elem_id="generate")
+        w.stop = gr.Button("Stop", variant="stop", elem_id="stop")
+    w.notice = gr.Markdown("", visible=False, elem_id="notice")
+    w.candidates = [
+        gr.Code(
+            language="python",
+            label=f"candidate {i + 1}",
+            interactive=False,
+            visible=i == 0,
+            elem_classes=["candidate"],
+            elem_id=f"candidate-{i + 1}",
+        )
+        for i in range(MAX_CANDIDATES)
+    ]
+    with gr.Accordion("Details (JSON)", open=False):
+        w.details = gr.JSON(label="Candidates")
+
+
+def _checkpoint_and_sampling(w: Widgets, choices: list[tuple[str, str]]) -> None:
+    """Right column: the checkpoint picker with its card, and the sampling settings."""
+    w.checkpoint = gr.Dropdown(
+        choices=choices,
+        value=choices[0][1] if choices else None,
+        label="Checkpoint",
+        interactive=True,
+        elem_id="checkpoint",
+    )
+    w.card = gr.Markdown(elem_id="card")
+    with gr.Row():
+        w.max_new_tokens.render()
+        w.n = gr.Slider(1, MAX_CANDIDATES, value=1, step=1, label="Candidates")
+    with gr.Row():
+        w.temperature = gr.Slider(0.0, 2.0, value=0.2, step=0.05, label="Temperature (0: greedy)")
+        w.top_p = gr.Slider(0.05, 1.0, value=0.95, step=0.01, label="Top-p")
+    w.stop_mode.render()
+    with gr.Row():
+        w.stop_text = gr.Textbox(
+            value="\\ndef\n\\nclass",
+            lines=2,
+            label="Stop sequences (one a line, \\n: newline)",
+            scale=2,
+        )
+        w.seed = gr.Number(
+            value=-1, precision=0, label="Seed (-1: random)", elem_id="seed", scale=1
+        )
+
+
+def _reports(w: Widgets) -> None:
+    """Second tab: the checkpoint's facts, training curve and HumanEval report."""
+    facts = gr.Markdown()
+    curve_image = gr.Image(label="Training loss", interactive=False, visible=False)
+    curve_plot = gr.LinePlot(
+        x="step",
+        y="value",
+        color="series",
+        y_title="loss (nats/token)",
+        label="Training curve",
+        visible=False,
+    )
+    curve_note = gr.Markdown()
+    gr.Markdown("### HumanEval")
+    humaneval = gr.Markdown()
+    humaneval_image = gr.Image(label="pass@k", interactive=False, visible=False)
+    w.refresh = gr.Button("Reload the reports")
+    w.reports = [facts, curve_image, curve_plot, curve_note, humaneval, humaneval_image]
+
+
+def _wire(demo: gr.Blocks, w: Widgets, playground: Playground) -> None:
+    """Each event to its handler. Only generation is limited; the rest never waits for it."""
+    w.checkpoint.change(
+        playground.model_card,
+        w.checkpoint,
+        w.card_outputs(),
+        api_name="model_card",
+        concurrency_limit=None,
+    )
+    for trigger in (w.refresh.click, demo.load):
+        trigger(
+            playground.model_card,
+            w.checkpoint,
+            w.card_outputs(),
+            api_visibility="private",
+            concurrency_limit=None,
+        )
+    for trigger in (w.checkpoint.change, demo.load):
+        trigger(
+            playground.fit_max_new_tokens,
+            [w.checkpoint, w.max_new_tokens],
+            w.max_new_tokens,
+            api_visibility="private",
+            concurrency_limit=None,
+        )
+    w.run.click(
+        playground.generate,
+        w.generation_inputs(),
+        w.generation_outputs(),
+        api_name="generate",
+        concurrency_limit=playground.config.concurrency,
+        concurrency_id="generate",
+    )
+    # Stop must not wait behind the generation it stops: no concurrency limit.
+    w.stop.click(playground.stop, None, None, api_name="stop", concurrency_limit=None)
