@@ -29,6 +29,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_config_arguments(execute, ExecuteConfig, positional=("samples",))
     execute.set_defaults(func=run_execute)
+    register_usefulness(sub)
+
+
+def register_usefulness(sub: argparse._SubParsersAction) -> None:
+    """`eval loss` and `eval lines`: metrics a small model moves."""
+    from codeparrot.eval.lines import LinesConfig
+    from codeparrot.eval.loss import LossConfig
+
+    loss = sub.add_parser(
+        "loss",
+        help="held-out nats/char and bits/byte of checkpoints side by side",
+        description=LossConfig.__doc__,
+    )
+    add_config_arguments(loss, LossConfig, positional=("checkpoints",))
+    loss.set_defaults(func=run_loss)
+    lines = sub.add_parser(
+        "lines",
+        help="greedy line completion on held-out files: exact match, edit similarity",
+        description=LinesConfig.__doc__,
+    )
+    add_config_arguments(lines, LinesConfig, positional=("checkpoint",))
+    lines.set_defaults(func=run_lines)
 
 
 def _print_summary(summary: dict) -> None:
@@ -62,4 +84,33 @@ def run_execute(args: argparse.Namespace) -> int:
     summary = execute(config)
     _print_summary(summary)
     print(f"results: {config.results_path()}")
+    return 0
+
+
+def run_loss(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from codeparrot.eval.loss import LossConfig, evaluate_loss, format_table
+
+    config = config_from_args(LossConfig, args)
+    with tqdm(desc="scoring", unit="file") as bar:
+        report = evaluate_loss(config, progress=bar.update)
+    print(format_table(report))
+    return 0
+
+
+def run_lines(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from codeparrot.eval.lines import LinesConfig, evaluate_lines
+
+    config = config_from_args(LinesConfig, args)
+    with tqdm(total=config.n, desc="completing", unit="line") as bar:
+        summary = evaluate_lines(config, progress=bar.update)
+    print(f"{summary['files']} held-out files ({summary['data']}); fim: {summary.get('fim')}")
+    for kind, s in summary["scores"].items():
+        print(
+            f"{kind:10} n={s['n']:4}  exact match {100 * s['exact_match']:5.1f}%  "
+            f"edit similarity {100 * s['edit_similarity']:5.1f}%"
+        )
     return 0

@@ -1,0 +1,174 @@
+"""Held-out Python for the usefulness metrics: code the models here never trained on.
+
+The embedded default corpus is this interpreter's standard library and site-packages, so the
+default held-out set is a few pure-Python packages that the project does not install:
+their wheels are downloaded once from PyPI (``pip download``, pinned versions) into a cache
+folder and only their ``.py`` files are kept. None of them is imported, installed or run.
+
+``--data`` points elsewhere: a folder of ``.py`` files (read recursively), or a corpus folder
+written by ``codeparrot data build`` (its ``valid`` split is read).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.metadata
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from codeparrot.errors import DataError
+from codeparrot.io import atomic_directory, provenance, write_json
+
+# Pure-Python packages absent from the project's dependencies (checked by a test against the
+# installed distributions), of different kinds: utilities, a web framework, linters, text.
+HELDOUT_PACKAGES: tuple[str, ...] = (
+    "boltons==26.2.0",
+    "bottle==0.13.4",
+    "humanize==4.17.0",
+    "more-itertools==11.2.1",
+    "pycodestyle==2.15.0",
+    "pyflakes==4.1.0",
+    "tabulate==0.10.0",
+    "toolz==1.2.0",
+)
+MANIFEST = "heldout.json"
+MAX_FILE_BYTES = 1_000_000
+
+
+@dataclass(frozen=True)
+class HeldoutFile:
+    """One held-out file: a name to report and its text."""
+
+    name: str
+    text: str
+
+
+def default_heldout_dir() -> Path:
+    """``$XDG_CACHE_HOME/codeparrot/heldout`` (``~/.cache/...`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "codeparrot" / "heldout"
+
+
+def installed_heldout_packages() -> list[str]:
+    """Held-out packages installed in this Python: they would be in the default corpus."""
+    found = []
+    for pin in HELDOUT_PACKAGES:
+        name = pin.split("==")[0]
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        found.append(name)
+    return found
+
+
+def fetch_heldout(target: Path | None = None) -> Path:
+    """The default held-out folder, downloading the pinned wheels the first time."""
+    target = target or default_heldout_dir()
+    if (target / MANIFEST).is_file():
+        return target
+    installed = installed_heldout_packages()
+    if installed:
+        raise DataError(
+            f"held-out package(s) {', '.join(installed)} are installed in this Python, so the "
+            "default corpus (site-packages) may hold them: uninstall them or pass --data"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+             "--only-binary", ":all:", "--dest", tmp, *HELDOUT_PACKAGES],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise DataError(
+                f"cannot download the held-out packages ({', '.join(HELDOUT_PACKAGES)}) from "
+                f"PyPI: {done.stderr.strip()[-400:]}; pass --data DIR with Python files instead"
+            )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_directory(target, overwrite=True) as out:
+            count = _extract_wheels(Path(tmp), out)
+            write_json(
+                out / MANIFEST,
+                {"packages": list(HELDOUT_PACKAGES), "files": count, "provenance": provenance()},
+            )
+    return target
+
+
+def _extract_wheels(wheels: Path, out: Path) -> int:
+    count = 0
+    for wheel in sorted(wheels.glob("*.whl")):
+        package = wheel.name.split("-")[0]
+        with zipfile.ZipFile(wheel) as zf:
+            for info in zf.infolist():
+                name = info.filename
+                if not name.endswith(".py") or ".dist-info/" in name or ".." in name.split("/"):
+                    continue
+                dest = out / package / name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(zf.read(info))
+                count += 1
+    return count
+
+
+def read_heldout(
+    data: Path | None, *, max_files: int | None = None, seed: int = 0
+) -> list[HeldoutFile]:
+    """The held-out files: ``data`` (a folder of .py files or a corpus), or the default set.
+
+    With ``max_files`` a seeded sample of that many files, in a stable order.
+    """
+    root = data if data is not None else fetch_heldout()
+    if not root.exists():
+        raise DataError(f"held-out data {root}: no such file or directory")
+    if (root / "manifest.json").is_file() and (root / "valid").is_dir():
+        files = _corpus_files(root / "valid")
+    else:
+        files = _folder_files(root)
+    if not files:
+        raise DataError(f"held-out data {root}: no Python files with text in it")
+    if max_files is not None and len(files) > max_files:
+        files = sorted(random.Random(seed).sample(files, max_files), key=lambda f: f.name)
+    return files
+
+
+def _folder_files(root: Path) -> list[HeldoutFile]:
+    paths = [root] if root.is_file() else sorted(root.rglob("*.py"))
+    out = []
+    for path in paths:
+        if not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise DataError(f"held-out file {path}: cannot be read as UTF-8 ({e})") from e
+        if text.strip():
+            out.append(HeldoutFile(str(path.relative_to(root) if root.is_dir() else path), text))
+    return out
+
+
+def _corpus_files(valid: Path) -> list[HeldoutFile]:
+    out = []
+    for shard in sorted(valid.glob("*.jsonl.gz")):
+        try:
+            with gzip.open(shard, "rt", encoding="utf-8") as fh:
+                for line in fh:
+                    record = json.loads(line)
+                    out.append(
+                        HeldoutFile(f"{record['repo_name']}/{record['path']}", record["content"])
+                    )
+        except (OSError, ValueError, KeyError) as e:
+            raise DataError(f"corpus shard {shard}: cannot be read ({e})") from e
+    return out
+
+
+def describe(files: Sequence[HeldoutFile]) -> dict[str, int]:
+    """Counts to record beside a result."""
+    return {"files": len(files), "chars": sum(len(f.text) for f in files)}
