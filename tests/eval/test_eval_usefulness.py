@@ -53,7 +53,9 @@ def test_long_files_score_every_token_once_in_overlapping_windows():
 
     class Uniform:
         device = torch.device("cpu")
-        windows: list[int] = []
+
+        def __init__(self):
+            self.windows: list[int] = []
 
         def __call__(self, ids):
             self.windows.append(ids.shape[1])
@@ -134,7 +136,7 @@ def test_bad_inputs_name_the_input_and_write_nothing(tiny_checkpoint, heldout, t
             LossConfig(checkpoints=(tiny_checkpoint,), data=empty, output=tmp_path / "o.json")
         )
     (heldout / "pkg" / "bad.py").write_bytes(b"x = '\xff'\n")
-    with pytest.raises(DataError, match="bad.py"):
+    with pytest.raises(DataError, match=r"bad\.py"):
         evaluate_lines(LinesConfig(checkpoint=tiny_checkpoint, data=heldout, output=tmp_path / "o"))
     (heldout / "pkg" / "bad.py").unlink()
     no_tokenizer = tmp_path / "ckpt"
