@@ -186,6 +186,116 @@ def _decode(text, pos, depth):
     raise ValueError(f"unknown tag {tag!r}")
 
 
+# -- the seccomp filter of B ----------------------------------------------------------------
+
+# System calls a HumanEval sample never needs, per architecture: io_uring, the kernel
+# keyrings (per uid, so they would outlive the sample), bpf, perf_event_open, ptrace and
+# process_vm_*, userfaultfd, new namespaces, mounts, module and kexec loading, handles.
+DENIED = {
+    "x86_64": {
+        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "add_key": 248, "request_key": 249, "keyctl": 250,
+        "bpf": 321, "perf_event_open": 298, "ptrace": 101,
+        "process_vm_readv": 310, "process_vm_writev": 311, "userfaultfd": 323,
+        "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155,
+        "chroot": 161, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+        "fsmount": 432, "fspick": 433, "mount_setattr": 442,
+        "kexec_load": 246, "kexec_file_load": 320, "init_module": 175,
+        "finit_module": 313, "delete_module": 176,
+        "name_to_handle_at": 303, "open_by_handle_at": 304,
+    },
+    "aarch64": {
+        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "add_key": 217, "request_key": 218, "keyctl": 219,
+        "bpf": 280, "perf_event_open": 241, "ptrace": 117,
+        "process_vm_readv": 270, "process_vm_writev": 271, "userfaultfd": 282,
+        "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
+        "chroot": 51, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+        "fsmount": 432, "fspick": 433, "mount_setattr": 442,
+        "kexec_load": 104, "kexec_file_load": 294, "init_module": 105,
+        "finit_module": 273, "delete_module": 106,
+        "name_to_handle_at": 264, "open_by_handle_at": 265,
+    },
+}  # fmt: skip
+# (audit arch, socket, socketpair, clone, clone3)
+ARCH = {"x86_64": (0xC000003E, 41, 53, 56, 435), "aarch64": (0xC00000B7, 198, 199, 220, 435)}
+AF_UNIX = 1
+CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
+X32_BIT = 0x40000000
+EPERM = 1
+ENOSYS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+RET_ALLOW = 0x7FFF0000
+RET_ERRNO = 0x00050000
+RET_KILL_PROCESS = 0x80000000
+LD_ABS_W = 0x20
+JEQ = 0x15
+JGE = 0x35
+JSET = 0x45
+RET = 0x06
+
+
+def seccomp_program(machine):
+    """A classic-BPF seccomp filter (list of (code, jt, jf, k)) for ``machine``, or None.
+
+    Denied calls fail with EPERM; clone3 fails with ENOSYS (its flags sit in memory the
+    filter cannot read), so the C library falls back to clone, whose flags it checks.
+    """
+    if machine not in ARCH:
+        return None
+    audit_arch, socket, socketpair, clone, clone3 = ARCH[machine]
+    deny = (RET, 0, 0, RET_ERRNO | EPERM)
+    program = [(LD_ABS_W, 0, 0, 4), (JEQ, 1, 0, audit_arch), (RET, 0, 0, RET_KILL_PROCESS)]
+    program.append((LD_ABS_W, 0, 0, 0))  # the system call number
+    if machine == "x86_64":
+        program += [(JGE, 0, 1, X32_BIT), deny]
+    for number in sorted(DENIED[machine].values()):
+        program += [(JEQ, 0, 1, number), deny]
+    program += [(JEQ, 0, 1, clone3), (RET, 0, 0, RET_ERRNO | ENOSYS)]
+    for number in (socket, socketpair):  # arg 0: the address family
+        program += [(JEQ, 0, 4, number), (LD_ABS_W, 0, 0, 16), (JEQ, 0, 1, AF_UNIX)]
+        program += [(RET, 0, 0, RET_ALLOW), deny]
+    program += [(JEQ, 0, 4, clone), (LD_ABS_W, 0, 0, 16), (JSET, 0, 1, CLONE_NAMESPACES)]
+    program += [deny, (RET, 0, 0, RET_ALLOW)]
+    program.append((RET, 0, 0, RET_ALLOW))
+    return program
+
+
+def prepare_seccomp():
+    """The filter for this machine as a ``sock_fprog`` ready for prctl, or None.
+
+    Built once in the zygote: the sample, once unprivileged, may not be able to import.
+    """
+    import ctypes
+
+    program = seccomp_program(os.uname().machine)
+    if program is None:
+        return None
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [
+            ("code", ctypes.c_uint16),
+            ("jt", ctypes.c_uint8),
+            ("jf", ctypes.c_uint8),
+            ("k", ctypes.c_uint32),
+        ]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    filters = (SockFilter * len(program))(*program)
+    fprog = SockFprog(len(program), filters)
+    fprog.keep = filters
+    return ctypes.byref(fprog), fprog
+
+
+def install_seccomp(libc, seccomp):
+    """Load the filter into this process (no_new_privs must already be set)."""
+    if seccomp is not None and libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, seccomp[0], 0, 0):
+        os._exit(75)
+
+
 # -- B: the sample ----------------------------------------------------------------------
 
 
@@ -240,6 +350,7 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
     os.closerange(5, 65536)
     set_limits(limits)
     drop_privileges(mode, slot, libc)
+    install_seccomp(libc, limits["seccomp"])
     if mode == "none":
         os.setsid()
     namespace = {}
@@ -512,11 +623,12 @@ def parse_limits(header):
     return {name: kind(raw[name]) for name, kind in LIMIT_TYPES.items()}
 
 
-def run_one(header, program, libc, mode, slot, hidden, secret):
+def run_one(header, program, libc, mode, slot, hidden, secret, seccomp):
     limits = {
         **parse_limits(header),
         "hidden": hidden,
         "secret": secret,
+        "seccomp": seccomp,
         "user_processes": 0 if own_uid(mode) else count_user_processes(),
     }
     workdir = None
@@ -640,6 +752,7 @@ def main():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
     hidden = hidden_stdlib() if mode == "root" else []
+    seccomp = prepare_seccomp()
     while True:
         try:
             header = read_frame(0).decode()
@@ -647,7 +760,14 @@ def main():
         except EOFError:
             return
         verdict, duration = run_one(
-            header, program.decode("utf-8", "surrogatepass"), libc, mode, slot, hidden, secret
+            header,
+            program.decode("utf-8", "surrogatepass"),
+            libc,
+            mode,
+            slot,
+            hidden,
+            secret,
+            seccomp,
         )
         write_frame(1, b"%.6f " % duration + verdict.encode("utf-8", "replace"))
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
+import platform
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,36 @@ def test_ipc_objects_die_with_the_sample_and_shm_stays_within_the_memory_limit(s
     reader = Program(IPC_SAMPLE, "assert f('read') == 'nothing'", "f")
     verdicts = run_programs([reader], workers=1, limits=limits, isolation=strong)
     assert verdicts[0].passed, verdicts[0].result  # a later sample cannot read it
+
+
+KEY_SAMPLE = """
+import ctypes, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+ADD_KEY, KEYCTL = {'x86_64': (248, 250), 'aarch64': (217, 219)}[platform.machine()]
+USER_KEYRING = -4
+
+def f(x):
+    if x == 'write':
+        key = libc.syscall(ADD_KEY, b'user', DESCRIPTION, b'leak', 4, USER_KEYRING)
+        if key < 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        return 'written'
+    key = libc.syscall(KEYCTL, 10, USER_KEYRING, b'user', DESCRIPTION, 0)  # KEYCTL_SEARCH
+    if key < 0:
+        return 'nothing'
+    buffer = ctypes.create_string_buffer(64)
+    size = libc.syscall(KEYCTL, 11, key, buffer, 64)  # KEYCTL_READ
+    return buffer.raw[: max(size, 0)].decode()
+"""
+
+
+def test_a_key_added_by_one_sample_is_not_readable_by_a_later_run(strong):
+    if platform.machine() not in ("x86_64", "aarch64"):
+        pytest.skip("the sample below knows only these system call numbers")
+    sample = KEY_SAMPLE.replace("DESCRIPTION", repr(f"codeparrot-{os.getpid()}".encode()))
+    writer = Program(sample, "assert f('write') == 'written'", "f")
+    verdict = run_programs([writer], workers=1, isolation=strong)[0]
+    assert not verdict.passed and "Operation not permitted" in verdict.result, verdict.result
+    reader = Program(sample, "assert f('read') == 'nothing'", "f")
+    verdict = run_programs([reader], workers=1, isolation=strong)[0]
+    assert verdict.passed, verdict.result
