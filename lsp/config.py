@@ -11,6 +11,7 @@ This module imports only the standard library (the CLI imports it for ``--help``
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -174,7 +175,8 @@ def apply_settings(config: LspConfig, settings: Any) -> tuple[LspConfig, list[st
         try:
             typed[name] = _coerce(name, value)
         except (TypeError, ValueError):
-            problems.append(f"setting {name!r}: cannot use {value!r}")
+            what = " (a finite number is needed)" if name in ("temperature", "top_p") else ""
+            problems.append(f"setting {name!r}: cannot use {value!r}{what}")
     if problems:
         raise ConfigError("; ".join(problems))
     return config.replace(**typed), warnings
@@ -190,7 +192,12 @@ def _coerce(name: str, value: Any) -> Any:
     if name in ("temperature", "top_p"):
         if isinstance(value, bool):
             raise TypeError(name)
-        return float(value)
+        number = float(value)
+        if not math.isfinite(number):  # NaN passes every range check and samples garbage
+            raise ValueError(name)
+        return number
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(name)
     if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
         raise TypeError(name)
     return int(value)

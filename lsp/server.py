@@ -5,8 +5,10 @@ and its answer back into LSP types. What makes it feel responsive lives in
 :meth:`CodeparrotServer.suggestion`:
 
 - generation runs in one worker thread, never on the event loop;
-- a newer request for a document supersedes the older one: its cancel event is set,
-  decoding stops within one token and the older request answers with an empty result;
+- a newer request supersedes every older one, for any document (an editor shows one
+  suggestion, at the cursor it last asked about): their cancel events are set, decoding
+  stops within one token and queued generations return at once, so the newest request is
+  served next; the older ones answer with an empty result;
 - ``$/cancelRequest`` cancels the handler's task, which sets the same event;
 - an LRU cache answers repeated requests and a user typing through a suggestion.
 
@@ -116,6 +118,7 @@ class CodeparrotServer(LanguageServer):
             "cached": 0,
             "superseded": 0,
             "cancelled": 0,
+            "engineCalls": 0,  # requests that reached the model (not superseded before)
             "promptTokens": 0,
             "promptTokensReused": 0,  # keys/values the engine kept from earlier prompts
             "newTokens": 0,
@@ -238,10 +241,7 @@ class CodeparrotServer(LanguageServer):
         )
         base = block_indent(window) if config.multiline else None
 
-        previous = self._pending.pop(uri, None)
-        if previous is not None:
-            previous.set()
-            self.stats["superseded"] += 1
+        self._supersede_pending()
         cancel = threading.Event()
         self._pending[uri] = cancel
         try:
@@ -266,6 +266,13 @@ class CodeparrotServer(LanguageServer):
             if self._pending.get(uri) is cancel:
                 del self._pending[uri]
 
+    def _supersede_pending(self) -> None:
+        """Cancel every request still waiting or generating, whatever its document."""
+        for previous in self._pending.values():
+            previous.set()
+            self.stats["superseded"] += 1
+        self._pending.clear()
+
     async def _generate(
         self, window: Window, base: int | None, config: LspConfig, cancel: threading.Event
     ) -> Outcome | None:
@@ -276,7 +283,7 @@ class CodeparrotServer(LanguageServer):
         engine = await self.engine()
         if engine is None or cancel.is_set():
             return None
-        future = self._generator.submit(suggest, engine, window, base, config, cancel)
+        future = self._generator.submit(self._suggest, engine, window, base, config, cancel)
         try:
             outcome: Outcome | None = await asyncio.wrap_future(future)
         except Exception:  # one failed suggestion must not take the editor's server down
@@ -290,6 +297,21 @@ class CodeparrotServer(LanguageServer):
         self.stats["newTokens"] += outcome.new_tokens
         logger.debug("generated %r (%s)", outcome.raw, outcome.finish_reason)
         return outcome
+
+    def _suggest(
+        self,
+        engine: Any,
+        window: Window,
+        base: int | None,
+        config: LspConfig,
+        cancel: threading.Event,
+    ) -> Outcome | None:
+        """:func:`suggest` in the generation thread; a request superseded while queued
+        returns here without touching the model."""
+        if cancel.is_set():
+            return None
+        self.stats["engineCalls"] += 1
+        return suggest(engine, window, base, config, cancel)
 
     def cursor_context(self, uri: str, line: int, character: int) -> dict[str, Any] | None:
         """What a request at this position would see (the ``codeparrot.cursorContext``

@@ -89,6 +89,13 @@ def test_editor_settings_in_any_spelling():
     assert settings_update(None) == ({}, [])
 
 
+@pytest.mark.parametrize("name", ["temperature", "topP", "maxTokens", "debounceMs"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), "nan", "Infinity"])
+def test_non_finite_settings_are_refused(name, value):
+    with pytest.raises(ConfigError, match=repr(value).replace("(", r"\(")):
+        apply_settings(LspConfig(), {name: value})
+
+
 @pytest.mark.slow
 def test_the_server_compiles_its_decoding_step_in_the_background_unless_told_not_to(
     tiny_checkpoint,

@@ -331,6 +331,35 @@ async def test_supersession(slow_client: LanguageClient):
         check_suggestion(item.insert_text)
 
 
+async def test_the_newest_request_overall_is_served_next(slow_client: LanguageClient):
+    """500 requests pending over 500 documents: a new one supersedes them all, so only it
+    reaches the model (the debounce keeps the 500 pending while the 501st is sent)."""
+    slow_client.workspace_did_change_configuration(
+        t.DidChangeConfigurationParams(settings={"debounceMs": 3000})
+    )
+    try:
+        uris = [
+            open_doc(slow_client, f"value_{i} = compute(", f"file:///work/many{i}.py")
+            for i in range(501)
+        ]
+        before = await stats(slow_client)
+        pending = [asyncio.ensure_future(inline(slow_client, uri, 0, 16)) for uri in uris[:500]]
+        await asyncio.sleep(0.05)  # the tasks send their requests
+        newest = await inline(slow_client, uris[500], 0, 16)
+        older = await asyncio.gather(*pending)
+        after = await stats(slow_client)
+    finally:
+        slow_client.workspace_did_change_configuration(
+            t.DidChangeConfigurationParams(settings={"debounceMs": 400})
+        )
+    assert all(answer.items == () for answer in older)
+    assert after["superseded"] - before["superseded"] == 500
+    assert after["engineCalls"] - before["engineCalls"] == 1  # the newest, and only it
+    assert after["generated"] - before["generated"] == 1
+    for item in newest.items:
+        check_suggestion(item.insert_text)
+
+
 async def test_cancel_request_and_malformed_params(slow_client: LanguageClient):
     uri = open_doc(slow_client, "import sys\nprint(sys.", "file:///work/cancel.py")
     before = await stats(slow_client)
@@ -404,6 +433,29 @@ async def test_utf8_and_checkpoint_from_initialization_options(tiny_checkpoint: 
         assert "--temperature must be >= 0" in texts
     finally:
         await stop(c)
+
+
+async def test_non_finite_settings_are_refused_and_logged(tmp_path: Path):
+    log = tmp_path / "lsp.log"
+    c = await start(
+        None, "--log-file", str(log), initialization_options={"temperature": float("inf")}
+    )
+    try:
+        c.workspace_did_change_configuration(
+            t.DidChangeConfigurationParams(settings={"codeparrot": {"temperature": float("nan")}})
+        )
+        c.workspace_did_change_configuration(
+            t.DidChangeConfigurationParams(settings={"topP": "-Infinity"})
+        )
+        await asyncio.sleep(0.3)
+        refusals = [m.message for m in c.messages if "finite" in m.message]
+        assert len(refusals) == 3
+        assert "initializationOptions rejected" in refusals[0] and "inf" in refusals[0]
+        assert "didChangeConfiguration rejected" in refusals[1] and "nan" in refusals[1]
+    finally:
+        await stop(c)
+    logged = log.read_text()
+    assert "initializationOptions rejected" in logged and "cannot use nan" in logged
 
 
 async def test_no_checkpoint_answers_empty_and_says_why():
