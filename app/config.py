@@ -34,6 +34,20 @@ class AppConfig(Config):
     max_new_tokens_limit: int = option(
         256, "largest number of new tokens the page lets one ask for"
     )
+    max_candidates: int = option(
+        MAX_CANDIDATES,
+        "most candidates one request may ask for (n)",
+        ge=1,
+        le=MAX_CANDIDATES,
+    )
+    max_prompt_chars: int = option(
+        100_000,
+        "longest prompt accepted, in characters (more than any model's context holds); "
+        "a longer one is refused before it is tokenized",
+        ge=1,
+    )
+    max_stop_sequences: int = option(16, "most stop sequences one request may give", ge=0)
+    max_stop_chars: int = option(200, "longest stop sequence accepted, in characters", ge=1)
     stream_interval: float = option(
         0.05, "seconds between streamed updates of the page (0: send every token)"
     )

@@ -91,7 +91,7 @@ def build_layout(playground: Playground) -> gr.Blocks:
             with gr.Column(scale=3):
                 _prompt_and_candidates(w, limit)
             with gr.Column(scale=2):
-                _checkpoint_and_sampling(w, playground.choices)
+                _checkpoint_and_sampling(w, playground.choices, playground.config.max_candidates)
         with gr.Tab("Training & evaluation"):
             _reports(w)
         _wire(demo, w, playground)
@@ -133,7 +133,9 @@ def _prompt_and_candidates(w: Widgets, limit: int) -> None:
         w.details = gr.JSON(label="Candidates")
 
 
-def _checkpoint_and_sampling(w: Widgets, choices: list[tuple[str, str]]) -> None:
+def _checkpoint_and_sampling(
+    w: Widgets, choices: list[tuple[str, str]], max_candidates: int
+) -> None:
     """Right column: the checkpoint picker with its card, and the sampling settings."""
     w.checkpoint = gr.Dropdown(
         choices=choices,
@@ -145,7 +147,7 @@ def _checkpoint_and_sampling(w: Widgets, choices: list[tuple[str, str]]) -> None
     w.card = gr.Markdown(elem_id="card")
     with gr.Row():
         w.max_new_tokens.render()
-        w.n = gr.Slider(1, MAX_CANDIDATES, value=1, step=1, label="Candidates")
+        w.n = gr.Slider(1, max_candidates, value=1, step=1, label="Candidates")
     with gr.Row():
         w.temperature = gr.Slider(0.0, 2.0, value=0.2, step=0.05, label="Temperature (0: greedy)")
         w.top_p = gr.Slider(0.05, 1.0, value=0.95, step=0.01, label="Top-p")
@@ -158,7 +160,12 @@ def _checkpoint_and_sampling(w: Widgets, choices: list[tuple[str, str]]) -> None
             scale=2,
         )
         w.seed = gr.Number(
-            value=-1, precision=0, label="Seed (-1: random)", elem_id="seed", scale=1
+            # no precision: a non-integer seed reaches the handler, which says what is wrong
+            value=-1,
+            step=1,
+            label="Seed (-1: random)",
+            elem_id="seed",
+            scale=1,
         )
 
 
@@ -183,13 +190,15 @@ def _reports(w: Widgets) -> None:
 
 
 def _wire(demo: gr.Blocks, w: Widgets, playground: Playground) -> None:
-    """Each event to its handler. Only generation is limited; the rest never waits for it."""
+    """Each event to its handler.
+
+    Generation waits in the playground's own line (:class:`~codeparrot.app.limits.GenerationSlots`),
+    so Gradio runs every event at once: ``/stop`` and ``/model_card`` never wait behind a
+    generation, and skip Gradio's queue altogether when the page calls them.
+    """
+    quick = {"concurrency_limit": None, "queue": False}
     w.checkpoint.change(
-        playground.model_card,
-        w.checkpoint,
-        w.card_outputs(),
-        api_name="model_card",
-        concurrency_limit=None,
+        playground.model_card, w.checkpoint, w.card_outputs(), api_name="model_card", **quick
     )
     for trigger in (w.refresh.click, demo.load):
         trigger(
@@ -197,7 +206,7 @@ def _wire(demo: gr.Blocks, w: Widgets, playground: Playground) -> None:
             w.checkpoint,
             w.card_outputs(),
             api_visibility="private",
-            concurrency_limit=None,
+            **quick,
         )
     for trigger in (w.checkpoint.change, demo.load):
         trigger(
@@ -205,15 +214,13 @@ def _wire(demo: gr.Blocks, w: Widgets, playground: Playground) -> None:
             [w.checkpoint, w.max_new_tokens],
             w.max_new_tokens,
             api_visibility="private",
-            concurrency_limit=None,
+            **quick,
         )
     w.run.click(
         playground.generate,
         w.generation_inputs(),
         w.generation_outputs(),
         api_name="generate",
-        concurrency_limit=playground.config.concurrency,
-        concurrency_id="generate",
+        concurrency_limit=None,
     )
-    # Stop must not wait behind the generation it stops: no concurrency limit.
-    w.stop.click(playground.stop, None, None, api_name="stop", concurrency_limit=None)
+    w.stop.click(playground.stop, None, None, api_name="stop", **quick)

@@ -17,6 +17,7 @@ Public API endpoints (``gradio_client``): ``/generate`` (streams), ``/model_card
 
 from __future__ import annotations
 
+import logging
 import queue
 import socket
 import threading
@@ -29,6 +30,7 @@ import gradio as gr
 
 from codeparrot.app.config import MAX_CANDIDATES, AppConfig
 from codeparrot.app.examples import STOP_FIRST_BLOCK, STOP_MODES, STOP_NONE, STOP_SEQUENCES
+from codeparrot.app.limits import GenerationSlots, RequestLimits, RequestRefused, check_request
 from codeparrot.app.model_card import ModelCard, checkpoint_label, read_model_card
 from codeparrot.errors import CheckpointError, CodeparrotError
 from codeparrot.generation import (
@@ -38,6 +40,13 @@ from codeparrot.generation import (
     GenerationConfig,
     StreamEvent,
 )
+
+log = logging.getLogger(__name__)
+
+# What an API client or the page sees when something unexpected fails (the log has more).
+INTERNAL_ERROR = "Generation failed on the server (the server's log has the details)."
+# How often a request waiting for a generation slot looks whether the page is still there.
+WAIT_POLL_SECONDS = 0.5
 
 CSS = """
 .candidate .cm-editor { max-height: 28em; }
@@ -261,11 +270,23 @@ class Playground:
     updates the handlers return.
     """
 
-    def __init__(self, config: AppConfig) -> None:
+    def __init__(self, config: AppConfig, pool: EnginePool | None = None) -> None:
+        """``pool``: the engines to serve (default: one :class:`EnginePool` over
+        ``config.checkpoints``); anything with ``checkpoints``, ``is_loaded`` and ``get``."""
         self.config = config
-        self.pool = EnginePool(config.checkpoints, device=config.device, compile=config.compile)
+        self.pool = pool or EnginePool(
+            config.checkpoints, device=config.device, compile=config.compile
+        )
         self.running = _RunningGenerations()
         self.choices = _checkpoint_choices(config.checkpoints)
+        self.slots = GenerationSlots(config.concurrency, config.queue_size)
+        self.limits = RequestLimits(
+            prompt_chars=config.max_prompt_chars,
+            stop_sequences=config.max_stop_sequences,
+            stop_chars=config.max_stop_chars,
+            candidates=config.max_candidates,
+            max_new_tokens=config.max_new_tokens_limit,
+        )
 
     @property
     def max_new_tokens_limit(self) -> int:
@@ -306,28 +327,41 @@ class Playground:
         stop_text: str,
         request: gr.Request,
     ) -> Iterator[tuple[Any, ...]]:
-        """Stream candidates: yields (notice, details, candidate 1, ..., candidate 8)."""
-        gen = self._generation_config(
-            prompt, max_new_tokens, temperature, top_p, n, seed, stop_mode, stop_text
-        )
-        view = _CandidatesView(prompt, gen.n)
-        if not self.pool.is_loaded(checkpoint):
-            yield view.frame(f"Loading `{checkpoint_label(Path(checkpoint))}` (first use)…")
+        """Stream candidates: yields (notice, details, candidate 1, ..., candidate 8).
+
+        The request is checked, then waits for a generation slot, then runs; nothing is
+        tokenized before the checks pass. Errors reach the client as one short line;
+        unexpected ones leave their traceback in the server's log only.
+        """
         try:
-            engine = self.pool.get(checkpoint)
-            ids, truncated = engine.encode_prompt(prompt, gen.max_new_tokens)
-        except CodeparrotError as e:
-            raise _user_error(str(e)) from e
-        notice = ""
-        if truncated:
-            notice = _truncation_notice(
-                engine.count_tokens(prompt), len(ids), engine, gen.max_new_tokens
+            gen = self._generation_config(
+                prompt, max_new_tokens, temperature, top_p, n, seed, stop_mode, stop_text
             )
-        yield view.frame(notice)
-        yield from self._stream_into(view, engine, gen, notice, _session_of(request))
+            ticket = self.slots.join()
+        except CodeparrotError as e:
+            raise _user_error(str(e)) from None
+        view = _CandidatesView(prompt, gen.n)
+        session = _session_of(request)
+        cancel = self.running.start(session)
+        try:
+            yield from self._wait_for_turn(ticket, view, cancel)
+            if not cancel.is_set():
+                yield from self._run(checkpoint, view, gen, cancel)
+        except CodeparrotError as e:
+            raise _user_error(str(e)) from None
+        except gr.Error:
+            raise
+        except Exception:
+            log.exception("generation failed (checkpoint %s)", checkpoint)
+            raise _user_error(INTERNAL_ERROR) from None
+        finally:
+            cancel.set()  # the page went away or stopped: end the generation thread too
+            self.running.finish(session, cancel)
+            self.slots.leave(ticket)
 
     def stop(self, request: gr.Request) -> None:
-        """End the generation of this browser tab (or API client session) within a token."""
+        """End the generation of this browser tab (or API client session) within a token,
+        or take it out of the line if it is still waiting."""
         self.running.cancel(_session_of(request))
 
     def _generation_config(
@@ -341,53 +375,74 @@ class Playground:
         stop_mode: str,
         stop_text: str,
     ) -> GenerationConfig:
-        """The request's sampling settings, checked; a :func:`_user_error` names the bad one."""
-        if not prompt or not prompt.strip():
-            raise _user_error(
+        """The request's sampling settings, checked against the limits; raises
+        :class:`CodeparrotError` naming the bad value."""
+        check_request(
+            self.limits,
+            prompt=prompt,
+            n=n,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            stop_text=stop_text,
+        )
+        if not prompt.strip():
+            raise RequestRefused(
                 "The prompt is empty: type the start of some code or pick an example."
             )
-        n = int(n)
-        max_new_tokens = int(max_new_tokens)
-        limit = self.max_new_tokens_limit
-        if not 1 <= n <= MAX_CANDIDATES:
-            raise _user_error(f"Number of candidates must be in 1..{MAX_CANDIDATES}, got {n}.")
-        if not 1 <= max_new_tokens <= limit:
-            raise _user_error(f"Max new tokens must be in 1..{limit}, got {max_new_tokens}.")
-        try:
-            return GenerationConfig(
-                max_new_tokens=max_new_tokens,
-                temperature=float(temperature),
-                top_p=float(top_p),
-                n=n,
-                seed=None if seed is None or int(seed) < 0 else int(seed),
-                stop=stop_sequences(stop_mode, stop_text),
-            )
-        except CodeparrotError as e:
-            raise _user_error(str(e)) from e
+        return GenerationConfig(
+            max_new_tokens=int(max_new_tokens),
+            temperature=float(temperature),
+            top_p=float(top_p),
+            n=int(n),
+            seed=None if seed is None or int(seed) < 0 else int(seed),
+            stop=stop_sequences(stop_mode, stop_text),
+        )
 
-    def _stream_into(
-        self,
-        view: _CandidatesView,
-        engine: Engine,
-        gen: GenerationConfig,
-        notice: str,
-        session: str,
+    def _wait_for_turn(
+        self, ticket: object, view: _CandidatesView, cancel: threading.Event
     ) -> Iterator[tuple[Any, ...]]:
-        """Sample in the background, adding each batch of events to ``view``; /stop ends it."""
-        cancel = self.running.start(session)
-        try:
-            batches = _events_in_background(
-                engine, view.prompt, gen, cancel, self.config.stream_interval
+        """Wait in line for a generation slot, telling the page how many are ahead.
+
+        Yielding while waiting lets Gradio notice a page that went away; /stop ends
+        the wait.
+        """
+        shown = 0
+        while not cancel.is_set():
+            ahead = self.slots.ahead(ticket, timeout=WAIT_POLL_SECONDS)
+            if ahead == 0:
+                return
+            if ahead != shown:
+                shown = ahead
+                yield view.frame(f"⏳ Waiting for a free slot: {ahead} generation(s) ahead.")
+        yield view.frame("Stopped before it started.")
+
+    def _run(
+        self,
+        checkpoint: str,
+        view: _CandidatesView,
+        gen: GenerationConfig,
+        cancel: threading.Event,
+    ) -> Iterator[tuple[Any, ...]]:
+        """Load (first use), fit the prompt to the context, then stream the candidates."""
+        if not self.pool.is_loaded(checkpoint):
+            yield view.frame(f"Loading `{checkpoint_label(Path(checkpoint))}` (first use)…")
+        engine = self.pool.get(checkpoint)
+        ids, truncated = engine.encode_prompt(view.prompt, gen.max_new_tokens)
+        notice = ""
+        if truncated:
+            notice = _truncation_notice(
+                engine.count_tokens(view.prompt), len(ids), engine, gen.max_new_tokens
             )
-            for batch in batches:
-                for event in batch:
-                    view.add(event)
-                yield view.frame(notice, full=False)
-        except CodeparrotError as e:
-            raise _user_error(str(e)) from e
-        finally:
-            cancel.set()  # the page went away or stopped: end the generation thread too
-            self.running.finish(session, cancel)
+        yield view.frame(notice)
+        batches = _events_in_background(
+            engine, view.prompt, gen, cancel, self.config.stream_interval
+        )
+        for batch in batches:
+            for event in batch:
+                view.add(event)
+            yield view.frame(notice, full=False)
         yield view.frame(notice)
 
 
@@ -462,14 +517,27 @@ def launch(config: AppConfig, *, block: bool = True) -> tuple[gr.Blocks, str]:
     if not any(Path(p).is_dir() for p in config.checkpoints):
         listed = ", ".join(str(p) for p in config.checkpoints)
         raise CheckpointError(f"--checkpoint: none of these is a directory: {listed}")
-    demo = build_app(config)
-    demo.queue(default_concurrency_limit=config.concurrency, max_size=config.queue_size)
+    return serve(Playground(config), block=block)
+
+
+def serve(playground: Playground, *, block: bool = True) -> tuple[gr.Blocks, str]:
+    """Queue and serve the page of ``playground``. Returns (app, local URL)."""
+    from codeparrot.app.layout import build_layout
+
+    config = playground.config
+    demo = build_layout(playground)
+    # The generation line is the playground's own (GenerationSlots): Gradio's queue only
+    # hands events to threads, so it has no size of its own to fill, and its REST routes
+    # stay closed (a direct call would skip the line and leave a generator half-run).
+    demo.queue(api_open=False, max_size=None, default_concurrency_limit=None)
     port = config.port or free_port(config.host)
     demo.launch(
         server_name=config.host,
         server_port=port,
         prevent_thread_lock=not block,
-        show_error=True,
+        # a waiting generation holds a worker thread; leave room for /stop and the card
+        max_threads=max(40, config.concurrency + config.queue_size + 16),
+        show_error=False,  # gr.Error messages still reach clients; tracebacks stay in the log
         quiet=not block,
         css=CSS,
         theme=gr.themes.Soft(),
