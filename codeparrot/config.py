@@ -164,6 +164,9 @@ class Declaration:
         if unknown:
             raise TypeError(f"Declaration.field() got unexpected arguments {sorted(unknown)}")
         limits = {k: getattr(self, k) for k in (*_BOUND_KEYS, "choices")} | narrower
+        for key, other in (("ge", "gt"), ("gt", "ge"), ("le", "lt"), ("lt", "le")):
+            if key in narrower:  # an exclusive bound replaces the inclusive one, and back
+                limits[other] = None
         if not Bounds(**limits).within(self.bounds):
             raise ValueError(f"{narrower} widens the shared bounds {self.bounds.describe()}")
         extra = {k: v for k, v in (("flag", self.flag), ("metavar", self.metavar)) if v}

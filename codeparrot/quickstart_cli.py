@@ -22,9 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.config import Config, add_config_arguments, config_from_args, option
-from codeparrot.models.presets import n_positions_problem
-
-PRESETS = ("tiny", "small", "large")
+from codeparrot.options import (
+    BATCH_SIZE,
+    MAX_MINUTES,
+    MAX_NEW_TOKENS,
+    MAX_STEPS,
+    N_POSITIONS,
+    PRESET,
+    VOCAB_SIZE,
+)
+from codeparrot.tokenizer.config import vocab_size_problem
+from codeparrot.tokenizer.pretokenizer import PRE_TOKENIZERS
 
 
 @dataclass(frozen=True)
@@ -33,11 +41,10 @@ class QuickstartConfig(Config):
     score it on HumanEval in a sandbox, and print what to run next."""
 
     output: Path = option(Path("runs/quickstart"), "directory for every artefact of the run")
-    preset: str = option("tiny", "model preset (tiny trains on 2 CPU cores)", choices=PRESETS)
-    n_positions: int | None = option(
-        None,
-        "the model's context (default: the preset's; tiny's 256 leaves 128 tokens of prompt "
-        "beside eval-max-new-tokens 128, and half the HumanEval prompts are longer)",
+    preset: str = PRESET.field(help="model preset (tiny trains on 2 CPU cores)")
+    n_positions: int | None = N_POSITIONS.field(
+        help="the model's context (default: the preset's; tiny's 256 leaves 128 tokens of "
+        "prompt beside eval-max-new-tokens 128, and half the HumanEval prompts are longer)",
     )
     sources: tuple[str, ...] = option(
         (),
@@ -45,31 +52,34 @@ class QuickstartConfig(Config):
         "installation's stdlib and site-packages)",
         flag="--source",
     )
-    max_files: int = option(8000, "cap on input files sampled for the corpus (0: all)")
-    vocab_size: int = option(8192, "tokenizer vocabulary (the reference uses 32768)")
-    tokenizer_files: int = option(3000, "files the tokenizer is trained on")
+    max_files: int = option(8000, "cap on input files sampled for the corpus (0: all)", ge=0)
+    vocab_size: int = VOCAB_SIZE.field(8192, "tokenizer vocabulary (the reference uses 32768)")
+    tokenizer_files: int = option(3000, "files the tokenizer is trained on", ge=1)
     pre_tokenizer: str = option(
         "gpt2",
-        "the tokenizer's pre-tokenizer: gpt2 (GPT-2's split; the tiny model learns it "
-        "best: 1.38 vs 1.42 nats/char with code after the same 4.1M tokens) or code "
-        "(the library default: more text per token)",
-        choices=("gpt2", "code"),
+        "the tokenizer's pre-tokenizer: gpt2 (GPT-2's split, which the tiny model learns "
+        "best at this budget; BENCHMARKS.md) or code (the library default: more text per "
+        "token)",
+        choices=PRE_TOKENIZERS,
     )
-    max_steps: int = option(1000, "training steps (the cosine schedule ends here)")
-    batch_size: int = option(16, "sequences per training step")
-    max_minutes: float = option(14.0, "stop training after this many minutes whatever the step")
+    max_steps: int = MAX_STEPS.field(help="training steps (the cosine schedule ends here)")
+    batch_size: int = BATCH_SIZE.field(16, "sequences per training step")
+    max_minutes: float = MAX_MINUTES.field(
+        14.0, "stop training after this many minutes whatever the step"
+    )
     compile: bool = option(
-        True, "torch.compile the model (a minute to start, then ~1.4x faster steps on CPU)"
+        True, "torch.compile the model (a minute to start, then faster steps; BENCHMARKS.md)"
     )
     pretokenized: bool = option(
         True,
         "tokenize the corpus once into memmapped shards and train on randomly drawn windows "
-        "(held-out loss 5.92 after 300 steps against 6.00 for the streamed packing with its "
-        "shuffle buffer of packed sequences, 6.38 without it; BENCHMARKS.md)",
+        "(instead of streaming packed sequences through shuffle buffers)",
     )
-    eval_n: int = option(5, "HumanEval samples per problem (the reference uses 200)")
-    eval_limit: int | None = option(None, "only the first K HumanEval problems (default: all 164)")
-    eval_max_new_tokens: int = option(
+    eval_n: int = option(5, "HumanEval samples per problem (the reference uses 200)", ge=1)
+    eval_limit: int | None = option(
+        None, "only the first K HumanEval problems (default: all 164)", ge=1
+    )
+    eval_max_new_tokens: int = MAX_NEW_TOKENS.field(
         128,
         "most new tokens per HumanEval completion (the reference's 256 needs a context of "
         "more than 256 tokens: the small and large presets)",
@@ -83,28 +93,7 @@ class QuickstartConfig(Config):
     force: bool = option(False, "redo every step even when its output is there")
 
     def problems(self) -> list[str]:
-        out = []
-        if self.max_files < 0:
-            out.append(f"--max-files must be >= 0, got {self.max_files}")
-        if self.vocab_size < 257:
-            out.append(
-                f"--vocab-size must be at least 257 (the byte alphabet + EOS), got {self.vocab_size}"
-            )
-        if self.tokenizer_files < 1:
-            out.append(f"--tokenizer-files must be >= 1, got {self.tokenizer_files}")
-        if self.max_steps < 1:
-            out.append(f"--max-steps must be >= 1, got {self.max_steps}")
-        if self.batch_size < 1:
-            out.append(f"--batch-size must be >= 1, got {self.batch_size}")
-        if self.max_minutes <= 0:
-            out.append(f"--max-minutes must be > 0, got {self.max_minutes}")
-        if problem := n_positions_problem(self.n_positions):
-            out.append(problem)
-        if self.eval_n < 1:
-            out.append(f"--eval-n must be >= 1, got {self.eval_n}")
-        if self.eval_limit is not None and self.eval_limit < 1:
-            out.append(f"--eval-limit must be >= 1, got {self.eval_limit}")
-        return out
+        return [p] if (p := vocab_size_problem(self.vocab_size)) else []
 
     @property
     def corpus_dir(self) -> Path:

@@ -6,10 +6,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
-from codeparrot.models.presets import n_positions_problem
+from codeparrot.options import (
+    BATCH_SIZE,
+    DROPOUT,
+    LEARNING_RATE,
+    MAX_MINUTES,
+    MAX_STEPS,
+    MIN_LR_RATIO,
+    MIXED_PRECISION,
+    N_POSITIONS,
+    PRESET,
+    SEQ_LENGTH,
+    TRACKER,
+    WARMUP_STEPS,
+    WEIGHT_DECAY,
+)
+from codeparrot.options import PRESET_NAMES as PRESET_NAMES  # re-exported
 
-PRESET_NAMES = ("tiny", "small", "large")  # codeparrot.models.presets.PRESETS, kept import-free
-TRACKERS = ("tensorboard", "wandb", "trackio", "none")
 FIM_MODES = ("document", "context")  # where the FIM transform applies: before or after packing
 
 # Fields that may change between an interrupted run and its --resume: budgets and logging.
@@ -43,52 +56,50 @@ class TrainConfig(Config):
     tokenizer: Path | None = option(
         None, "tokenizer directory (AutoTokenizer.from_pretrained; default: --init-from's own)"
     )
-    preset: str = option("tiny", "model shape", choices=PRESET_NAMES)
+    preset: str = PRESET.field()
     init_from: Path | None = option(
         None, "start from this checkpoint's weights instead of a fresh preset"
     )
-    dropout: float | None = option(
-        None,
-        "set residual, embedding and attention dropout (default: the preset's or checkpoint's)",
+    dropout: float | None = DROPOUT.field()
+    n_positions: int | None = N_POSITIONS.field(
+        help="context length of a fresh preset (default: the preset's; not with --init-from)"
     )
-    n_positions: int | None = option(
-        None, "context length of a fresh preset (default: the preset's; not with --init-from)"
-    )
-    seq_length: int | None = option(None, "tokens per packed sequence (default: model positions)")
-    batch_size: int = option(8, "sequences per process per micro-batch")
-    gradient_accumulation_steps: int = option(1, "micro-batches per optimizer step")
-    learning_rate: float | None = option(
-        None,
-        "peak learning rate (default: the preset's: tiny 2e-3, small 5e-4, large 2e-4; "
+    seq_length: int | None = SEQ_LENGTH.field()
+    batch_size: int = BATCH_SIZE.field()
+    gradient_accumulation_steps: int = option(1, "micro-batches per optimizer step", ge=1)
+    learning_rate: float | None = LEARNING_RATE.field(
+        help="peak learning rate (default: the preset's: tiny 2e-3, small 5e-4, large 2e-4; "
         "5e-4 with --init-from)",
     )
-    min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak")
-    warmup_steps: int = option(100, "linear warmup steps before the cosine decay")
-    weight_decay: float = option(0.1, "AdamW weight decay (weights only, not biases or norms)")
-    adam_beta1: float = option(0.9, "AdamW beta1")
-    adam_beta2: float = option(0.95, "AdamW beta2")
-    max_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)")
-    max_steps: int = option(1000, "optimizer steps; the cosine schedule ends here")
-    max_minutes: float | None = option(None, "stop after this many minutes of training")
-    max_tokens: int | None = option(None, "stop once this many training tokens were seen")
-    mixed_precision: str = option(
-        "bf16", "autocast dtype (bf16 works on CPU)", choices=("no", "bf16", "fp16")
-    )
+    min_lr_ratio: float = MIN_LR_RATIO.field()
+    warmup_steps: int = WARMUP_STEPS.field()
+    weight_decay: float = WEIGHT_DECAY.field()
+    adam_beta1: float = option(0.9, "AdamW beta1", ge=0, lt=1)
+    adam_beta2: float = option(0.95, "AdamW beta2", ge=0, lt=1)
+    max_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)", ge=0)
+    max_steps: int = MAX_STEPS.field()
+    max_minutes: float | None = MAX_MINUTES.field()
+    max_tokens: int | None = option(None, "stop once this many training tokens were seen", ge=1)
+    mixed_precision: str = MIXED_PRECISION.field()
     compile: bool = option(
         False, "torch.compile the forward pass and loss (slow start, faster steps)"
     )
-    gradient_checkpointing: bool = option(False, "recompute activations in backward (~20% slower)")
+    gradient_checkpointing: bool = option(
+        False,
+        "recompute activations in the backward pass instead of keeping them (less memory, more compute)",
+    )
     pretokenized: bool = option(
         False,
         "tokenize the corpus once into memmapped token shards (RUN/tokens) and train from them",
     )
     shuffle_buffer: int = option(
-        1000, "documents held in the streaming shuffle buffer (0: no shuffle)"
+        1000, "documents held in the streaming shuffle buffer (0: no shuffle)", ge=0
     )
     sequence_buffer: int = option(
         4096,
         "packed sequences held in a second streaming shuffle buffer, so that the windows of "
         "one long document do not fill whole batches (0: none; saved in each checkpoint)",
+        ge=0,
     )
     fim_rate: float = option(
         0.0,
@@ -106,14 +117,16 @@ class TrainConfig(Config):
         choices=FIM_MODES,
     )
     eval_every: int = option(
-        500, "evaluate and save a checkpoint every N steps (0: only at the end)"
+        500, "evaluate and save a checkpoint every N steps (0: only at the end)", ge=0
     )
-    eval_batches: int = option(20, "validation batches per evaluation")
-    keep_checkpoints: int = option(3, "intermediate checkpoints kept in RUN/checkpoints (0: all)")
-    log_every: int = option(10, "write metrics every N steps")
-    log_with: str = option("tensorboard", "experiment tracker", choices=TRACKERS)
+    eval_batches: int = option(20, "validation batches per evaluation", ge=1)
+    keep_checkpoints: int = option(
+        3, "intermediate checkpoints kept in RUN/checkpoints (0: all)", ge=0
+    )
+    log_every: int = option(10, "write metrics every N steps", ge=1)
+    log_with: str = TRACKER.field()
     peak_tflops: float | None = option(
-        None, "peak TFLOP/s for MFU (default: a bf16 matmul measured at start)"
+        None, "peak TFLOP/s for MFU (default: a bf16 matmul measured at start)", gt=0
     )
     seed: int = option(42, "seed of the initialisation, data order and dropout")
     resume: bool = option(False, "continue from the latest checkpoint in --output")
@@ -131,58 +144,6 @@ class TrainConfig(Config):
             out.append(
                 "--tokenizer is required unless --init-from names a checkpoint (its own is used)"
             )
-        if self.preset not in PRESET_NAMES:
-            out.append(f"--preset must be one of {', '.join(PRESET_NAMES)}, got {self.preset!r}")
-        if problem := n_positions_problem(self.n_positions):
-            out.append(problem)
         if self.n_positions is not None and self.init_from is not None:
             out.append("--n-positions sets a fresh preset's context; --init-from keeps its own")
-        if self.seq_length is not None and self.seq_length < 2:
-            out.append(f"--seq-length must be >= 2, got {self.seq_length}")
-        for name in (
-            "batch_size",
-            "gradient_accumulation_steps",
-            "max_steps",
-            "eval_batches",
-            "log_every",
-        ):
-            if getattr(self, name) < 1:
-                out.append(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        for name in (
-            "warmup_steps",
-            "eval_every",
-            "keep_checkpoints",
-            "shuffle_buffer",
-            "sequence_buffer",
-        ):
-            if getattr(self, name) < 0:
-                out.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if self.learning_rate is not None and self.learning_rate <= 0:
-            out.append(f"--learning-rate must be > 0, got {self.learning_rate}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            out.append(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            out.append(f"--dropout must be in [0, 1), got {self.dropout}")
-        if self.weight_decay < 0:
-            out.append(f"--weight-decay must be >= 0, got {self.weight_decay}")
-        for name in ("adam_beta1", "adam_beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                out.append(
-                    f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(self, name)}"
-                )
-        if self.max_grad_norm < 0:
-            out.append(f"--max-grad-norm must be >= 0, got {self.max_grad_norm}")
-        if self.max_minutes is not None and self.max_minutes <= 0:
-            out.append(f"--max-minutes must be > 0, got {self.max_minutes}")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            out.append(f"--max-tokens must be >= 1, got {self.max_tokens}")
-        for name in ("fim_rate", "fim_spm_rate"):
-            if not 0 <= getattr(self, name) <= 1:
-                out.append(
-                    f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(self, name)}"
-                )
-        if self.fim_mode not in FIM_MODES:
-            out.append(f"--fim-mode must be one of {', '.join(FIM_MODES)}, got {self.fim_mode!r}")
-        if self.peak_tflops is not None and self.peak_tflops <= 0:
-            out.append(f"--peak-tflops must be > 0, got {self.peak_tflops}")
         return out

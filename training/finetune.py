@@ -29,9 +29,23 @@ from typing import Any
 
 from codeparrot.config import Config, option
 from codeparrot.errors import CheckpointError, DataError
+from codeparrot.options import (
+    BATCH_SIZE,
+    DROPOUT,
+    LEARNING_RATE,
+    MAX_MINUTES,
+    MAX_STEPS,
+    MIN_LR_RATIO,
+    MIXED_PRECISION,
+    SEQ_LENGTH,
+    TRACKER,
+    VALID_FRACTION,
+    WARMUP_STEPS,
+    WEIGHT_DECAY,
+    WORKERS,
+)
 
 RESULT_FILE = "finetune.json"
-TRACKERS = ("tensorboard", "wandb", "trackio", "none")
 
 
 @dataclass(frozen=True)
@@ -52,27 +66,35 @@ class FinetuneConfig(Config):
     output: Path = option(
         help="directory to create: corpus/, model/ and finetune.json", metavar="DIR"
     )
-    learning_rate: float = option(
-        2e-4, "peak learning rate (pretraining the tiny preset uses 2e-3, small 5e-4)"
+    learning_rate: float = LEARNING_RATE.field(
+        2e-4,
+        "peak learning rate (lower than pretraining's: the tiny preset uses 2e-3, small 5e-4)",
     )
-    warmup_steps: int = option(20, "linear warmup steps")
-    min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak")
-    weight_decay: float = option(0.1, "AdamW weight decay")
-    epochs: float = option(3.0, "passes over the train files when --max-steps is not given")
-    max_steps: int | None = option(None, "optimizer steps (default: from --epochs)")
-    max_minutes: float = option(10.0, "stop training after this many minutes")
-    batch_size: int = option(8, "sequences per optimizer step")
-    seq_length: int | None = option(None, "tokens per sequence (default: the model's context)")
-    dropout: float | None = option(
-        None, "dropout while fine-tuning (default: the checkpoint's; small data may want 0.1)"
+    warmup_steps: int = WARMUP_STEPS.field(
+        20, "linear warmup steps (fewer than pretraining's: the weights are trained already)"
     )
-    valid_fraction: float = option(0.1, "share of the repository's files held out for validation")
+    min_lr_ratio: float = MIN_LR_RATIO.field()
+    weight_decay: float = WEIGHT_DECAY.field()
+    epochs: float = option(3.0, "passes over the train files when --max-steps is not given", gt=0)
+    max_steps: int | None = MAX_STEPS.field(None, "optimizer steps (default: from --epochs)")
+    max_minutes: float = MAX_MINUTES.field(10.0)
+    batch_size: int = BATCH_SIZE.field(8, "sequences per optimizer step")
+    seq_length: int | None = SEQ_LENGTH.field()
+    dropout: float | None = DROPOUT.field(
+        help="dropout while fine-tuning (default: the checkpoint's; small data may want 0.1)"
+    )
+    valid_fraction: float = VALID_FRACTION.field(
+        0.1,
+        "share of the repository's files held out for validation (one repository: "
+        "a larger share than a corpus needs, and never none)",
+        gt=0,
+    )
     eval_tokens: int = option(
-        200_000, "most tokens of each split the before/after loss is measured on"
+        200_000, "most tokens of each split the before/after loss is measured on", ge=2
     )
-    mixed_precision: str = option("bf16", "autocast dtype", choices=("no", "bf16", "fp16"))
-    log_with: str = option("tensorboard", "experiment tracker", choices=TRACKERS)
-    workers: int = option(0, "processes for building the corpus (0: all cores)")
+    mixed_precision: str = MIXED_PRECISION.field()
+    log_with: str = TRACKER.field()
+    workers: int = WORKERS.field()
     seed: int = option(0, "seed of the split, data order and dropout")
     force: bool = option(False, "replace --output if it already holds a fine-tuning run")
     progress: bool = option(True, "show progress bars")
@@ -82,36 +104,6 @@ class FinetuneConfig(Config):
         "(needs huggingface_hub, a token and the network; checked before any work)",
         metavar="NAME",
     )
-
-    def problems(self) -> list[str]:
-        out = []
-        if self.learning_rate <= 0:
-            out.append(f"--learning-rate must be > 0, got {self.learning_rate}")
-        if self.warmup_steps < 0:
-            out.append(f"--warmup-steps must be >= 0, got {self.warmup_steps}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            out.append(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if self.weight_decay < 0:
-            out.append(f"--weight-decay must be >= 0, got {self.weight_decay}")
-        if self.epochs <= 0:
-            out.append(f"--epochs must be > 0, got {self.epochs}")
-        if self.max_steps is not None and self.max_steps < 1:
-            out.append(f"--max-steps must be >= 1, got {self.max_steps}")
-        if self.max_minutes <= 0:
-            out.append(f"--max-minutes must be > 0, got {self.max_minutes}")
-        if self.batch_size < 1:
-            out.append(f"--batch-size must be >= 1, got {self.batch_size}")
-        if self.seq_length is not None and self.seq_length < 2:
-            out.append(f"--seq-length must be >= 2, got {self.seq_length}")
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            out.append(f"--dropout must be in [0, 1), got {self.dropout}")
-        if not 0 < self.valid_fraction < 1:
-            out.append(f"--valid-fraction must be in (0, 1), got {self.valid_fraction}")
-        if self.eval_tokens < 2:
-            out.append(f"--eval-tokens must be >= 2, got {self.eval_tokens}")
-        if self.workers < 0:
-            out.append(f"--workers must be >= 0, got {self.workers}")
-        return out
 
     @property
     def corpus_dir(self) -> Path:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
+from codeparrot.options import VALID_FRACTION, WORKERS
 
 HUB_PREFIX = "hub:"
 SPLIT_UNITS = ("repository", "file")
@@ -28,12 +29,14 @@ class DataConfig(Config):
     )
     force: bool = option(False, "replace --output if it exists (only once the new one is complete)")
     max_files: int = option(
-        0, "read at most this many input files, a seeded sample of them (0: no limit)"
+        0, "read at most this many input files, a seeded sample of them (0: no limit)", ge=0
     )
-    workers: int = option(0, "worker processes for reading, filtering and MinHash (0: all cores)")
+    workers: int = WORKERS.field(
+        help="worker processes for reading, filtering and MinHash (0: all cores)"
+    )
     seed: int = option(0, "seed of the random filters, the --max-files sample and the split")
-    valid_fraction: float = option(
-        0.05, "share of files (whole repositories) that go to the validation split"
+    valid_fraction: float = VALID_FRACTION.field(
+        help="share of files (whole repositories) that go to the validation split"
     )
     split_by: str = option(
         "repository",
@@ -41,7 +44,7 @@ class DataConfig(Config):
         "repository; seeded hash of the path)",
         choices=SPLIT_UNITS,
     )
-    shard_files: int = option(5000, "files per output shard")
+    shard_files: int = option(5000, "files per output shard", ge=1)
     push_to_hub: str | None = option(
         None,
         "after the build, push the corpus to this Hub dataset repository (needs "
@@ -49,42 +52,53 @@ class DataConfig(Config):
         metavar="NAME",
     )
     # -- size and decoding ---------------------------------------------------------------
-    max_size: int = option(1_000_000, "drop files larger than this many bytes (reference: 1 MB)")
+    max_size: int = option(
+        1_000_000, "drop files larger than this many bytes (reference: 1 MB)", ge=1
+    )
     # -- heuristic filters (reference thresholds) --------------------------------------
-    line_max: int = option(1000, "drop files with a line longer than this many characters")
-    line_mean: float = option(100.0, "drop files whose mean line length exceeds this")
+    line_max: int = option(1000, "drop files with a line longer than this many characters", ge=1)
+    line_mean: float = option(100.0, "drop files whose mean line length exceeds this", gt=0)
     alpha_frac: float = option(
-        0.25, "drop files with a smaller fraction of alphanumeric characters"
+        0.25, "drop files with a smaller fraction of alphanumeric characters", ge=0, le=1
     )
     header_lines: int = option(
-        5, "lines scanned for auto-generated and config/test markers at the top of a file"
+        5, "lines scanned for auto-generated and config/test markers at the top of a file", ge=0
     )
     config_test_fraction: float = option(
-        0.05, "a file is config/test-like if 'config' or 'test' occur more than this x lines"
+        0.05,
+        "a file is config/test-like if 'config' or 'test' occur more than this x lines",
+        ge=0,
     )
     filter_probability: float = option(
-        0.7, "probability of dropping a config/test-like file or one without keywords (seeded)"
+        0.7,
+        "probability of dropping a config/test-like file or one without keywords (seeded)",
+        ge=0,
+        le=1,
     )
-    min_assignments: int = option(5, "drop files with fewer `=` characters than this")
+    min_assignments: int = option(5, "drop files with fewer `=` characters than this", ge=0)
     tokenizer: Path | None = option(
         None, "tokenizer directory (tokenizer.json): enables the characters-per-token filter"
     )
     min_chars_per_token: float = option(
-        1.5, "with --tokenizer, drop files with fewer characters per token"
+        1.5, "with --tokenizer, drop files with fewer characters per token", ge=0
     )
     # -- dedup and decontamination ---------------------------------------------------------
     near_dedup: bool = option(True, "remove near duplicates with MinHash LSH")
-    num_perm: int = option(256, "MinHash permutations")
-    jaccard_threshold: float = option(0.85, "Jaccard similarity above which files are duplicates")
-    min_tokens: int = option(10, "files with fewer distinct tokens are not near-deduplicated")
+    num_perm: int = option(256, "MinHash permutations", ge=16)
+    jaccard_threshold: float = option(
+        0.85, "Jaccard similarity above which files are duplicates", gt=0, le=1
+    )
+    min_tokens: int = option(10, "files with fewer distinct tokens are not near-deduplicated", ge=1)
     decontaminate: bool = option(
         True, "drop files that contain a HumanEval prompt or canonical solution"
     )
     decontamination_min_lines: int = option(
-        3, "HumanEval snippets with fewer non-blank lines are too generic to look for"
+        3, "HumanEval snippets with fewer non-blank lines are too generic to look for", ge=1
     )
     decontamination_min_chars: int = option(
-        40, "HumanEval snippets with fewer non-whitespace characters are too generic (e.g. gcd)"
+        40,
+        "HumanEval snippets with fewer non-whitespace characters are too generic (e.g. gcd)",
+        ge=0,
     )
 
     def problems(self) -> list[str]:
@@ -94,48 +108,6 @@ class DataConfig(Config):
         for source in self.sources:
             if source.startswith(HUB_PREFIX) and not source[len(HUB_PREFIX) :]:
                 out.append(f"SOURCE {source!r}: hub: needs a dataset name, e.g. hub:user/name")
-        if self.max_files < 0:
-            out.append(f"--max-files must be >= 0, got {self.max_files}")
-        if self.workers < 0:
-            out.append(f"--workers must be >= 0, got {self.workers}")
-        if not 0.0 <= self.valid_fraction < 1.0:
-            out.append(f"--valid-fraction must be in [0, 1), got {self.valid_fraction}")
-        if self.split_by not in SPLIT_UNITS:
-            out.append(f"--split-by must be one of {', '.join(SPLIT_UNITS)}, got {self.split_by!r}")
-        if self.shard_files < 1:
-            out.append(f"--shard-files must be >= 1, got {self.shard_files}")
-        if self.max_size < 1:
-            out.append(f"--max-size must be >= 1 byte, got {self.max_size}")
-        if self.line_max < 1:
-            out.append(f"--line-max must be >= 1, got {self.line_max}")
-        if self.line_mean <= 0:
-            out.append(f"--line-mean must be > 0, got {self.line_mean}")
-        if not 0.0 <= self.alpha_frac <= 1.0:
-            out.append(f"--alpha-frac must be in [0, 1], got {self.alpha_frac}")
-        if self.header_lines < 0:
-            out.append(f"--header-lines must be >= 0, got {self.header_lines}")
-        if self.config_test_fraction < 0:
-            out.append(f"--config-test-fraction must be >= 0, got {self.config_test_fraction}")
-        if not 0.0 <= self.filter_probability <= 1.0:
-            out.append(f"--filter-probability must be in [0, 1], got {self.filter_probability}")
-        if self.min_assignments < 0:
-            out.append(f"--min-assignments must be >= 0, got {self.min_assignments}")
-        if self.min_chars_per_token < 0:
-            out.append(f"--min-chars-per-token must be >= 0, got {self.min_chars_per_token}")
-        if self.num_perm < 16:
-            out.append(f"--num-perm must be >= 16, got {self.num_perm}")
-        if not 0.0 < self.jaccard_threshold <= 1.0:
-            out.append(f"--jaccard-threshold must be in (0, 1], got {self.jaccard_threshold}")
-        if self.min_tokens < 1:
-            out.append(f"--min-tokens must be >= 1, got {self.min_tokens}")
-        if self.decontamination_min_lines < 1:
-            out.append(
-                f"--decontamination-min-lines must be >= 1, got {self.decontamination_min_lines}"
-            )
-        if self.decontamination_min_chars < 0:
-            out.append(
-                f"--decontamination-min-chars must be >= 0, got {self.decontamination_min_chars}"
-            )
         return out
 
 

@@ -17,14 +17,16 @@ from typing import Any
 
 from codeparrot.config import Config, option
 from codeparrot.errors import ConfigError
-
-MAX_N_POSITIONS = 1 << 16
+from codeparrot.options import MAX_N_POSITIONS as MAX_N_POSITIONS  # re-exported
+from codeparrot.options import N_POSITIONS, PRESET
 
 
 def n_positions_problem(n_positions: int | None) -> str | None:
     """What is wrong with an ``--n-positions`` value (``None``: the preset's own), or None."""
-    if n_positions is not None and not 8 <= n_positions <= MAX_N_POSITIONS:
-        return f"--n-positions must be in 8..{MAX_N_POSITIONS}, got {n_positions}"
+    if n_positions is not None and not N_POSITIONS.bounds.admits(n_positions):
+        return (
+            f"--n-positions must be {N_POSITIONS.bounds.describe(integer=True)}, got {n_positions}"
+        )
     return None
 
 
@@ -159,17 +161,9 @@ class InitConfig(Config):
 
     tokenizer: Path = option(help="tokenizer directory (AutoTokenizer.from_pretrained)")
     output: Path = option(help="checkpoint directory to write (must not exist)")
-    preset: str = option("tiny", "model shape", choices=tuple(PRESETS))
-    n_positions: int | None = option(None, "context length (default: the preset's)")
+    preset: str = PRESET.field()
+    n_positions: int | None = N_POSITIONS.field()
     seed: int = option(0, "random seed of the initialisation")
-
-    def problems(self) -> list[str]:
-        out = []
-        if self.preset not in PRESETS:
-            out.append(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
-        if problem := n_positions_problem(self.n_positions):
-            out.append(problem)
-        return out
 
 
 @dataclass

