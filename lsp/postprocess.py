@@ -7,6 +7,9 @@ Rules users expect from ghost text:
 - nothing that repeats what already follows the cursor (an auto-inserted ``)``, the
   rest of the line, the next line);
 - no whitespace-only suggestion, nothing after a control character or broken UTF-8;
+- no degenerate repetition (:mod:`codeparrot.generation.repetition`): cut before a unit
+  repeats more than twice in a row or a line repeats one just above the cursor; a
+  suggestion that is only repetition is dropped;
 - brackets balanced on the cursor's line: a closer the text after the cursor already
   supplies is not inserted twice, a bracket the suggestion opens is closed.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import re
 
+from codeparrot.generation.repetition import cut_repetition
 from codeparrot.lsp.documents import Window
 
 OPENERS = "([{"
@@ -235,6 +239,7 @@ def postprocess(raw: str, window: Window, base_indent: int | None) -> str | None
     head, tail = window.line_head, window.line_tail
     if base_indent is None:
         text = text.split("\n", 1)[0].rstrip()
+        text = cut_repetition(text, head, window.prefix)
         if not head.strip() and text.strip():
             following = [ln for ln in window.suffix.split("\n")[1:] if ln.strip()]
             if following and following[0].strip() == text.strip():
@@ -246,6 +251,7 @@ def postprocess(raw: str, window: Window, base_indent: int | None) -> str | None
         text = text.rstrip() if not tail else text
     else:
         text = cut_block(text, base_indent, head)
+        text = cut_repetition(text, head, window.prefix)
         if not head.strip() and text.strip():
             # the cursor's line is blank: keep the indent the user already typed
             first, _, rest = text.partition("\n")

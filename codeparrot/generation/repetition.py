@@ -1,0 +1,132 @@
+"""Cut degenerate repetition out of generated code (pure functions, no torch).
+
+Small models fall into loops: ``sympy.polys.polys.polys…``, ``class f(self, self, self…``,
+the same line again and again, or a line copied from just above the cursor. Editors'
+completion systems cut such text before showing it (Tabby drops repetitive lines and
+blocks and trims lines that end in repetition; Continue stops at repeated lines). Here:
+
+- a *unit* (a run of tokens, a word group, or a group of lines) may occur at most
+  :data:`MAX_REPEATS` times in a row; the text is cut before the next occurrence;
+- a line may not repeat one of the lines just above the cursor; the text is cut before it;
+- what is left is ``""`` when the text was only repetition.
+
+Units made only of literals and punctuation (``0, 0, 0, 0``, ``None, None, None``,
+``'-' * 8``) are data, not loops, and are left alone, and so are short or structural lines
+(``pass``, ``return None``, ``)``) that honest code repeats.
+
+Used by the language server's post-processing and the playground.
+"""
+
+from __future__ import annotations
+
+import re
+
+# A unit may occur this many times in a row; the next occurrence is cut.
+MAX_REPEATS = 2
+# Longest unit looked for, in tokens (a word, a run of spaces or of punctuation each count one).
+MAX_UNIT_TOKENS = 16
+# Lines above the cursor that a suggested line may not repeat.
+LINES_ABOVE = 40
+
+_TOKEN = re.compile(r"\w+|\s+|[^\w\s]+")
+_LITERAL_WORD = re.compile(r"(?:\d\w*|None|True|False|_)\Z")
+_WORD = re.compile(r"\w+")
+
+
+def cut_repetition(text: str, before: str = "", above: str = "") -> str:
+    """``text`` cut before its first degenerate repetition.
+
+    ``before`` is what precedes ``text`` on its line (a unit repeated there counts
+    toward the limit); ``above`` the text before the cursor, whose last
+    :data:`LINES_ABOVE` lines a suggested line may not repeat. Trailing whitespace and
+    a dangling separator are removed after a cut; ``""`` means only repetition was left.
+    """
+    end = min(
+        _run_cut(text, before),
+        _line_run_cut(text, before),
+        _line_above_cut(text, before, above),
+    )
+    if end >= len(text):
+        return text
+    kept = text[:end].rstrip()
+    return kept.rstrip(",.;") if kept.endswith((",", ".", ";")) else kept
+
+
+def is_repetitive(text: str, before: str = "", above: str = "") -> bool:
+    """Would :func:`cut_repetition` change ``text``?"""
+    return cut_repetition(text, before, above) != text
+
+
+def _is_data(unit: list[str]) -> bool:
+    """A unit of literals and punctuation only: a table, not a loop."""
+    return all(_LITERAL_WORD.match(tok) or not _WORD.match(tok) for tok in unit)
+
+
+def _run_cut(text: str, before: str) -> int:
+    """Character offset in ``text`` of the earliest occurrence of a token unit beyond the
+    allowed repeats (``len(text)`` when there is none)."""
+    head = _TOKEN.findall(before.split("\n")[-1])
+    tokens = head + _TOKEN.findall(text)
+    best = len(tokens)  # token index to cut at
+    for start in range(len(tokens)):
+        for size in range(1, MAX_UNIT_TOKENS + 1):
+            cut = start + MAX_REPEATS * size
+            run_end = cut + size
+            if cut >= best or run_end > len(tokens):
+                break
+            if run_end <= len(head) or tokens[start + size] != tokens[start]:
+                continue  # the run must reach into ``text``; cheap test first
+            unit = tokens[start : start + size]
+            if all(
+                tokens[start + k * size : start + (k + 1) * size] == unit
+                for k in range(1, MAX_REPEATS + 1)
+            ) and not _is_data(unit):
+                best = max(cut, len(head))
+                break
+    if best >= len(tokens):
+        return len(text)
+    return sum(len(tok) for tok in tokens[len(head) : best])
+
+
+def _line_run_cut(text: str, before: str) -> int:
+    """Offset of the first line of a group of lines repeated beyond the allowed repeats."""
+    lines = text.split("\n")
+    if len(lines) <= MAX_REPEATS:
+        return len(text)
+    keys = [ln.strip() for ln in lines]
+    keys[0] = (before.split("\n")[-1] + lines[0]).strip()
+    offsets = [0]
+    for ln in lines:
+        offsets.append(offsets[-1] + len(ln) + 1)
+    for start in range(len(lines)):
+        for size in range(1, (len(lines) - start) // (MAX_REPEATS + 1) + 1):
+            unit = keys[start : start + size]
+            if not any(_WORD.search(k) for k in unit):
+                continue  # closers and blank lines
+            copies = (
+                keys[start + k * size : start + (k + 1) * size] for k in range(1, MAX_REPEATS + 1)
+            )
+            if all(c == unit for c in copies):
+                return offsets[start + MAX_REPEATS * size]
+    return len(text)
+
+
+def _substantial(line: str) -> bool:
+    """A line worth checking against the lines above: not a keyword, a closer or a short
+    statement such as ``return None`` or ``i += 1`` that honest code repeats."""
+    return len(_WORD.findall(line)) >= 3 and len(line) >= 12
+
+
+def _line_above_cut(text: str, before: str, above: str) -> int:
+    """Offset of the first suggested line that repeats one of the lines above the cursor."""
+    previous = above.split("\n")[:-1][-LINES_ABOVE:]  # the last one is the cursor's line
+    seen = {ln.strip() for ln in previous if _substantial(ln.strip())}
+    if not seen:
+        return len(text)
+    offset = 0
+    for i, line in enumerate(text.split("\n")):
+        whole = (before.split("\n")[-1] + line) if i == 0 else line
+        if whole.strip() in seen:
+            return offset
+        offset += len(line) + 1
+    return len(text)
