@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
+from codeparrot.options import DEVICE, MAX_NEW_TOKENS
 
 # Candidates shown side by side: each is a pre-built editor in the page.
 MAX_CANDIDATES = 8
@@ -22,16 +23,17 @@ class AppConfig(Config):
         metavar="DIR",
     )
     host: str = option("127.0.0.1", "address to listen on (0.0.0.0: every interface)")
-    port: int = option(7860, "port to listen on (0: any free port)")
+    port: int = option(7860, "port to listen on (0: any free port)", ge=0, le=65535)
     concurrency: int = option(
         1,
         "generations running at once; one uses every core of a small CPU machine, "
         "the others wait in the queue",
+        ge=1,
     )
     queue_size: int = option(
-        16, "requests allowed to wait in the queue before new ones are refused"
+        16, "requests allowed to wait in the queue before new ones are refused", ge=1
     )
-    max_new_tokens_limit: int = option(
+    max_new_tokens_limit: int = MAX_NEW_TOKENS.field(
         256, "largest number of new tokens the page lets one ask for"
     )
     max_candidates: int = option(
@@ -49,30 +51,15 @@ class AppConfig(Config):
     max_stop_sequences: int = option(16, "most stop sequences one request may give", ge=0)
     max_stop_chars: int = option(200, "longest stop sequence accepted, in characters", ge=1)
     stream_interval: float = option(
-        0.05, "seconds between streamed updates of the page (0: send every token)"
+        0.05, "seconds between streamed updates of the page (0: send every token)", ge=0
     )
-    device: str | None = option(None, "torch device for the models (default: cuda if present)")
+    device: str | None = DEVICE.field(help="torch device for the models (default: cuda if present)")
     compile: bool = option(
         True,
         "torch.compile each model's one-token decoding step in the background after it "
-        "loads (10-20 s of CPU once, then ~20% faster single-candidate steps; "
-        "generations use the eager step until it is ready)",
+        "loads (some seconds of CPU once, then faster single-candidate steps; generations "
+        "use the eager step until it is ready)",
     )
 
     def problems(self) -> list[str]:
-        out = []
-        if not self.checkpoints:
-            out.append("--checkpoint: give at least one checkpoint directory")
-        if not 0 <= self.port <= 65535:
-            out.append(f"--port must be in 0..65535, got {self.port}")
-        if self.concurrency < 1:
-            out.append(f"--concurrency must be >= 1, got {self.concurrency}")
-        if self.queue_size < 1:
-            out.append(f"--queue-size must be >= 1, got {self.queue_size}")
-        if not 1 <= self.max_new_tokens_limit <= 4096:
-            out.append(
-                f"--max-new-tokens-limit must be in 1..4096, got {self.max_new_tokens_limit}"
-            )
-        if self.stream_interval < 0:
-            out.append(f"--stream-interval must be >= 0, got {self.stream_interval}")
-        return out
+        return [] if self.checkpoints else ["--checkpoint: give at least one checkpoint directory"]

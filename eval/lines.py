@@ -20,6 +20,7 @@ from typing import Any
 from codeparrot.config import Config, option
 from codeparrot.eval.heldout import HeldoutFile, describe, read_heldout
 from codeparrot.io import atomic_directory, atomic_open, provenance, write_json
+from codeparrot.options import MAX_NEW_TOKENS, QUANTIZE_WEIGHTS
 
 LINE_START = "line_start"
 MID_LINE = "mid_line"
@@ -37,24 +38,17 @@ class LinesConfig(Config):
         "a folder of .py files or a corpus folder (its valid split); default: the held-out "
         "packages (see codeparrot.eval.heldout), downloaded once from PyPI",
     )
-    n: int = option(200, "lines to complete (half at a line's start, half mid-line)")
+    n: int = option(200, "lines to complete (half at a line's start, half mid-line)", ge=2)
     seed: int = option(0, "seed of the line draw")
-    max_new_tokens: int = option(48, "most tokens per completion")
+    max_new_tokens: int = MAX_NEW_TOKENS.field(
+        48, "most tokens per completion (at most the language server's 512)", le=512
+    )
     fim: bool = option(True, "send the rest of the file as the suffix when the checkpoint can")
     output: Path | None = option(None, "write lines.jsonl and summary.json into this folder")
-    quantize: str = option(
-        "auto", "decoding steps (as the language server)", choices=("none", "int8", "auto")
-    )
+    quantize: str = QUANTIZE_WEIGHTS.field("auto", "decoding steps (as the language server)")
 
     def problems(self) -> list[str]:
-        out = []
-        if self.checkpoint is None:
-            out.append("give a CHECKPOINT")
-        if self.n < 2:
-            out.append(f"--n must be >= 2, got {self.n}")
-        if not 1 <= self.max_new_tokens <= 512:
-            out.append(f"--max-new-tokens must be in 1..512, got {self.max_new_tokens}")
-        return out
+        return ["give a CHECKPOINT"] if self.checkpoint is None else []
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any
 from codeparrot.config import Config, option
 from codeparrot.eval.heldout import HeldoutFile, describe, read_heldout
 from codeparrot.io import atomic_open, provenance, write_json
+from codeparrot.options import DEVICE
 
 
 @dataclass(frozen=True)
@@ -31,19 +32,14 @@ class LossConfig(Config):
         "a folder of .py files or a corpus folder (its valid split); default: the held-out "
         "packages (see codeparrot.eval.heldout), downloaded once from PyPI",
     )
-    max_files: int = option(200, "score a seeded sample of at most this many files")
+    max_files: int = option(200, "score a seeded sample of at most this many files", ge=1)
     seed: int = option(0, "seed of the file sample")
     output: Path | None = option(None, "write the table as JSON here")
     chart: Path | None = option(None, "write a bar chart (PNG) of nats/char here")
-    device: str = option("cpu", "torch device")
+    device: str = DEVICE.field("cpu", "torch device (default: cpu)")
 
     def problems(self) -> list[str]:
-        out = []
-        if not self.checkpoints:
-            out.append("give at least one CHECKPOINT")
-        if self.max_files < 1:
-            out.append(f"--max-files must be >= 1, got {self.max_files}")
-        return out
+        return [] if self.checkpoints else ["give at least one CHECKPOINT"]
 
 
 @dataclass(frozen=True)

@@ -143,3 +143,146 @@ def test_bounds_and_defaults_can_be_read_for_a_ui():
     assert field_default(Small, "narrowed") == 0.1
     with pytest.raises(KeyError):
         field_bounds(Small, "nope")
+
+
+# -- every stage config agrees with the shared declarations --------------------------------
+
+# Fields whose name means one shared setting wherever it appears, and its declaration.
+SHARED_BY_NAME = {
+    "temperature": "TEMPERATURE",
+    "top_p": "TOP_P",
+    "top_k": "TOP_K",
+    "quantize": "QUANTIZE_WEIGHTS",
+    "dtype": "DTYPE",
+    "device": "DEVICE",
+    "preset": "PRESET",
+    "n_positions": "N_POSITIONS",
+    "vocab_size": "VOCAB_SIZE",
+    "log_with": "TRACKER",
+    "mixed_precision": "MIXED_PRECISION",
+    "learning_rate": "LEARNING_RATE",
+    "min_lr_ratio": "MIN_LR_RATIO",
+    "weight_decay": "WEIGHT_DECAY",
+    "dropout": "DROPOUT",
+    "seq_length": "SEQ_LENGTH",
+}
+# Of those, the ones no stage may narrow: a value valid in one stage is valid in all.
+SAME_EVERYWHERE = {
+    "temperature",
+    "top_p",
+    "top_k",
+    "quantize",
+    "dtype",
+    "preset",
+    "log_with",
+    "mixed_precision",
+}
+
+
+def stage_configs() -> list[type]:
+    from codeparrot.app.config import AppConfig
+    from codeparrot.data.config import DataConfig, StatsConfig
+    from codeparrot.eval.config import ExecuteConfig, ExecutionOptions, HumanEvalConfig
+    from codeparrot.eval.lines import LinesConfig
+    from codeparrot.eval.loss import LossConfig
+    from codeparrot.generation.config import CompleteConfig, GenerationConfig
+    from codeparrot.lsp.config import LspConfig
+    from codeparrot.models.presets import InitConfig
+    from codeparrot.quickstart_cli import QuickstartConfig
+    from codeparrot.tokenizer.config import TokenizerConfig, TokenizerReportConfig
+    from codeparrot.training.config import TrainConfig
+    from codeparrot.training.finetune import FinetuneConfig
+
+    return [
+        AppConfig,
+        CompleteConfig,
+        DataConfig,
+        ExecuteConfig,
+        ExecutionOptions,
+        FinetuneConfig,
+        GenerationConfig,
+        HumanEvalConfig,
+        InitConfig,
+        LinesConfig,
+        LossConfig,
+        LspConfig,
+        QuickstartConfig,
+        StatsConfig,
+        TokenizerConfig,
+        TokenizerReportConfig,
+        TrainConfig,
+    ]
+
+
+def test_the_walk_covers_every_config_class_in_the_project():
+    """A new stage config must join the walk below (so that it is checked for drift)."""
+    import ast
+
+    import codeparrot
+
+    roots = [Path(p) for p in codeparrot.__path__]
+    for sub in ("training", "eval", "app", "lsp"):
+        module = __import__(f"codeparrot.{sub}", fromlist=["_"])
+        roots += [Path(p) for p in module.__path__]
+    defined = set()
+    for root in roots:
+        for path in root.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef) and any(
+                    getattr(b, "id", getattr(b, "attr", "")).endswith(("Config", "Options"))
+                    for b in node.bases
+                ):
+                    defined.add(node.name)
+    walked = {cls.__name__ for cls in stage_configs()}
+    assert defined - walked == set()
+
+
+def test_shared_settings_keep_their_single_declaration_in_every_stage():
+    import dataclasses
+
+    from codeparrot import options
+    from codeparrot.config import Bounds
+
+    seen = set()
+    for cls in stage_configs():
+        for f in dataclasses.fields(cls):
+            where = f"{cls.__name__}.{f.name}"
+            declared = f.metadata.get("declaration")
+            name = SHARED_BY_NAME.get(f.name)
+            if f.name.endswith("max_new_tokens") or f.name == "max_new_tokens_limit":
+                name = "MAX_NEW_TOKENS"
+            if name is not None:
+                assert declared is getattr(options, name), f"{where} is not {name}.field()"
+                seen.add(name)
+            if declared is None:
+                continue
+            bounds = Bounds.of(f)
+            assert bounds.within(declared.bounds), f"{where} widens {declared}"
+            if f.name in SAME_EVERYWHERE:
+                assert bounds == declared.bounds, f"{where} narrows a setting shared as is"
+    assert seen >= {"TEMPERATURE", "TOP_P", "QUANTIZE_WEIGHTS", "DTYPE", "PRESET"}
+
+
+def test_the_sampling_bounds_are_the_engines_everywhere():
+    from codeparrot.config import field_bounds
+    from codeparrot.eval.config import HumanEvalConfig
+    from codeparrot.generation.config import GenerationConfig
+    from codeparrot.lsp.config import LspConfig
+
+    for name in ("temperature", "top_p"):
+        expected = field_bounds(GenerationConfig, name)
+        assert field_bounds(HumanEvalConfig, name) == expected
+        assert field_bounds(LspConfig, name) == expected
+    # the editor's greedy default is its own; a bad value is refused the same way
+    for cls in (GenerationConfig, HumanEvalConfig, LspConfig):
+        with pytest.raises(ConfigError, match=r"--temperature must be >= 0, got -0\.5"):
+            cls.from_dict({"temperature": -0.5})
+    assert field_default(LspConfig, "temperature") == 0.0
+    assert field_default(GenerationConfig, "temperature") == 0.2
+
+
+def test_preset_names_are_the_models_presets():
+    from codeparrot.models.presets import PRESETS
+    from codeparrot.options import PRESET_NAMES
+
+    assert tuple(PRESETS) == PRESET_NAMES
