@@ -652,6 +652,15 @@ def _mount(libc, source, target, fstype, flags, data=None):
         raise OSError(err, f"mount {target!r}: {os.strerror(err)}")
 
 
+def join_cgroups(paths):
+    """Move Z, and so everything it will fork whatever its session, into its worker's
+    cgroups. (Over the memory limit the OOM killer picks the largest process: the
+    sample's; should it pick Z, the harness restarts the worker.)"""
+    for path in paths:
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+
+
 # -- Z: the zygote ----------------------------------------------------------------------
 
 
@@ -807,6 +816,7 @@ def main():
     import json
 
     mode, slot, config = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+    join_cgroups(config["cgroups"])
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)

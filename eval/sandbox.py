@@ -15,6 +15,7 @@ import select
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -81,9 +82,111 @@ class Isolation:
 
     mode: str
     missing: list[str] = field(default_factory=list)
+    accounting: str = "none"  # per-worker CPU/memory/pids cgroups: "cgroup2", "cgroup1" or "none"
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "missing": list(self.missing)}
+        return {"mode": self.mode, "missing": list(self.missing), "accounting": self.accounting}
+
+
+NO_CGROUP = (
+    "no cgroup (none can be created here): CPU and memory are not accounted per worker, so "
+    "a sample that forks and calls setsid() can starve honest samples into timeouts, and "
+    "memory is bounded per process only (RLIMIT_AS)"
+)
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_CONTROLLERS = ("cpu", "memory", "pids")
+CPU_PERIOD_US = 100_000
+
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroup per v1 controller, and ``""`` for the unified hierarchy."""
+    own = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            own[controller] = path
+    return own
+
+
+def cgroup_bases() -> tuple[str, list[Path]]:
+    """Where this process may make child cgroups: ``("cgroup2", [dir])``,
+    ``("cgroup1", [cpu, memory, pids dirs])`` or ``("none", [])``."""
+    try:
+        own = _own_cgroups()
+        if (CGROUP_ROOT / "cgroup.controllers").exists():
+            base = CGROUP_ROOT / own.get("", "/").lstrip("/")
+            enabled = (base / "cgroup.subtree_control").read_text().split()
+            if not set(CGROUP_CONTROLLERS) <= set(enabled):
+                return "none", []
+            return "cgroup2", [base]
+        bases = [CGROUP_ROOT / c / own.get(c, "/").lstrip("/") for c in CGROUP_CONTROLLERS]
+    except (OSError, ValueError):
+        return "none", []
+    if all(base.is_dir() for base in bases):
+        return "cgroup1", bases
+    return "none", []
+
+
+def cgroup_support() -> str:
+    """The per-worker accounting available, proven by making and removing a group."""
+    kind, bases = cgroup_bases()
+    if kind == "none":
+        return kind
+    probe = WorkerCgroup(kind, bases, f"codeparrot-probe-{os.getpid()}-{threading.get_ident()}")
+    try:
+        probe.create(Limits())
+        probe.remove()
+    except OSError:
+        return "none"
+    return kind
+
+
+class WorkerCgroup:
+    """One worker's cgroup: every process a sample makes is in it, whatever its session.
+
+    It gets one CPU at most and an equal share with the other workers under contention,
+    a memory limit for the whole sample (shared memory and tmpfs included) and a
+    process limit.
+    """
+
+    def __init__(self, kind: str, bases: list[Path], name: str):
+        self.kind = kind
+        self.dirs = [base / name for base in bases]
+
+    def create(self, limits: Limits) -> None:
+        memory = limits.memory + 2 * limits.file_size + (128 << 20)  # + zygote and checker
+        pids = limits.processes + 32  # + zygote, checker, their threads
+        if self.kind == "cgroup2":
+            values = {"cpu.max": f"{CPU_PERIOD_US} {CPU_PERIOD_US}", "memory.max": memory}
+            values |= {"memory.swap.max": 0, "pids.max": pids}
+        else:
+            values = {"cpu.cfs_period_us": CPU_PERIOD_US, "cpu.cfs_quota_us": CPU_PERIOD_US}
+            values |= {"memory.limit_in_bytes": memory, "pids.max": pids}
+        for path in self.dirs:
+            path.mkdir(exist_ok=True)
+        for name, value in values.items():
+            target = next((d / name for d in self.dirs if (d / name).exists()), None)
+            if target is None and name != "memory.swap.max":  # swap may be off
+                raise OSError(f"cgroup file {name} missing under {self.dirs}")
+            if target is not None:
+                target.write_text(str(value))
+
+    def remove(self) -> None:
+        """Remove the group, killing whatever is left in it."""
+        for path in self.dirs:
+            for _ in range(50):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    for pid in (path / "cgroup.procs").read_text().split():
+                        try:
+                            os.kill(int(pid), 9)
+                        except ProcessLookupError:
+                            pass
+                    time.sleep(0.02)
 
 
 def require_permission(allow: bool) -> None:
@@ -131,8 +234,10 @@ def _command(
     slot: int,
     secret: tuple[str, ...] = (),
     checker: list[tuple[str, str]] | None = None,
+    cgroups: list[str] | None = None,
 ) -> list[str]:
-    config = json.dumps({"secret": list(secret), "checker": checker or []})
+    config = {"secret": list(secret), "checker": checker or [], "cgroups": cgroups or []}
+    config = json.dumps(config)
     zygote = [sys.executable, "-I", "-S", str(ZYGOTE), mode, str(slot), config]
     if mode == "root":
         return ["unshare", "--net", *zygote]
@@ -175,7 +280,9 @@ def detect_isolation(mode: str | None = None) -> Isolation:
             errors.append(f"{candidate}: {e}")
             continue
         if verdict.passed:
-            isolation = Isolation(candidate, MISSING[candidate])
+            accounting = cgroup_support()
+            missing = MISSING[candidate] + ([NO_CGROUP] if accounting == "none" else [])
+            isolation = Isolation(candidate, missing, accounting)
             if isolation.missing:
                 message = (
                     f"SANDBOX IS WEAKER THAN IT SHOULD BE (mode {candidate!r}): "
@@ -215,6 +322,7 @@ class Sandbox:
         self.limits = limits or Limits()
         self.secret_dirs = default_secret_dirs() if secret_dirs is None else secret_dirs
         self._checker = checker_paths(self.limits.checker_packages)
+        self._cgroup: WorkerCgroup | None = None
         self._proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Sandbox:
@@ -227,8 +335,23 @@ class Sandbox:
     def start(self) -> None:
         if self._proc is not None:
             return
+        cgroups = []
+        if self.isolation.accounting != "none":
+            if self._cgroup is None:
+                kind, bases = cgroup_bases()
+                name = f"codeparrot-{os.getpid()}-{self.slot}-{id(self):x}"
+                cgroup = WorkerCgroup(kind, bases, name)
+                try:
+                    if kind != self.isolation.accounting:
+                        raise OSError(f"only {kind!r} is available")
+                    cgroup.create(self.limits)
+                except OSError as e:
+                    cgroup.remove()
+                    raise SandboxError(f"{self.isolation.accounting} accounting failed: {e}") from e
+                self._cgroup = cgroup
+            cgroups = [str(path) for path in self._cgroup.dirs]
         self._proc = subprocess.Popen(
-            _command(self.isolation.mode, self.slot, self.secret_dirs, self._checker),
+            _command(self.isolation.mode, self.slot, self.secret_dirs, self._checker, cgroups),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=_CLEAN_ENV,
@@ -238,15 +361,17 @@ class Sandbox:
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            proc.stdin.close()
-            proc.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            self._kill(proc)
-        finally:
-            proc.stdout.close()
+        cgroup, self._cgroup = self._cgroup, None
+        if proc is not None:
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self._kill(proc)
+            finally:
+                proc.stdout.close()
+        if cgroup is not None:
+            cgroup.remove()
 
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:
