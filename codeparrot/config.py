@@ -354,13 +354,8 @@ def add_config_arguments(
             if f.default is not dataclasses.MISSING
             else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
         )
-        help_text = _help_text(f, tp)
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        if not required and default not in (None, (), []):
-            shown = _to_jsonable(default)
-            if isinstance(shown, list):
-                shown = " ".join(map(str, shown))
-            help_text = f"{help_text} (default: {shown})"
+        help_text = _help_text(f, tp, default, required)
         # argparse %-formats help texts: a literal "%" must reach it doubled
         kwargs: dict[str, Any] = {"help": help_text.replace("%", "%%")}
         if "choices" in f.metadata:
@@ -390,16 +385,23 @@ def add_config_arguments(
             )
 
 
-def _help_text(f: dataclasses.Field, tp: Any) -> str:
-    """The field's help with its declared range (choices argparse shows itself)."""
-    text = f.metadata.get("help", "")
+def _help_text(f: dataclasses.Field, tp: Any, default: Any, required: bool) -> str:
+    """The field's help, then its declared range and its default: ``"... (in 1..64;
+    default: 8)"`` (choices argparse shows itself)."""
+    notes = []
     bounds = dataclasses.replace(Bounds.of(f), choices=None)
     if bounds != Bounds():
         origin = get_origin(tp)
         inner = (get_args(tp) or (str,))[0] if origin in (tuple, list) else tp
         each = "each " if origin in (tuple, list) else ""
-        text = f"{text}; {each}{bounds.describe(integer=inner is int)}"
-    return text
+        notes.append(each + bounds.describe(integer=inner is int))
+    if not required and default not in (None, (), []):
+        shown = _to_jsonable(default)
+        if isinstance(shown, list):
+            shown = " ".join(map(str, shown))
+        notes.append(f"default: {shown}")
+    text = f.metadata.get("help", "")
+    return f"{text} ({'; '.join(notes)})" if notes else text
 
 
 def _scalar_type(tp: Any) -> Any:

@@ -114,12 +114,13 @@ def test_help_shows_the_bounds_and_argparse_refuses_a_bad_choice(capsys):
     parser = argparse.ArgumentParser()
     add_config_arguments(parser, Small)
     text = " ".join(parser.format_help().split())
-    assert "how many; in 1..64 (default: 8)" in text
-    assert "a rate; in (0, 1) (default: 0.5)" in text
-    assert "a floor; >= 0" in text
-    assert "some k; each at least 1 (default: 1 10)" in text
-    assert "a stage's own default; in [0, 0.5] (default: 0.1)" in text
+    assert "how many (in 1..64; default: 8)" in text
+    assert "a rate (in (0, 1); default: 0.5)" in text
+    assert "a floor (>= 0; default: 0.0)" in text
+    assert "some k (each at least 1; default: 1 10)" in text
+    assert "a stage's own default (in [0, 0.5]; default: 0.1)" in text
     assert "{fast,slow}" in text
+    assert "an optional cap (at least 1)" in text  # no default to show
     with pytest.raises(SystemExit):
         parser.parse_args(["--mode", "warp"])
     assert "invalid choice: 'warp'" in capsys.readouterr().err
