@@ -39,6 +39,7 @@ class Widgets:
     seed: Any = None
     stop_mode: Any = None
     stop_text: Any = None
+    cut_repetition: Any = None
     run: Any = None
     stop: Any = None
     notice: Any = None
@@ -60,6 +61,7 @@ class Widgets:
             self.seed,
             self.stop_mode,
             self.stop_text,
+            self.cut_repetition,
         ]
 
     def generation_outputs(self) -> list[Any]:
@@ -167,6 +169,12 @@ def _checkpoint_and_sampling(
             elem_id="seed",
             scale=1,
         )
+    w.cut_repetition = gr.Checkbox(
+        value=True,
+        label="Cut repetition",
+        info="show each candidate up to where it starts repeating itself or the prompt",
+        elem_id="cut-repetition",
+    )
 
 
 def _reports(w: Widgets) -> None:

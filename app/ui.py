@@ -40,6 +40,7 @@ from codeparrot.generation import (
     GenerationConfig,
     StreamEvent,
 )
+from codeparrot.generation.repetition import cut_repetition
 
 log = logging.getLogger(__name__)
 
@@ -111,12 +112,14 @@ def stop_sequences(mode: str, text: str) -> tuple[str, ...]:
     raise _user_error(f"Unknown stop mode {mode!r}; choose one of {', '.join(STOP_MODES)}.")
 
 
-def _candidate_label(index: int, completion: Any | None) -> str:
+def _candidate_label(index: int, completion: Any | None, cut: bool = False) -> str:
     if completion is None:
         return f"candidate {index + 1} · generating…"
     return (
         f"candidate {index + 1} · {completion.new_tokens} tokens · {completion.seconds:.2f} s · "
-        f"{completion.tokens_per_second:.1f} tokens/s · {completion.finish_reason}"
+        f"{completion.tokens_per_second:.1f} tokens/s · "
+        + ("cut at a repetition · " if cut else "")
+        + completion.finish_reason
     )
 
 
@@ -209,12 +212,23 @@ def _session_of(request: gr.Request | None) -> str:
 
 
 class _CandidatesView:
-    """The page's view of one generation: text so far and the finished candidates."""
+    """The page's view of one generation: text so far and the finished candidates.
 
-    def __init__(self, prompt: str, n: int) -> None:
+    With ``cut`` each candidate is shown cut before its first degenerate repetition
+    (:func:`~codeparrot.generation.repetition.cut_repetition`, the prompt being the text
+    above and before it); the details say which were cut.
+    """
+
+    def __init__(self, prompt: str, n: int, cut: bool = False) -> None:
         self.prompt = prompt
+        self.cut = cut
         self.texts = [""] * n
         self.done: list[Completion | None] = [None] * n
+
+    def shown(self, index: int) -> str:
+        """Candidate ``index`` as the page shows it."""
+        text = self.texts[index]
+        return cut_repetition(text, before=self.prompt, above=self.prompt) if self.cut else text
 
     def add(self, event: StreamEvent) -> None:
         if event.completion is not None:
@@ -225,8 +239,14 @@ class _CandidatesView:
 
     def details(self) -> list[dict[str, Any]]:
         out = []
-        for i, (text, c) in enumerate(zip(self.texts, self.done, strict=True)):
-            row: dict[str, Any] = {"candidate": i + 1, "text": text, "finish_reason": None}
+        for i, c in enumerate(self.done):
+            text = self.shown(i)
+            row: dict[str, Any] = {
+                "candidate": i + 1,
+                "text": text,
+                "finish_reason": None,
+                "repetition_cut": text != self.texts[i],
+            }
             if c is not None:
                 row.update(
                     finish_reason=c.finish_reason,
@@ -247,10 +267,11 @@ class _CandidatesView:
         leaves the notice, the details and the hidden editors as they are.
         """
         n = len(self.texts)
+        shown = [self.shown(i) for i in range(n)]
         editors = [
             gr.Code(
-                value=self.prompt + self.texts[i],
-                label=_candidate_label(i, self.done[i]),
+                value=self.prompt + shown[i],
+                label=_candidate_label(i, self.done[i], shown[i] != self.texts[i]),
                 visible=True,
             )
             if i < n
@@ -325,7 +346,8 @@ class Playground:
         seed: float | None,
         stop_mode: str,
         stop_text: str,
-        request: gr.Request,
+        cut_repetition: bool = True,
+        request: gr.Request | None = None,
     ) -> Iterator[tuple[Any, ...]]:
         """Stream candidates: yields (notice, details, candidate 1, ..., candidate 8).
 
@@ -340,7 +362,7 @@ class Playground:
             ticket = self.slots.join()
         except CodeparrotError as e:
             raise _user_error(str(e)) from None
-        view = _CandidatesView(prompt, gen.n)
+        view = _CandidatesView(prompt, gen.n, cut=bool(cut_repetition))
         session = _session_of(request)
         cancel = self.running.start(session)
         try:

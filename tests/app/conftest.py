@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,6 +49,44 @@ def write_reports(checkpoint: Path) -> dict:
     }
     (report / "summary.json").write_text(json.dumps(summary))
     return facts
+
+
+class FakePool:
+    """An engine pool over one checkpoint name whose engine is a test's fake."""
+
+    def __init__(self, checkpoint: Path, engine: Any) -> None:
+        self.checkpoints = {str(checkpoint): checkpoint}
+        self.engine = engine
+
+    def is_loaded(self, key: str) -> bool:
+        return True
+
+    def get(self, key: str) -> Any:
+        return self.engine
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator:
+    """Serve playgrounds over fake engines: yields ``start(engine, **config)`` -> (URL,
+    the :class:`codeparrot.app.ui.Playground`)."""
+    from codeparrot.app.config import AppConfig
+    from codeparrot.app.ui import Playground as Handlers
+    from codeparrot.app.ui import serve
+
+    demos = []
+
+    def start(engine: Any, **changes: Any) -> tuple[str, Any]:
+        checkpoint = tmp_path / f"ckpt-{len(demos)}"
+        checkpoint.mkdir()
+        config = AppConfig(checkpoints=(checkpoint,), port=0, stream_interval=0.0, **changes)
+        playground = Handlers(config, pool=FakePool(checkpoint, engine))
+        demo, url = serve(playground, block=False)
+        demos.append(demo)
+        return url, playground
+
+    yield start
+    for demo in demos:
+        demo.close()
 
 
 @pytest.fixture(scope="session")

@@ -13,11 +13,9 @@ import math
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from codeparrot.app.config import AppConfig
 from codeparrot.app.limits import GenerationSlots, RequestLimits, RequestRefused, check_request
 from codeparrot.generation import Completion, StreamEvent
 
@@ -125,42 +123,9 @@ class FakeEngine:
             yield StreamEvent(i, "", Completion("x", "length", 1, 1, 0.01, seed=0))
 
 
-class FakePool:
-    def __init__(self, checkpoint: Path, engine: FakeEngine) -> None:
-        self.checkpoints = {str(checkpoint): checkpoint}
-        self.engine = engine
-
-    def is_loaded(self, key: str) -> bool:
-        return True
-
-    def get(self, key: str) -> FakeEngine:
-        return self.engine
-
-
-@pytest.fixture
-def served(tmp_path):
-    """Start a playground over a fake engine; yields a function (engine, **config) -> URL."""
-    from codeparrot.app.ui import Playground, serve
-
-    demos = []
-
-    def start(engine: FakeEngine, **changes) -> tuple[str, Playground]:
-        checkpoint = tmp_path / f"ckpt-{len(demos)}"
-        checkpoint.mkdir()
-        config = AppConfig(checkpoints=(checkpoint,), port=0, stream_interval=0.0, **changes)
-        playground = Playground(config, pool=FakePool(checkpoint, engine))
-        demo, url = serve(playground, block=False)
-        demos.append(demo)
-        return url, playground
-
-    yield start
-    for demo in demos:
-        demo.close()
-
-
 def generate_args(playground, prompt="def f():\n", **kw):
     args = dict(max_new_tokens=16, temperature=0.2, top_p=0.95, n=1, seed=0,
-                stop_mode="none", stop_text="")  # fmt: skip
+                stop_mode="none", stop_text="", cut_repetition=True)  # fmt: skip
     args.update(kw)
     return (next(iter(playground.pool.checkpoints)), prompt, *args.values())
 
