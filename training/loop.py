@@ -31,6 +31,7 @@ from codeparrot.training.data import (
     shard_files,
 )
 from codeparrot.training.launch import has_accelerator_device, launched_alone_for_several
+from codeparrot.training.resume_state import check_state_files, load_state, save_state
 
 CHECKPOINTS = "checkpoints"
 STATE = "state"
@@ -104,7 +105,7 @@ def measure_peak_flops(seconds: float = 1.0, n: int = 1024, dtype: str = "bfloat
 
 
 class TrainState:
-    """Counters and data position; registered with Accelerate so save_state keeps them."""
+    """Counters and data position, kept in the checkpoint's ``state/`` (see resume_state)."""
 
     def __init__(self, batches: Batches) -> None:
         self.batches = batches
@@ -207,6 +208,7 @@ def _preflight(config: TrainConfig) -> Path | None:
                 "start a new run without --resume"
             )
         _check_resumable(config, found[-1])
+        check_state_files(found[-1] / STATE)  # before anything of it is loaded
         return found[-1]
     if checkpoint_dirs(config.output) or (config.output / METRICS).exists():
         raise CheckpointError(
@@ -393,15 +395,15 @@ def setup(
         train_data, config.batch_size, accelerator.process_index, accelerator.num_processes
     )
     state = TrainState(batches)
-    accelerator.register_for_checkpointing(state)
     if resume_from is not None:
-        try:
-            accelerator.load_state(str(resume_from / STATE))
-        except Exception as e:  # torch, safetensors and pickle raise many types
-            raise CheckpointError(
-                f"--resume: the state in {resume_from / STATE} cannot be loaded ({e}); "
-                "delete that checkpoint directory to resume from the one before it"
-            ) from e
+        saved = load_state(
+            resume_from / STATE,
+            accelerator=accelerator,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+        )
+        state.load_state_dict(saved)
 
     peak = config.peak_tflops * 1e12 if config.peak_tflops else measure_peak_flops()
     return Run(
@@ -676,7 +678,14 @@ def save_checkpoint(run: Run, eval_loss: float | None, train_loss: float | None)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     acc.wait_for_everyone()
-    acc.save_state(str(tmp / STATE))
+    save_state(
+        tmp / STATE,
+        accelerator=acc,
+        model=run.model,
+        optimizer=run.optimizer,
+        scheduler=run.scheduler,
+        train_state=state.state_dict(),
+    )
     acc.wait_for_everyone()
     if acc.is_main_process:
         meta = {
