@@ -20,16 +20,6 @@ from codeparrot.errors import ConfigError
 from codeparrot.options import MAX_N_POSITIONS as MAX_N_POSITIONS  # re-exported
 from codeparrot.options import N_POSITIONS, PRESET
 
-
-def n_positions_problem(n_positions: int | None) -> str | None:
-    """What is wrong with an ``--n-positions`` value (``None``: the preset's own), or None."""
-    if n_positions is not None and not N_POSITIONS.bounds.admits(n_positions):
-        return (
-            f"--n-positions must be {N_POSITIONS.bounds.describe(integer=True)}, got {n_positions}"
-        )
-    return None
-
-
 VOCAB_MULTIPLE = 64
 
 
