@@ -15,6 +15,8 @@ import gradio as gr
 
 from codeparrot.app.config import MAX_CANDIDATES
 from codeparrot.app.examples import CHAPTER_EXAMPLES, STOP_FIRST_BLOCK, STOP_MODES
+from codeparrot.config import field_bounds, field_default
+from codeparrot.generation.config import GenerationConfig
 
 if TYPE_CHECKING:
     from codeparrot.app.ui import Playground
@@ -24,6 +26,9 @@ INTRO = (
     "Write the start of some Python, pick a checkpoint and press **Generate**: "
     "the candidates stream in as the model samples them."
 )
+
+# The end of a slider over a setting declared without an upper bound (temperature).
+UNBOUNDED_SLIDER_TOP = 2.0
 
 
 @dataclass
@@ -151,8 +156,8 @@ def _checkpoint_and_sampling(
         w.max_new_tokens.render()
         w.n = gr.Slider(1, max_candidates, value=1, step=1, label="Candidates")
     with gr.Row():
-        w.temperature = gr.Slider(0.0, 2.0, value=0.2, step=0.05, label="Temperature (0: greedy)")
-        w.top_p = gr.Slider(0.05, 1.0, value=0.95, step=0.01, label="Top-p")
+        w.temperature = _sampling_slider("temperature", "Temperature (0: greedy)", step=0.05)
+        w.top_p = _sampling_slider("top_p", "Top-p", step=0.01)
     w.stop_mode.render()
     with gr.Row():
         w.stop_text = gr.Textbox(
@@ -175,6 +180,19 @@ def _checkpoint_and_sampling(
         info="show each candidate up to where it starts repeating itself or the prompt",
         elem_id="cut-repetition",
     )
+
+
+def _sampling_slider(name: str, label: str, step: float) -> gr.Slider:
+    """A slider over :class:`GenerationConfig`'s field ``name``: its declared bounds and
+    default (an exclusive bound starts one step in; no upper bound ends at
+    :data:`UNBOUNDED_SLIDER_TOP`)."""
+    bounds = field_bounds(GenerationConfig, name)
+    low = bounds.minimum if bounds.minimum is not None else 0.0
+    if bounds.gt is not None:
+        low += step
+    high = bounds.maximum if bounds.maximum is not None else UNBOUNDED_SLIDER_TOP
+    default = field_default(GenerationConfig, name)
+    return gr.Slider(low, high, value=default, step=step, label=label)
 
 
 def _reports(w: Widgets) -> None:

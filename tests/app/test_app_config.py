@@ -95,3 +95,20 @@ def test_the_pool_compiles_each_model_in_the_background_when_asked(tiny_checkpoi
     engine = EnginePool((tiny_checkpoint,), compile=True).get(str(tiny_checkpoint))
     assert engine.steps_compiled.wait(timeout=600) and engine.compile_error is None
     assert AppConfig(checkpoints=(tiny_checkpoint,)).compile  # the CLI's default
+
+
+def test_sampling_sliders_follow_the_one_declaration(tmp_path):
+    import gradio as gr
+
+    from codeparrot.app.ui import build_app
+    from codeparrot.config import field_bounds, field_default
+    from codeparrot.generation.config import GenerationConfig
+
+    demo = build_app(AppConfig(checkpoints=(tmp_path,)))
+    sliders = {b.label: b for b in demo.blocks.values() if isinstance(b, gr.Slider)}
+    temperature, top_p = sliders["Temperature (0: greedy)"], sliders["Top-p"]
+    assert temperature.value == field_default(GenerationConfig, "temperature")
+    assert temperature.minimum == field_bounds(GenerationConfig, "temperature").minimum
+    assert top_p.value == field_default(GenerationConfig, "top_p")
+    assert top_p.maximum == field_bounds(GenerationConfig, "top_p").maximum
+    assert top_p.minimum > 0  # top_p = 0 is not a setting: the slider cannot reach it
