@@ -22,6 +22,7 @@ from codeparrot.options import (
     WEIGHT_DECAY,
 )
 from codeparrot.options import PRESET_NAMES as PRESET_NAMES  # re-exported
+from codeparrot.training.optim_names import OPTIMIZERS, SCHEDULES
 
 FIM_MODES = ("document", "context")  # where the FIM transform applies: before or after packing
 
@@ -70,6 +71,21 @@ class TrainConfig(Config):
     learning_rate: float | None = LEARNING_RATE.field(
         help="peak learning rate (default: the preset's: tiny 2e-3, small 5e-4, large 2e-4; "
         "5e-4 with --init-from)",
+    )
+    optimizer: str = option(
+        "adamw",
+        "adamw: AdamW on every parameter (the CodeParrot recipe); muon: Muon on the hidden "
+        "weight matrices and AdamW on embeddings, head, biases and norm gains",
+        choices=OPTIMIZERS,
+    )
+    schedule: str = option(
+        "cosine",
+        "learning-rate schedule after the warmup: cosine to the floor, or wsd (stable at the "
+        "peak, then linear to the floor over the last --decay-fraction of the steps)",
+        choices=SCHEDULES,
+    )
+    decay_fraction: float = option(
+        0.2, "wsd: share of --max-steps spent decaying to the floor", gt=0, le=1
     )
     min_lr_ratio: float = MIN_LR_RATIO.field()
     warmup_steps: int = WARMUP_STEPS.field()

@@ -31,6 +31,7 @@ from codeparrot.training.data import (
     shard_files,
 )
 from codeparrot.training.launch import has_accelerator_device, launched_alone_for_several
+from codeparrot.training.optim import lr_factor, parameter_groups  # noqa: F401 (re-exported)
 from codeparrot.training.resume_state import check_state_files, load_state, save_state
 
 CHECKPOINTS = "checkpoints"
@@ -57,32 +58,6 @@ class TrainResult:
 
 
 # -- small pure helpers ----------------------------------------------------------------
-
-
-def lr_factor(step: int, *, warmup_steps: int, max_steps: int, min_lr_ratio: float) -> float:
-    """Learning-rate multiplier at ``step``: linear warmup, then cosine down to the floor."""
-    # 1) linear warmup from lr/(warmup+1) to lr
-    if step < warmup_steps:
-        return (step + 1) / (warmup_steps + 1)
-    # 2) past the end of the schedule: the floor
-    if step >= max_steps:
-        return min_lr_ratio
-    # 3) cosine decay from 1 to min_lr_ratio in between
-    progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
-    return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def parameter_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: decay on weight matrices and embeddings, none on biases and norms."""
-    decay, no_decay = [], []
-    for _name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (decay if p.ndim >= 2 else no_decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
 
 
 def perplexity(loss: float) -> float:
@@ -319,6 +294,7 @@ def setup(
 
     from codeparrot.models.checkpoint import check_sequence_length, load_tokenizer
     from codeparrot.models.presets import count_parameters, flops_per_token
+    from codeparrot.training.optim import build_optimizer
 
     tokenizer = load_tokenizer(tokenizer_dir(config))
     if train_data is None or valid_data is None:
@@ -367,11 +343,12 @@ def setup(
     fpt = flops_per_token(
         model.config, count_parameters(model, exclude_position_embeddings=True), seq_length
     )
-    optimizer = torch.optim.AdamW(
-        parameter_groups(model, config.weight_decay),
+    optimizer = build_optimizer(
+        model,
+        name=config.optimizer,
         lr=config.learning_rate,
+        weight_decay=config.weight_decay,
         betas=(config.adam_beta1, config.adam_beta2),
-        **_fast_adamw_kwargs(torch),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
@@ -380,6 +357,8 @@ def setup(
             warmup_steps=config.warmup_steps,
             max_steps=config.max_steps,
             min_lr_ratio=config.min_lr_ratio,
+            schedule=config.schedule,
+            decay_fraction=config.decay_fraction,
         ),
     )
     model.train()  # from_pretrained returns a model in eval mode (dropout off)
@@ -470,15 +449,6 @@ def _warn_single_cpu_process() -> None:
             "(through torchrun), as does `torchrun --nproc_per_node N -m codeparrot.training ...`",
             stacklevel=3,
         )
-
-
-def _fast_adamw_kwargs(torch: Any) -> dict[str, Any]:
-    """The fused AdamW kernel where torch has one for CPU, else the foreach one."""
-    try:
-        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], fused=True)
-        return {"fused": True}
-    except (RuntimeError, TypeError):
-        return {"foreach": True}
 
 
 # -- loop ------------------------------------------------------------------------------

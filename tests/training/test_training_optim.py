@@ -1,0 +1,59 @@
+"""Muon with AdamW, and the warmup-stable-decay schedule, in the real training loop."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from codeparrot.training import train
+from codeparrot.training.optim import build_optimizer, lr_factor
+from tests.training.test_training_loop import corpus, read_weights, tiny_config  # noqa: F401
+
+
+def test_wsd_holds_the_peak_then_decays_linearly_to_the_floor():
+    f = [
+        lr_factor(s, warmup_steps=10, max_steps=110, min_lr_ratio=0.1, schedule="wsd",
+                  decay_fraction=0.2)
+        for s in range(120)
+    ]  # fmt: skip
+    assert f[0] < f[9] < 1.0  # warmup
+    assert all(x == 1.0 for x in f[10:88])  # stable until the last 20% (22 steps)
+    assert f[88] == 1.0 and f[89] < 1.0 and f[109] == pytest.approx(0.1 + 0.9 / 22)
+    assert all(a > b for a, b in itertools.pairwise(f[88:110]))
+    assert f[110:] == [0.1] * 10
+
+
+def test_muon_takes_the_hidden_matrices_and_adamw_the_rest(tiny_checkpoint):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint)
+    opt = build_optimizer(model, name="muon", lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95))
+    muon = {id(p) for g in opt.inner["muon"].param_groups for p in g["params"]}
+    adamw = {id(p) for g in opt.inner["adamw"].param_groups for p in g["params"]}
+    assert not muon & adamw
+    assert muon | adamw == {id(p) for p in model.parameters()}
+    assert id(model.transformer.h[0].attn.c_attn.weight) in muon
+    for embedding in (model.transformer.wte.weight, model.transformer.wpe.weight):
+        assert id(embedding) in adamw
+    assert all(p.ndim == 2 for g in opt.inner["muon"].param_groups for p in g["params"])
+    assert opt.param_groups[0] is opt.inner["adamw"].param_groups[0]  # a scheduler reaches both
+
+
+def test_muon_trains_and_resumes_bitwise(tmp_path, corpus, tiny_checkpoint):  # noqa: F811
+    settings = dict(optimizer="muon", schedule="wsd")
+    full = train(tiny_config(corpus, tiny_checkpoint, tmp_path / "full", **settings))
+    stopped = train(
+        tiny_config(corpus, tiny_checkpoint, tmp_path / "split", max_tokens=3 * 4 * 64, **settings)
+    )
+    assert stopped.step == 3
+    resumed = train(
+        tiny_config(corpus, tiny_checkpoint, tmp_path / "split", resume=True, **settings)
+    )
+    assert resumed.resumed_from == 3 and resumed.step == 6
+    a, b = read_weights(tmp_path / "full"), read_weights(tmp_path / "split")
+    assert all(a[k].equal(b[k]) for k in a), "Muon's state did not survive the resume"
+    assert full.eval_loss == resumed.eval_loss
+    train(tiny_config(corpus, tiny_checkpoint, tmp_path / "adamw"))
+    c = read_weights(tmp_path / "adamw")
+    assert any(not a[k].equal(c[k]) for k in a)  # the optimizer really changed the run
