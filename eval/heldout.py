@@ -27,13 +27,14 @@ from pathlib import Path
 from codeparrot.errors import DataError
 from codeparrot.io import atomic_directory, provenance, write_json
 
-# Pure-Python packages absent from the project's dependencies (checked by a test against the
-# installed distributions), of different kinds: utilities, a web framework, linters, text.
+# Pure-Python packages absent from this Python, vendored copies included (a test checks the
+# embedded corpus's folders): utilities, a web framework, a parser, linters, text.
+# (more-itertools was dropped: setuptools vendors it in site-packages.)
 HELDOUT_PACKAGES: tuple[str, ...] = (
     "boltons==26.2.0",
     "bottle==0.13.4",
     "humanize==4.17.0",
-    "more-itertools==11.2.1",
+    "parso==0.8.7",
     "pycodestyle==2.15.0",
     "pyflakes==4.1.0",
     "tabulate==0.10.0",
@@ -58,7 +59,7 @@ def default_heldout_dir() -> Path:
 
 
 def installed_heldout_packages() -> list[str]:
-    """Held-out packages installed in this Python: they would be in the default corpus."""
+    """Held-out packages in this Python, installed or vendored: the default corpus reads them."""
     found = []
     for pin in HELDOUT_PACKAGES:
         name = pin.split("==")[0]
@@ -67,7 +68,22 @@ def installed_heldout_packages() -> list[str]:
         except importlib.metadata.PackageNotFoundError:
             continue
         found.append(name)
-    return found
+    return found + vendored_heldout_copies()
+
+
+def vendored_heldout_copies() -> list[str]:
+    """Folders or modules named like a held-out package anywhere in the embedded corpus."""
+    from codeparrot.data.sources import SKIPPED_DIRS, embedded_roots
+
+    names = {pin.split("==")[0].replace("-", "_") for pin in HELDOUT_PACKAGES}
+    found = []
+    for root, _prefix, _stdlib in embedded_roots():
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS]  # as the corpus walks
+            for entry in (*dirs, *(f[:-3] for f in files if f.endswith(".py"))):
+                if entry in names:
+                    found.append(str(Path(folder, entry).relative_to(root)))
+    return sorted(found)
 
 
 def fetch_heldout(target: Path | None = None) -> Path:
