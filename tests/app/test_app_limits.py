@@ -221,3 +221,23 @@ def test_stop_and_model_card_answer_during_a_flood(served):
         if job not in refused:
             assert job.result(timeout=120)[1][0]["finish_reason"] == "length"
     assert engine.calls.count("stream") == 20 and playground.slots.in_line == 0
+
+
+def test_stop_takes_a_waiting_request_out_of_line(served):
+    engine = FakeEngine()
+    url, playground = served(engine)
+    busy = gradio_client.Client(url, verbose=False)
+    running = busy.submit(*generate_args(playground), api_name="/generate")
+    assert engine.started.acquire(timeout=60)
+    waiter = gradio_client.Client(url, verbose=False)  # its own session
+    waiting = waiter.submit(*generate_args(playground), api_name="/generate")
+    deadline = time.monotonic() + 60
+    while playground.slots.in_line < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert playground.slots.in_line == 2
+    waiter.predict(api_name="/stop")
+    notice = waiting.result(timeout=60)[0]
+    assert "Stopped before it started" in notice["value"]
+    assert engine.calls.count("stream") == 1 and playground.slots.in_line == 1
+    engine.release.set()
+    assert running.result(timeout=60)[1][0]["finish_reason"] == "length"
