@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import numbers
@@ -251,26 +252,48 @@ def declaration_problems(config: Config) -> tuple[list[str], bool]:
     """What breaks the bounds and choices declared on ``config``'s fields, or the rule
     that numbers are finite, as messages naming the flag and the value; and whether every
     number field holds a number (so that rules comparing values can run)."""
-    hints = typing.get_type_hints(type(config))
     out: list[str] = []
     typed = True
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
+    for check in _field_checks(type(config)):
+        value = getattr(config, check.name)
         if value is None:
             continue
-        tp, _ = _strip_optional(hints[f.name])
-        sequence = get_origin(tp) in (tuple, list) and isinstance(value, tuple | list)
-        if sequence:
-            tp = (get_args(tp) or (Any,))[0]
+        sequence = check.sequence and isinstance(value, tuple | list)
         for v in value if sequence else (value,):
-            need, type_error = _requirement(tp, Bounds.of(f), v)
+            need, type_error = _requirement(check.tp, check.bounds, v)
             if need:
                 typed = typed and not type_error
                 got = list(value) if sequence else (repr(v) if isinstance(v, str) else v)
                 each = ": every value" if sequence else ""
-                out.append(f"{flag_name(f)}{each} must be {need}, got {got}")
+                out.append(f"{check.flag}{each} must be {need}, got {got}")
                 break
     return out, typed
+
+
+@dataclasses.dataclass(frozen=True)
+class _FieldCheck:
+    name: str
+    flag: str
+    tp: Any  # the element type of a tuple or list field
+    sequence: bool
+    bounds: Bounds
+
+
+@functools.cache
+def _field_checks(cls: type[Config]) -> tuple[_FieldCheck, ...]:
+    """The fields of ``cls`` that have something to check (numbers, bounds, choices),
+    worked out once per class: configs are built per request in the servers."""
+    hints = typing.get_type_hints(cls)
+    checks = []
+    for f in dataclasses.fields(cls):
+        tp, _ = _strip_optional(hints[f.name])
+        sequence = get_origin(tp) in (tuple, list)
+        if sequence:
+            tp = (get_args(tp) or (Any,))[0]
+        bounds = Bounds.of(f)
+        if tp in (int, float) or bounds != Bounds():
+            checks.append(_FieldCheck(f.name, flag_name(f), tp, sequence, bounds))
+    return tuple(checks)
 
 
 def _requirement(tp: Any, bounds: Bounds, value: Any) -> tuple[str, bool]:

@@ -235,7 +235,8 @@ def test_the_walk_covers_every_config_class_in_the_project():
                 ):
                     defined.add(node.name)
     walked = {cls.__name__ for cls in stage_configs()}
-    assert defined - walked == set()
+    missing = defined - walked
+    assert not missing, f"add {sorted(missing)} to stage_configs() in this test"
 
 
 def test_shared_settings_keep_their_single_declaration_in_every_stage():
