@@ -104,7 +104,10 @@ def _process_group() -> Any:
         return None
     from accelerate import PartialState
 
-    return PartialState()
+    from codeparrot.launch import has_accelerator_device
+
+    # Without an accelerator device Accelerate must be told, or it leaves each process alone.
+    return PartialState(cpu=not has_accelerator_device())
 
 
 def _merge_shards(path: Path, problems: dict[str, dict[str, Any]]) -> None:

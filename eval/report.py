@@ -12,15 +12,21 @@ from codeparrot.eval.passk import DEFAULT_KS, mean_pass_at_k
 from codeparrot.io import atomic_open, write_json
 
 
-def per_problem_counts(
-    rows: Iterable[Mapping[str, Any]], key: str = "passed"
-) -> dict[str, dict[str, int]]:
-    """``{task_id: {"samples": n, "passed": c}}`` in first-seen order (``c`` counts ``key``)."""
+def _field(row: Any, key: str) -> Any:
+    return row[key] if isinstance(row, Mapping) else getattr(row, key)
+
+
+def per_problem_counts(rows: Iterable[Any], key: str = "passed") -> dict[str, dict[str, int]]:
+    """``{task_id: {"samples": n, "passed": c}}`` in first-seen order (``c`` counts ``key``).
+
+    ``rows``: result rows (mappings) or objects with ``task_id`` and ``key`` attributes.
+    """
     samples: Counter[str] = Counter()
     passed: Counter[str] = Counter()
     for r in rows:
-        samples[r["task_id"]] += 1
-        passed[r["task_id"]] += int(bool(r[key]))
+        task_id = _field(r, "task_id")
+        samples[task_id] += 1
+        passed[task_id] += int(bool(_field(r, key)))
     return {t: {"samples": samples[t], "passed": passed[t]} for t in samples}
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from codeparrot.eval.data import Sample
 from codeparrot.eval.execution import Program, run_programs
+from codeparrot.eval.infill import exact_match
 from codeparrot.eval.sandbox import Isolation, Limits
 
 
@@ -33,11 +34,6 @@ def check_program(problem: dict[str, Any], program: str, test: str) -> Program:
     return Program(
         program=program, test=test + call, entry_point=entry, prompt=problem.get("setup", "")
     )
-
-
-def exact_match(completion: str, reference: str) -> bool:
-    """The middle equals the reference, up to surrounding whitespace."""
-    return completion.strip() == reference.strip()
 
 
 def score_samples(

@@ -112,8 +112,10 @@ def _infill(kind: str) -> Callable[[dict[str, Any], dict[str, dict[str, Any]]], 
     def convert(record: dict[str, Any], humaneval: dict[str, dict[str, Any]]) -> dict[str, Any]:
         # The prompt ends inside the solution, so the checker runs HumanEval's own prompt
         # (``SingleLineInfilling/HumanEval/0/L0`` -> ``HumanEval/0``) for the test's helpers.
-        base_id = "/".join(record["task_id"].split("/")[1:3])
-        setup = humaneval.get(base_id, {}).get("prompt", "")
+        setup = record.get("problem_prompt")
+        if setup is None:
+            base_id = "/".join(record["task_id"].split("/")[1:3])
+            setup = humaneval.get(base_id, {}).get("prompt", "")
         return _humaneval(record, humaneval) | {"suffix": record["suffix"], "setup": setup}
 
     convert.__name__ = f"_infill_{kind}"
@@ -272,13 +274,8 @@ def load_task(name: str, problem_file: str | Path | None = None) -> ProblemSet:
 
 
 def _derive_infill(task: Task) -> ProblemSet:
-    try:
-        from codeparrot.eval import infill
-    except ImportError:
-        raise DataError(
-            f"task {task.name} needs codeparrot.eval.infill (the derived infilling tasks), "
-            "which this installation lacks; pass --problem-file with derived tasks instead"
-        ) from None
+    from codeparrot.eval import infill
+
     kind = task.name.removeprefix("infill-")
     records = infill.derive(kind)
     return convert_records(task, records, lambda i: f"{task.name}: task {i}")

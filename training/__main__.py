@@ -3,7 +3,7 @@
 import sys
 
 from codeparrot.cli import main
-from codeparrot.training.launch import LaunchError, relaunch_under_torchrun
+from codeparrot.launch import LaunchError, relaunch_under_torchrun
 
 try:
     relaunch_under_torchrun(sys.argv[1:])  # `accelerate launch --cpu --num_processes N`

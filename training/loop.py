@@ -21,6 +21,7 @@ from typing import Any
 
 from codeparrot.errors import CheckpointError, ConfigError, DataError
 from codeparrot.io import provenance, read_json
+from codeparrot.launch import has_accelerator_device, launched_alone_for_several
 from codeparrot.training.config import RESUMABLE_CHANGES, TrainConfig
 from codeparrot.training.data import (
     Batches,
@@ -30,7 +31,6 @@ from codeparrot.training.data import (
     pretokenize,
     shard_files,
 )
-from codeparrot.training.launch import has_accelerator_device, launched_alone_for_several
 from codeparrot.training.optim import lr_factor, parameter_groups  # noqa: F401 (re-exported)
 from codeparrot.training.resume_state import check_state_files, load_state, save_state
 
@@ -438,7 +438,7 @@ def _tune_for_training(model: Any, config: TrainConfig, seq_length: int, device:
 def _warn_single_cpu_process() -> None:
     """`accelerate launch --cpu --num_processes N SCRIPT` starts N processes only through MPI.
 
-    `-m codeparrot.training` starts them itself (training/launch.py); another entry point lands here alone.
+    `-m codeparrot.training` starts them itself (codeparrot/launch.py); another entry point lands here alone.
     """
     if launched_alone_for_several(os.environ, accelerator_device=has_accelerator_device()):
         import warnings

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from codeparrot.training.launch import Request, launched_alone_for_several, requested, torchrun_argv
+from codeparrot.launch import Request, launched_alone_for_several, requested, torchrun_argv
 
 ACCELERATE_CPU = {"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 

@@ -2,7 +2,7 @@
 
 The command is the documented one, `accelerate launch --cpu --num_processes 2 -m codeparrot.training`.
 accelerate 1.15 starts one process for it without MPI; `python -m codeparrot.training` then starts the
-two with torchrun (training/launch.py), which needs nothing installed.
+two with torchrun (codeparrot/launch.py), which needs nothing installed.
 """
 
 from __future__ import annotations

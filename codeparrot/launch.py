@@ -1,5 +1,7 @@
 """Make ``accelerate launch --cpu --num_processes N -m codeparrot.training`` start N processes.
 
+(The same for ``-m codeparrot.eval generate``: data-parallel generation.)
+
 Accelerate 1.x's ``--cpu`` launcher starts several processes only through mpirun (with
 ``--mpirun_hostfile``), and so does a plain ``--num_processes N`` on a machine without GPU.
 Otherwise it starts ONE process, sets ``MASTER_ADDR`` and ``MASTER_PORT`` for the group it
@@ -25,7 +27,7 @@ from codeparrot.errors import CodeparrotError
 
 # Where an MPI or torchrun launcher puts the world size.
 WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-WORKING_COMMAND = "torchrun --nproc_per_node N -m codeparrot.training ..."
+WORKING_COMMAND = "torchrun --nproc_per_node N -m {module} ..."
 
 
 class LaunchError(CodeparrotError):
@@ -145,14 +147,14 @@ def relaunch_under_torchrun(
         raise LaunchError(
             "this process was started by `accelerate launch --cpu` for several processes, "
             "which without --mpirun_hostfile starts only one, and the number asked for cannot "
-            f"be read from the launcher's command line; start the group with `{WORKING_COMMAND}`"
+            f"be read from the launcher's command line; start the group with `{WORKING_COMMAND.format(module=module)}`"
         )
     if request.num_machines > 1:
         raise LaunchError(
             f"`accelerate launch --cpu --num_machines {request.num_machines}` starts several "
             "processes only through MPI (--mpirun_hostfile); without it, start each machine "
             "with `torchrun --nnodes M --node_rank R --nproc_per_node N --master_addr ADDR "
-            "-m codeparrot.training ...`"
+            f"-m {module} ...`"
         )
     if request.num_processes <= 1:
         return

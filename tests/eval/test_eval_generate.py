@@ -1,0 +1,91 @@
+"""`eval generate`: no execution permission, resumable to the same file, data-parallel under `accelerate launch`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codeparrot.cli import main
+from codeparrot.eval.config import GenerateConfig
+from codeparrot.eval.data import load_problems, select_problems
+from codeparrot.eval.humaneval import generate_samples
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint):
+    from codeparrot.generation import Engine
+
+    return Engine.load(tiny_checkpoint)
+
+
+def test_generate_needs_no_permission_and_records_settings(
+    tiny_checkpoint, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.delenv("CODEPARROT_ALLOW_CODE_EXECUTION", raising=False)
+    out = tmp_path / "gen"
+    argv = ["eval", "generate", "--checkpoint", str(tiny_checkpoint), "--output", str(out),
+            "--n", "2", "--batch-size", "2", "--max-new-tokens", "4", "--limit", "2"]  # fmt: skip
+    assert main(argv) == 0
+    assert "4 samples of 2 problems" in capsys.readouterr().out
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in records] == ["HumanEval/0"] * 2 + ["HumanEval/1"] * 2
+    meta = json.loads((out / "samples.meta.json").read_text())
+    assert meta["generation"]["task"] == "humaneval"
+    assert meta["generation"]["max_new_tokens"] == 4
+    assert not (out / "results.jsonl").exists()
+
+
+def test_interrupted_generation_resumes_to_the_same_file(tmp_path, tiny_checkpoint, engine):
+    problems = select_problems(load_problems(), limit=3)
+    settings = dict(
+        checkpoint=tiny_checkpoint, n=4, batch_size=2, max_new_tokens=8, temperature=0.8
+    )
+    whole = generate_samples(GenerateConfig(output=tmp_path / "whole", **settings), problems,
+                             engine=engine, progress=False)  # fmt: skip
+    config = GenerateConfig(output=tmp_path / "resumed", **settings)
+    made = []
+
+    def stop_after_half(record):  # a kill: samples reach the disk a batch at a time
+        made.append(record)
+        if len(made) == 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        generate_samples(config, problems, engine=engine, progress=False, on_sample=stop_after_half)
+    path = tmp_path / "resumed" / "samples.jsonl"
+    assert len(path.read_text().splitlines()) == 6
+    generate_samples(config, problems, engine=engine, progress=False)
+    assert path.read_text() == whole.read_text()
+    assert len(path.read_text().splitlines()) == 12
+
+
+def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.slow
+def test_two_processes_write_the_file_one_process_writes(tmp_path, tiny_checkpoint):
+    common = ["generate", "--checkpoint", str(tiny_checkpoint), "--n", "3", "--batch-size", "2",
+              "--max-new-tokens", "12", "--limit", "5", "--temperature", "0.8", "--device", "cpu"]  # fmt: skip
+    run(
+        [sys.executable, "-m", "codeparrot.eval", *common, "--output", str(tmp_path / "one")],
+        tmp_path,
+    )
+    accelerate = str(Path(sys.executable).parent / "accelerate")
+    launch = [accelerate, "launch", "--cpu", "--num_processes", "2", "--main_process_port", "0",
+              "-m", "codeparrot.eval"]  # fmt: skip
+    two_processes = run([*launch, *common, "--output", str(tmp_path / "two")], tmp_path)
+    assert "starting 2 with torchrun" in two_processes.stderr
+    one = (tmp_path / "one" / "samples.jsonl").read_text()
+    two = (tmp_path / "two" / "samples.jsonl").read_text()
+    assert len(one.splitlines()) == 15
+    assert two == one
+    assert not list((tmp_path / "two").glob("samples.shard-*"))
