@@ -183,7 +183,14 @@ SAME_EVERYWHERE = {
 def stage_configs() -> list[type]:
     from codeparrot.app.config import AppConfig
     from codeparrot.data.config import DataConfig, StatsConfig
-    from codeparrot.eval.config import ExecuteConfig, ExecutionOptions, HumanEvalConfig
+    from codeparrot.eval.config import (
+        ExecuteConfig,
+        ExecutionOptions,
+        GenerateConfig,
+        GenerationOptions,
+        HumanEvalConfig,
+        TaskOptions,
+    )
     from codeparrot.eval.lines import LinesConfig
     from codeparrot.eval.loss import LossConfig
     from codeparrot.generation.config import CompleteConfig, GenerationConfig
@@ -201,7 +208,9 @@ def stage_configs() -> list[type]:
         ExecuteConfig,
         ExecutionOptions,
         FinetuneConfig,
+        GenerateConfig,
         GenerationConfig,
+        GenerationOptions,
         HumanEvalConfig,
         InitConfig,
         LinesConfig,
@@ -209,6 +218,7 @@ def stage_configs() -> list[type]:
         LspConfig,
         QuickstartConfig,
         StatsConfig,
+        TaskOptions,
         TokenizerConfig,
         TokenizerReportConfig,
         TrainConfig,
