@@ -21,9 +21,12 @@ def program_text(problem: dict[str, Any], completion: str, *, sanitize: bool = F
     """The untrusted program of a completion: prompt + completion (+ suffix when infilling)."""
     text = problem["prompt"] + completion + problem.get("suffix", "")
     if sanitize:
+        from codeparrot.eval.sanitize import names_used
         from codeparrot.eval.sanitize import sanitize as extract
 
-        text = extract(text, problem["entry_point"])
+        # MBPP names no entry point: its tests call the functions they need by name.
+        entry = problem["entry_point"]
+        text = extract(text, [entry] if entry else sorted(names_used(problem["test"])))
     return text
 
 
