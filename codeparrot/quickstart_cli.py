@@ -75,6 +75,21 @@ class QuickstartConfig(Config):
         "tokenize the corpus once into memmapped shards and train on randomly drawn windows "
         "(instead of streaming packed sequences through shuffle buffers)",
     )
+    fim_rate: float = option(
+        0.0,
+        "share of training documents turned into fill-in-the-middle examples (0: left to "
+        "right only); passed to `codeparrot train --fim-rate`",
+        ge=0,
+        le=1,
+    )
+    fim_spm_rate: float = option(
+        0.5, "share of the FIM examples in SPM (suffix-first) order", ge=0, le=1
+    )
+    fim_mode: str = option(
+        "context",
+        "apply FIM per document before packing or per document piece after it",
+        choices=("document", "context"),  # TrainConfig's FIM_MODES (the core imports no stage)
+    )
     eval_n: int = option(5, "HumanEval samples per problem (the reference uses 200)", ge=1)
     eval_limit: int | None = option(
         None, "only the first K HumanEval problems (default: all 164)", ge=1
@@ -185,6 +200,9 @@ def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
         max_minutes=cfg.max_minutes,
         compile=cfg.compile,
         pretokenized=cfg.pretokenized,
+        fim_rate=cfg.fim_rate,
+        fim_spm_rate=cfg.fim_spm_rate,
+        fim_mode=cfg.fim_mode,
         seed=cfg.seed,
         resume=resume,
     )

@@ -119,12 +119,17 @@ class TrainConfig(Config):
     )
     fim_rate: float = option(
         0.0,
-        "share of documents (--fim-mode document) or packed sequences (context) turned into "
-        "fill-in-the-middle examples (0: left to right only; needs a tokenizer with the FIM "
-        "sentinels)",
+        "share of training documents turned into fill-in-the-middle examples, whole before "
+        "packing (--fim-mode document) or as the pieces of each packed sequence (context); "
+        "0: left to right only; needs a tokenizer with the FIM sentinels",
+        ge=0,
+        le=1,
     )
     fim_spm_rate: float = option(
-        0.5, "share of the fill-in-the-middle examples laid out suffix-first (SPM), not PSM"
+        0.5,
+        "share of the fill-in-the-middle examples laid out suffix-first (SPM), not PSM",
+        ge=0,
+        le=1,
     )
     fim_mode: str = option(
         "context",

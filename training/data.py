@@ -15,6 +15,13 @@ state (so ``--resume`` continues where the run stopped without replaying the loa
   (uint16 when the vocabulary fits, else uint32) and visits its ``seq_length`` windows
   in a fresh seeded permutation each epoch. Its state is two integers.
 
+Either can turn training data into fill-in-the-middle examples (:class:`FimTransform`):
+per document before packing (``document``: in the stream as documents are tokenized, or
+once into the pretokenized file) or per document piece of each packed sequence
+(``context``). Every draw comes from a generator seeded by the run seed and the
+position of what it transforms, so a resumed run draws exactly what the uninterrupted
+one did.
+
 :class:`Batches` turns either into the rows of one process: every process draws the
 same global batch and keeps its own slice, so 2 processes x batch b see exactly the
 sequences 1 process x batch 2b sees.
@@ -27,13 +34,16 @@ import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from codeparrot.errors import DataError
+from codeparrot.errors import ConfigError, DataError
+from codeparrot.fim import FIM_MIDDLE, FIM_PAD, FIM_PREFIX, FIM_SUFFIX, PSM, SPM, FimTokens, layout
 from codeparrot.io import atomic_open, read_json, write_json
+from codeparrot.training.config import FIM_MODES
 
 TOKENIZE_BATCH = 64  # documents per tokenizer call
 
@@ -105,6 +115,131 @@ def encode_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     return tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
+# -- fill in the middle -----------------------------------------------------------------
+
+FIM_STREAM = 0x46494D  # "FIM": keeps these draws apart from other seeded streams
+
+
+def split_at_characters(text: str, rng: np.random.Generator) -> tuple[str, str, str]:
+    """``(prefix, middle, suffix)`` of ``text`` cut at two uniformly drawn character positions."""
+    lo, hi = sorted(int(x) for x in rng.integers(0, len(text) + 1, size=2))
+    return text[:lo], text[lo:hi], text[hi:]
+
+
+@dataclass(frozen=True)
+class FimTransform:
+    """Fill-in-the-middle training examples (Bavarian et al. 2022), drawn reproducibly.
+
+    Each document (``document`` mode) or each document piece of a packed sequence
+    (``context`` mode) is transformed with probability ``rate``: cut at two character
+    positions, its three pieces tokenized apart and laid out with
+    :func:`codeparrot.fim.layout`, in SPM order with probability ``spm_rate``, else PSM.
+    """
+
+    tokenizer: Any
+    tokens: FimTokens
+    eos: int
+    rate: float
+    spm_rate: float = 0.5
+    mode: str = "context"
+    seed: int = 0
+
+    @classmethod
+    def for_tokenizer(
+        cls, tokenizer: Any, rate: float, spm_rate: float, mode: str, seed: int, where: str
+    ) -> FimTransform | None:
+        """The transform, None for ``rate`` 0; an error naming ``where`` without sentinels."""
+        if rate <= 0:
+            return None
+        tokens = FimTokens.from_tokenizer(tokenizer)
+        if tokens is None:
+            raise ConfigError(
+                f"--fim-rate {rate}: the tokenizer {where} has no fill-in-the-middle sentinels "
+                f"({FIM_PREFIX} {FIM_MIDDLE} {FIM_SUFFIX} {FIM_PAD} as special tokens); train "
+                "one with `codeparrot tokenizer train` or pass --fim-rate 0"
+            )
+        if mode not in FIM_MODES:
+            raise ConfigError(f"--fim-mode must be one of {', '.join(FIM_MODES)}, got {mode!r}")
+        return cls(tokenizer, tokens, tokenizer.eos_token_id, rate, spm_rate, mode, seed)
+
+    def signature(self) -> dict[str, Any]:
+        return {"rate": self.rate, "spm_rate": self.spm_rate, "mode": self.mode, "seed": self.seed}
+
+    def rng(self, *position: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, FIM_STREAM, *position])
+
+    def _draw(self, text: str, rng: np.random.Generator) -> tuple[str, list[str]] | None:
+        """``(order, [prefix, middle, suffix])`` for a text to transform, None to keep it."""
+        if rng.random() >= self.rate:
+            return None
+        order = SPM if rng.random() < self.spm_rate else PSM
+        return order, list(split_at_characters(text, rng))
+
+    def _encode(
+        self, texts: list[str], plans: list[tuple[str, list[str]] | None]
+    ) -> list[list[int]]:
+        """Token ids of each text, or of its FIM layout where it has a plan (one tokenizer call)."""
+        flat: list[str] = []
+        for text, plan in zip(texts, plans, strict=True):
+            flat.extend([text] if plan is None else plan[1])
+        ids = iter(encode_batch(self.tokenizer, flat))
+        out = []
+        for plan in plans:
+            if plan is None:
+                out.append(next(ids))
+            else:
+                prefix, middle, suffix = next(ids), next(ids), next(ids)
+                out.append(layout(prefix, suffix, middle, self.tokens, plan[0]))
+        return out
+
+    def encode_documents(
+        self, texts: list[str], positions: list[tuple[int, ...]]
+    ) -> list[list[int]]:
+        """Token ids of documents (no EOS), each a FIM example with probability ``rate``.
+
+        ``positions`` name each document in the corpus (its draws depend on nothing else).
+        """
+        plans = [self._draw(t, self.rng(*p)) for t, p in zip(texts, positions, strict=True)]
+        return self._encode(texts, plans)
+
+    def transform_sequence(self, sequence: np.ndarray, *position: int) -> np.ndarray:
+        """A packed sequence with its document pieces transformed, cut or padded to its length.
+
+        Pieces are split at EOS (kept), decoded, transformed at the character level and
+        re-encoded; ``<fim_pad>`` fills a sequence that came out shorter (the loss skips it).
+        """
+        rng = self.rng(*position)
+        ids = sequence.tolist()
+        bounds = [-1, *(i for i, t in enumerate(ids) if t == self.eos), len(ids)]
+        pieces = [ids[a + 1 : b] for a, b in pairwise(bounds)]
+        texts = [self._decode(piece) for piece in pieces]
+        plans = [self._draw(text, rng) if text else None for text in texts]
+        chosen = [i for i, plan in enumerate(plans) if plan is not None]
+        if not chosen:
+            return sequence
+        encoded = dict(
+            zip(
+                chosen,
+                self._encode([texts[i] for i in chosen], [plans[i] for i in chosen]),
+                strict=True,
+            )
+        )
+        out: list[int] = []
+        for i, piece in enumerate(pieces):
+            out.extend(encoded.get(i, piece))
+            if i < len(pieces) - 1:
+                out.append(self.eos)
+        n = len(ids)
+        out = out[:n] + [self.tokens.pad] * max(0, n - len(out))
+        return np.asarray(out, dtype=sequence.dtype)
+
+    def _decode(self, ids: list[int]) -> str:
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:
+            return backend.decode(ids, skip_special_tokens=False)
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+
 class PackedStream:
     """Documents of a corpus split, shuffled through a buffer and packed with EOS.
 
@@ -124,8 +259,11 @@ class PackedStream:
         sequence_buffer: int = 0,
         seed: int = 0,
         loop: bool = True,
+        fim: FimTransform | None = None,
     ) -> None:
         self.files = list(files)
+        self.fim = fim
+        self.packed = 0  # sequences packed so far: the position of context-level FIM draws
         self.tokenizer = tokenizer
         self.eos = tokenizer.eos_token_id
         self.seq_length = seq_length
@@ -154,6 +292,7 @@ class PackedStream:
             "rng": self.rng.getstate(),
             "docs_this_epoch": self._docs_this_epoch,
             "files": [f.name for f in self.files],
+            "packed": self.packed,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -174,11 +313,14 @@ class PackedStream:
         self.sequences = [row.astype(np.int64) for row in saved]
         self.rng.setstate(state["rng"])
         self._docs_this_epoch = state["docs_this_epoch"]
+        self.packed = state.get("packed", 0)  # a checkpoint from before FIM did not count
         self._reader = None
 
     # -- reading -----------------------------------------------------------------------
-    def _read_texts(self, n: int) -> list[str]:
+    def _read_texts(self, n: int) -> tuple[list[str], list[tuple[int, int, int]]]:
+        """Up to ``n`` non-empty documents and their positions ``(epoch, shard, line)``."""
         texts: list[str] = []
+        positions: list[tuple[int, int, int]] = []
         while len(texts) < n:
             if self._reader is None:
                 self._reader = read_documents(self.files, self.shard, self.line)
@@ -198,7 +340,8 @@ class PackedStream:
             if text:
                 self._docs_this_epoch += 1
                 texts.append(text)
-        return texts
+                positions.append((self.epoch, self.shard, self.line))
+        return texts, positions
 
     def _refill(self) -> None:
         # Documents are tokenized a batch at a time (the fast tokenizer spreads a batch over
@@ -211,10 +354,13 @@ class PackedStream:
             return
         epoch = self.epoch
         while len(self.buffer) < want and (self.epoch == epoch or not self.buffer):
-            texts = self._read_texts(min(batch, want - len(self.buffer)))
+            texts, positions = self._read_texts(min(batch, want - len(self.buffer)))
             if not texts:
                 return
-            self.buffer.extend(encode_batch(self.tokenizer, texts))
+            if self.fim is not None and self.fim.mode == "document":
+                self.buffer.extend(self.fim.encode_documents(texts, positions))
+            else:
+                self.buffer.extend(encode_batch(self.tokenizer, texts))
 
     def _next_document(self) -> list[int] | None:
         self._refill()
@@ -235,6 +381,9 @@ class PackedStream:
             self.carry.append(self.eos)
         out = np.asarray(self.carry[: self.seq_length], dtype=np.int64)
         del self.carry[: self.seq_length]
+        if self.fim is not None and self.fim.mode == "context":
+            out = self.fim.transform_sequence(out, self.packed)
+        self.packed += 1
         return out
 
     def next_sequence(self) -> np.ndarray:
@@ -273,15 +422,23 @@ def _source_signature(files: list[Path], tokenizer: Any) -> dict[str, Any]:
 
 
 def pretokenize(
-    files: list[Path], tokenizer: Any, out_file: Path, *, progress: bool = False
+    files: list[Path],
+    tokenizer: Any,
+    out_file: Path,
+    *,
+    progress: bool = False,
+    fim: FimTransform | None = None,
 ) -> dict[str, Any]:
     """Tokenize ``files`` once into ``out_file`` (raw ids, EOS after each document).
 
-    A sidecar ``out_file.json`` records dtype, token count and what it was built from;
-    an up-to-date file is reused.
+    With a document-level ``fim`` each document is a FIM example with its probability
+    (drawn from its index among the non-empty documents). A sidecar ``out_file.json``
+    records dtype, token count and what it was built from; an up-to-date file is reused.
     """
     meta_file = out_file.with_suffix(".json")
     signature = _source_signature(files, tokenizer)
+    if fim is not None:
+        signature["fim"] = fim.signature()
     if out_file.exists() and meta_file.exists():
         meta = read_json(meta_file)
         if meta.get("source") == signature:
@@ -297,7 +454,11 @@ def pretokenize(
     with atomic_open(out_file, "wb") as fh:
 
         def flush() -> int:
-            ids = encode_batch(tokenizer, texts)
+            if fim is not None:
+                first = n_docs - len(texts)
+                ids = fim.encode_documents(texts, [(first + i,) for i in range(len(texts))])
+            else:
+                ids = encode_batch(tokenizer, texts)
             flat = np.fromiter(
                 (t for doc in ids for t in (*doc, eos)),
                 dtype=dtype,
@@ -308,9 +469,11 @@ def pretokenize(
             texts.clear()
             return len(flat)
 
+        n_docs = 0
         for _s, _l, text in read_documents(files):
             if text:
                 texts.append(text)
+                n_docs += 1
             if len(texts) >= 256:
                 n_tokens += flush()
         if texts:
@@ -332,8 +495,10 @@ class TokenShardStream:
         seed: int = 0,
         shuffle: bool = True,
         loop: bool = True,
+        fim: FimTransform | None = None,
     ) -> None:
         meta = read_json(token_file.with_suffix(".json"))
+        self.fim = fim  # context-level: each window drawn from (epoch, window)
         self.tokens = np.memmap(token_file, dtype=np.dtype(meta["dtype"]), mode="r")
         self.seq_length = seq_length
         self.n_windows = len(self.tokens) // seq_length
@@ -374,7 +539,10 @@ class TokenShardStream:
         w = int(self._window_order()[self.index])
         self.index += 1
         start = w * self.seq_length
-        return np.asarray(self.tokens[start : start + self.seq_length], dtype=np.int64)
+        out = np.asarray(self.tokens[start : start + self.seq_length], dtype=np.int64)
+        if self.fim is not None:
+            out = self.fim.transform_sequence(out, self.epoch, w)
+        return out
 
 
 @dataclass

@@ -9,6 +9,7 @@ through ``train_data`` and ``valid_data``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -25,6 +26,7 @@ from codeparrot.launch import has_accelerator_device, launched_alone_for_several
 from codeparrot.training.config import RESUMABLE_CHANGES, TrainConfig
 from codeparrot.training.data import (
     Batches,
+    FimTransform,
     PackedStream,
     SequenceSource,
     TokenShardStream,
@@ -239,8 +241,14 @@ def _build_model(config: TrainConfig, tokenizer: Any) -> Any:
 
 
 def _data_sources(
-    config: TrainConfig, tokenizer: Any, seq_length: int, accelerator: Any
+    config: TrainConfig,
+    tokenizer: Any,
+    seq_length: int,
+    accelerator: Any,
+    fim: FimTransform | None = None,
 ) -> tuple[SequenceSource, Callable[[], SequenceSource]]:
+    """Training and validation sequences; ``fim`` transforms the training ones only, so the
+    validation loss stays the left-to-right loss."""
     train_files = shard_files(config.data, "train")
     valid_files = shard_files(config.data, "valid")
     if not config.pretokenized:
@@ -251,15 +259,31 @@ def _data_sources(
             shuffle_buffer=config.shuffle_buffer,
             sequence_buffer=config.sequence_buffer,
             seed=config.seed,
+            fim=fim,
         )
         return train, lambda: PackedStream(
             valid_files, tokenizer, seq_length, shuffle_buffer=0, loop=False
         )
     token_dir = config.output / "tokens"
     with accelerator.main_process_first():  # one process tokenizes, the others reuse it
-        for split, files in (("train", train_files), ("valid", valid_files)):
-            pretokenize(files, tokenizer, token_dir / f"{split}.bin", progress=config.progress)
-    train = TokenShardStream(token_dir / "train.bin", seq_length, seed=config.seed)
+        document_fim = fim if fim is not None and fim.mode == "document" else None
+        for split, files, split_fim in (
+            ("train", train_files, document_fim),
+            ("valid", valid_files, None),
+        ):
+            pretokenize(
+                files,
+                tokenizer,
+                token_dir / f"{split}.bin",
+                progress=config.progress,
+                fim=split_fim,
+            )
+    train = TokenShardStream(
+        token_dir / "train.bin",
+        seq_length,
+        seed=config.seed,
+        fim=fim if fim is not None and fim.mode == "context" else None,
+    )
     return train, lambda: TokenShardStream(
         token_dir / "valid.bin", seq_length, shuffle=False, loop=False
     )
@@ -297,6 +321,14 @@ def setup(
     from codeparrot.training.optim import build_optimizer
 
     tokenizer = load_tokenizer(tokenizer_dir(config))
+    fim = FimTransform.for_tokenizer(
+        tokenizer,
+        config.fim_rate,
+        config.fim_spm_rate,
+        config.fim_mode,
+        config.seed,
+        where=str(tokenizer_dir(config)),
+    )
     if train_data is None or valid_data is None:
         shard_files(config.data, "train")  # fail on a missing corpus before building anything
         shard_files(config.data, "valid")
@@ -364,10 +396,13 @@ def setup(
     model.train()  # from_pretrained returns a model in eval mode (dropout off)
     _tune_for_training(model, config, seq_length, accelerator.device)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    loss_fn = torch.compile(lm_loss) if config.compile else lm_loss
+    loss_fn = lm_loss if fim is None else functools.partial(lm_loss, ignore_id=fim.tokens.pad)
+    loss_fn = torch.compile(loss_fn) if config.compile else loss_fn
 
     if train_data is None or valid_data is None:
-        default_train, default_valid = _data_sources(config, tokenizer, seq_length, accelerator)
+        default_train, default_valid = _data_sources(
+            config, tokenizer, seq_length, accelerator, fim
+        )
         train_data = train_data or default_train
         valid_data = valid_data or default_valid
     batches = Batches(
@@ -403,12 +438,14 @@ def setup(
     )
 
 
-def lm_loss(model: Any, ids: Any) -> Any:
+def lm_loss(model: Any, ids: Any, ignore_id: int | None = None) -> Any:
     """The mean next-token loss of ``model`` on ``ids`` (the model shifts the labels).
 
-    Compiled as a whole with ``--compile``, so that the logits stay inside the graph (see
-    the Accelerator in :func:`setup`)."""
-    return model(input_ids=ids, labels=ids).loss
+    Tokens equal to ``ignore_id`` (FIM padding) are not predicted. Compiled as a whole with
+    ``--compile``, so that the logits stay inside the graph (see the Accelerator in
+    :func:`setup`)."""
+    labels = ids if ignore_id is None else ids.masked_fill(ids == ignore_id, -100)
+    return model(input_ids=ids, labels=labels).loss
 
 
 EAGER_ATTENTION_MAX_LENGTH = 512
