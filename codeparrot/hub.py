@@ -210,3 +210,28 @@ __all__ = [
     "push_run",
     "push_tokenizer",
 ]
+
+
+def dataset_files(dataset: str, pattern: str) -> list[Path]:
+    """The files of Hub dataset ``dataset`` matching ``pattern``: cached, else downloaded.
+
+    Going through ``huggingface_hub`` rather than ``datasets.load_dataset(NAME)`` keeps an
+    offline machine from retrying the Hub for half a minute: a cached copy is used without
+    asking, and a missing one fails on the first unreachable request.
+    """
+    from huggingface_hub import snapshot_download
+
+    files: list[Path] = []
+    try:
+        root = snapshot_download(
+            dataset, repo_type="dataset", allow_patterns=[pattern], local_files_only=True
+        )
+        files = sorted(Path(root).glob(pattern))
+    except Exception:  # not in the cache: download below
+        pass
+    if not files:
+        root = snapshot_download(dataset, repo_type="dataset", allow_patterns=[pattern])
+        files = sorted(Path(root).glob(pattern))
+    if not files:
+        raise FileNotFoundError(f"no files of {dataset} match {pattern!r}")
+    return files

@@ -239,10 +239,13 @@ def _read_file(path: Path) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
 def _read_hub(task: Task) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
     import datasets
 
+    from codeparrot.hub import dataset_files
+
     assert task.hub is not None
     dataset, config, split = task.hub
     try:
-        data = datasets.load_dataset(dataset, config, split=split)
+        files = dataset_files(dataset, f"{config}/{split}-*" if config else f"data/{split}-*")
+        data = datasets.load_dataset("parquet", data_files=[str(f) for f in files], split="train")
     except Exception as e:  # offline, unreachable, renamed: one message with the way round
         raise DataError(
             f"cannot load the {task.name} problems from the Hub dataset {dataset!r}"

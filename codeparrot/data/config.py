@@ -90,7 +90,15 @@ class DataConfig(Config):
     )
     min_tokens: int = option(10, "files with fewer distinct tokens are not near-deduplicated", ge=1)
     decontaminate: bool = option(
-        True, "drop files that contain a HumanEval prompt or canonical solution"
+        True,
+        "drop files that contain a HumanEval prompt or canonical solution, or an MBPP "
+        "solution or test list",
+    )
+    decontaminate_mbpp: bool = option(
+        True,
+        "also look for MBPP (Hub dataset google-research-datasets/mbpp, read from the local "
+        "Hugging Face cache when present; offline without it: left out, with a warning and "
+        "a note in the manifest)",
     )
     decontamination_min_lines: int = option(
         3, "HumanEval snippets with fewer non-blank lines are too generic to look for", ge=1

@@ -321,7 +321,7 @@ def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]
     """Build the corpus described by ``config``; return its manifest (also in manifest.json)."""
     from tqdm.auto import tqdm
 
-    from codeparrot.data.decontaminate import humaneval_index
+    from codeparrot.data.decontaminate import benchmark_index
     from codeparrot.data.dedup import near_duplicate_clusters
     from codeparrot.data.split import assign_splits, split_unit
     from codeparrot.io import atomic_directory, provenance, write_json
@@ -329,7 +329,11 @@ def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]
     opened = _check_inputs(config)
     started = time.perf_counter()
     index = (
-        humaneval_index(config.decontamination_min_lines, config.decontamination_min_chars)
+        benchmark_index(
+            config.decontamination_min_lines,
+            config.decontamination_min_chars,
+            mbpp=config.decontaminate_mbpp,
+        )
         if config.decontaminate
         else None
     )
@@ -443,6 +447,7 @@ def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]
                 "removed": removed["humaneval"],
                 "snippets_indexed": index.indexed if index else 0,
                 "snippets_too_short": index.too_short if index else 0,
+                "benchmarks": index.sources if index else {},
             },
             "splits": {s: writers[s].summary() for s in SPLITS},
             "output": {
