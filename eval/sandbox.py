@@ -93,6 +93,11 @@ NO_CGROUP = (
     "a sample that forks and calls setsid() can starve honest samples into timeouts, and "
     "memory is bounded per process only (RLIMIT_AS)"
 )
+SECCOMP_MACHINES = ("x86_64", "aarch64")  # where _zygote.py has the system call numbers
+NO_SECCOMP = (
+    "no seccomp filter on this architecture: io_uring, keyrings, bpf, perf_event_open, "
+    "ptrace, user namespaces and non-AF_UNIX sockets are open to samples"
+)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_CONTROLLERS = ("cpu", "memory", "pids")
 CPU_PERIOD_US = 100_000
@@ -282,6 +287,8 @@ def detect_isolation(mode: str | None = None) -> Isolation:
         if verdict.passed:
             accounting = cgroup_support()
             missing = MISSING[candidate] + ([NO_CGROUP] if accounting == "none" else [])
+            if os.uname().machine not in SECCOMP_MACHINES:
+                missing.append(NO_SECCOMP)
             isolation = Isolation(candidate, missing, accounting)
             if isolation.missing:
                 message = (

@@ -217,3 +217,66 @@ def test_setsid_cpu_burners_do_not_change_honest_verdicts(strong):
     assert [v.result for v in verdicts[::5]] == ["timed out"] * 8
     honest_results = [v.result for i, v in enumerate(verdicts) if i % 5]
     assert honest_results == ["passed"] * 32
+
+
+# (x86_64 number, aarch64 number, arguments) of calls a sample never needs.
+DENIED_CALLS = {
+    "io_uring_setup": (425, 425, (1, 0)),
+    "keyctl": (250, 219, (0, -3, 0)),
+    "add_key": (248, 217, (b"user", b"k", b"v", 1, -4)),
+    "bpf": (321, 280, (0, 0, 0)),
+    "perf_event_open": (298, 241, (0, 0, -1, -1, 0)),
+    "ptrace": (101, 117, (0, 0, 0, 0)),
+    "unshare(CLONE_NEWUSER)": (272, 97, (0x10000000,)),
+    "mount": (165, 40, (b"none", b"/tmp", b"tmpfs", 0, 0)),
+    "umount2": (166, 39, (b"/proc", 2)),
+    "pivot_root": (155, 41, (b"/tmp", b"/tmp")),
+    "userfaultfd": (323, 282, (0,)),
+    "socket(AF_VSOCK)": (41, 198, (40, 1, 0)),
+    "socket(AF_NETLINK)": (41, 198, (16, 3, 0)),
+    "socket(AF_INET)": (41, 198, (2, 1, 0)),
+}
+SYSCALL_SAMPLE = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def f(x):
+    if libc.syscall(NUMBER, *ARGS) < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return x + 1
+"""
+HONEST_SYSTEM_USE = """
+import os, socket, threading, tempfile
+def f(x):
+    results = []
+    thread = threading.Thread(target=results.append, args=(x,))
+    thread.start()
+    thread.join()
+    left, right = socket.socketpair()
+    left.sendall(b'ok')
+    assert right.recv(2) == b'ok'
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    with tempfile.TemporaryFile() as scratch:
+        scratch.write(b'x')
+    return results[0] + 1
+"""
+
+
+def test_denied_system_calls_fail_with_eperm_and_the_verdict_says_so(strong):
+    column = {"x86_64": 0, "aarch64": 1}.get(platform.machine())
+    if column is None:
+        pytest.skip("the filter is only installed on x86_64 and aarch64 (reported otherwise)")
+    programs = []
+    for number_x86, number_arm, args in DENIED_CALLS.values():
+        number = (number_x86, number_arm)[column]
+        source = SYSCALL_SAMPLE.replace("NUMBER", str(number)).replace("ARGS", repr(args))
+        programs.append(Program(source, TEST_PLUS_ONE, "f"))
+    programs.append(Program(HONEST_SYSTEM_USE, TEST_PLUS_ONE, "f"))
+    verdicts = run_programs(programs, workers=4, isolation=strong)
+    for name, verdict in zip(DENIED_CALLS, verdicts, strict=False):
+        assert "PermissionError: [Errno 1] Operation not permitted" in verdict.result, (
+            f"{name}: {verdict.result}"
+        )
+    assert verdicts[-1].passed, verdicts[-1].result
