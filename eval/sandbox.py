@@ -32,8 +32,7 @@ MODES = ("root", "userns", "none")
 MISSING = {
     "root": [],
     "userns": [
-        "samples share the harness user's uid (capabilities dropped, no setuid): they "
-        "can write wherever that user can, outside the private /tmp",
+        "samples share the harness user's uid (capabilities dropped, no setuid)",
         "RLIMIT_NPROC counts every process of that user",
     ],
     "none": [
