@@ -189,12 +189,12 @@ def test_an_unknown_checker_package_is_a_clear_error():
         )
 
 
-# About 0.1 s of CPU: an honest sample that computes a little.
+# Some 40 ms of CPU: an honest sample that computes a little.
 HONEST_WORK = "def f(x):\n    sum(range(3_000_000))\n    return x + 1\n"
 BURNER = """
 import os
 def f(x):
-    for _ in range(30):
+    for _ in range(60):
         if os.fork() == 0:
             os.setsid()
             while True:
@@ -205,14 +205,14 @@ def f(x):
 
 
 def test_setsid_cpu_burners_do_not_change_honest_verdicts(strong):
-    """Each burner forks 30 processes that leave its session (and so any per-session
+    """Each burner forks 60 processes that leave its session (and so any per-session
     scheduler group): in a worker's cgroup they still share one worker's CPU."""
     if strong.accounting == "none":
         pytest.skip("no cgroup can be made here (reported in the isolation's 'missing')")
     burner = Program(BURNER, TEST_PLUS_ONE, "f")
     honest = Program(HONEST_WORK, TEST_PLUS_ONE, "f")
     programs = ([burner] + [honest] * 4) * 8
-    limits = Limits(timeout=3.0, processes=40)
+    limits = Limits(timeout=3.0, processes=64)
     verdicts = run_programs(programs, workers=16, limits=limits, isolation=strong)
     assert [v.result for v in verdicts[::5]] == ["timed out"] * 8
     honest_results = [v.result for i, v in enumerate(verdicts) if i % 5]
