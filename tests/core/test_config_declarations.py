@@ -195,6 +195,7 @@ def stage_configs() -> list[type]:
     from codeparrot.eval.loss import LossConfig
     from codeparrot.generation.config import CompleteConfig, GenerationConfig
     from codeparrot.lsp.config import LspConfig
+    from codeparrot.lsp.serve_config import ServeConfig
     from codeparrot.models.presets import InitConfig
     from codeparrot.quickstart_cli import QuickstartConfig
     from codeparrot.tokenizer.config import TokenizerConfig, TokenizerReportConfig
@@ -217,6 +218,7 @@ def stage_configs() -> list[type]:
         LossConfig,
         LspConfig,
         QuickstartConfig,
+        ServeConfig,
         StatsConfig,
         TaskOptions,
         TokenizerConfig,

@@ -1,0 +1,42 @@
+"""``codeparrot serve``: an OpenAI-compatible completion endpoint over a checkpoint.
+
+Standard library and config only at module level; torch loads in :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from codeparrot.config import add_config_arguments, config_from_args
+from codeparrot.lsp.serve_config import ServeConfig
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="HTTP completion endpoint speaking OpenAI's completions API",
+        description=(
+            "Serve POST /v1/completions (prompt, suffix, max_tokens, temperature, top_p, n, "
+            "stop, stream, seed) and GET /v1/models over one checkpoint, for clients that "
+            "speak OpenAI's API instead of LSP (Continue, llm.nvim, curl). Listens on "
+            "127.0.0.1 unless --host says otherwise. Set-up: docs/editors.md."
+        ),
+    )
+    add_config_arguments(parser, ServeConfig)
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    import logging
+
+    from codeparrot.lsp.serve import load_engine, make_server
+
+    config = config_from_args(ServeConfig, args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    server = make_server(config, load_engine(config))
+    print(f"codeparrot serve: {server.service.model_name} on {server.url}/v1", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0
