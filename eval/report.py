@@ -84,13 +84,21 @@ def write_chart(path: str | Path, summary: dict[str, Any], title: str = "HumanEv
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), width_ratios=(1, 3))
-    scores = summary["pass_at_k"]
-    left.bar(list(scores), [100 * v for v in scores.values()], color="#4c72b0")
+    series = {"base tests": summary["pass_at_k"]}
+    if "pass_at_k_plus" in summary:  # HumanEval+ / MBPP+: base + plus tests beside
+        series["base + plus tests"] = summary["pass_at_k_plus"]
+    width = 0.8 / len(series)
+    for j, (label, scores) in enumerate(series.items()):
+        xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(scores))]
+        left.bar(xs, [100 * v for v in scores.values()], width=width, label=label)
+        for x, v in zip(xs, scores.values(), strict=True):
+            left.text(x, 100 * v + 1, f"{100 * v:.1f}", ha="center", fontsize=8)
+    left.set_xticks(range(len(summary["pass_at_k"])), list(summary["pass_at_k"]))
+    if len(series) > 1:
+        left.legend(fontsize=8)
     left.set_ylabel("%")
     left.set_ylim(0, 100)
     left.set_title("pass@k")
-    for i, v in enumerate(scores.values()):
-        left.text(i, 100 * v + 1, f"{100 * v:.1f}", ha="center")
     per = summary["per_problem"]
     rates = [c["passed"] / c["samples"] for c in per.values()]
     right.bar(range(len(rates)), rates, width=1.0, color="#55a868")

@@ -63,6 +63,9 @@ class Task:
     has_plus: bool = False
     infill: bool = False
     uses_humaneval: bool = False  # convert reads HumanEval's own problems (second argument)
+    # installed packages the trusted tests import, given to the checker read-only (never
+    # to the sample): evalplus's tests compare floats with numpy's tolerance
+    checker_packages: tuple[str, ...] = ()
 
     def stop_sequences(self) -> tuple[str, ...]:
         if self.stop is not None:
@@ -142,6 +145,7 @@ TASKS: dict[str, Task] = {
             HUMANEVAL_KEYS,
             _humanevalplus,
             has_plus=True,
+            checker_packages=("numpy",),
             uses_humaneval=True,
         ),
         Task(
@@ -160,6 +164,7 @@ TASKS: dict[str, Task] = {
             _mbppplus,
             stop=MBPP_STOP_SEQUENCES,
             has_plus=True,
+            checker_packages=("numpy",),
         ),
         Task(
             "infill-single-line",

@@ -24,23 +24,37 @@ from codeparrot.eval.data import load_problems
 from codeparrot.eval.humaneval import execute
 from codeparrot.eval.tasks import load_task, mbpp_prompt
 
-# HumanEval/2 (truncate_number) with plus inputs in evalplus's form: floats compared with
-# a tolerance (1e6 + 0.1 has no exact fractional part in binary).
+# HumanEval/2 (truncate_number) with plus inputs in evalplus's form: numpy imported by the
+# checker, floats compared with evalplus's tolerance (1e6 + 0.1 has no exact fractional
+# part in binary, so an exact comparison would fail the right answer).
 PLUS_TEST = """
-import math
+import numpy as np
+
+
+def is_floats(x) -> bool:
+    if isinstance(x, float):
+        return True
+    if isinstance(x, (list, tuple)):
+        return all(isinstance(i, float) for i in x)
+    if isinstance(x, np.ndarray):
+        return x.dtype == np.float64 or x.dtype == np.float32
+    return False
 
 
 def assertion(out, exp, atol):
-    if isinstance(exp, float):
-        assert math.isclose(out, exp, rel_tol=0, abs_tol=atol or 1e-6), (out, exp)
+    exact_match = out == exp
+    if atol == 0 and is_floats(exp):
+        atol = 1e-6
+    if not exact_match and atol != 0:
+        assert np.allclose(out, exp, rtol=1e-07, atol=atol)
     else:
-        assert out == exp
+        assert exact_match
 
 
 def check(candidate):
     inputs = [[3.5], [1.33], [123.456], [1000000.1], [12345.25]]
     results = [0.5, 0.33, 0.456, 0.1, 0.25]
-    for inp, exp in zip(inputs, results):
+    for i, (inp, exp) in enumerate(zip(inputs, results)):
         assertion(candidate(*inp), exp, 0)
 """
 # Passes HumanEval's three base asserts, fails the plus inputs above 1000.
@@ -75,8 +89,14 @@ MBPP_RECORDS = [
     },
 ]
 MBPP_PLUS_TEST = """
+import numpy as np
+
+
 def assertion(out, exp, atol):
-    assert out == exp
+    if atol != 0 and out != exp:
+        assert np.allclose(out, exp, rtol=1e-07, atol=atol)
+    else:
+        assert out == exp
 
 inputs = [[2], [10], [35], [37], [1], [4], [97]]
 results = [False, True, True, False, True, True, False]
