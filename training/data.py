@@ -108,11 +108,21 @@ def read_documents(
 
 
 def encode_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
-    """Token ids of each text, no special tokens (the fast backend when there is one)."""
+    """Token ids of each text as text (the fast backend when there is one).
+
+    No special tokens are added, and the text of one (a file that mentions
+    ``<|endoftext|>`` or ``<fim_prefix>``) is split like any other text: only the data
+    pipeline places EOS and the FIM sentinels.
+    """
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
-        return [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
-    return tokenizer(texts, add_special_tokens=False)["input_ids"]
+        before = backend.encode_special_tokens
+        backend.encode_special_tokens = True
+        try:
+            return [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
+        finally:
+            backend.encode_special_tokens = before
+    return tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
 
 # -- fill in the middle -----------------------------------------------------------------

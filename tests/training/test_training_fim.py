@@ -144,6 +144,18 @@ def test_rates_are_respected_over_many_draws(tokenizer, tokens):
     assert FimTransform.for_tokenizer(tokenizer, 0.0, 0.5, "context", 0, where="t") is None
 
 
+def test_special_token_text_in_the_corpus_stays_text(tmp_path, tokenizer, tokens):
+    text = 'START = "<fim_prefix>"  # and <|endoftext|> and <fim_middle>\n'
+    (ids,) = encode_batch(tokenizer, [text])
+    assert not (tokens.ids | {tokenizer.eos_token_id}) & set(ids)
+    assert tokenizer.decode(ids) == text
+    files = shard_files(write_corpus(tmp_path / "c", [text, DOCS[0]], [text]), "train")
+    stream = PackedStream(files, tokenizer, 16, shuffle_buffer=0, loop=False)
+    flat = [t for _ in range(4) for t in stream.next_sequence().tolist()]
+    assert flat[: len(ids) + 1] == [*ids, tokenizer.eos_token_id]  # the text's only EOS
+    assert not tokens.ids & set(flat)
+
+
 # -- context level ----------------------------------------------------------------------
 
 
