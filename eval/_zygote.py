@@ -493,7 +493,7 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
         for path in PRIVATE_TMP:
             if os.path.isdir(path):
                 _mount(libc, b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
-        _limit_ipc(libc, limits["memory"], strict=mode == "root")
+        _limit_ipc(libc, limits["memory"], mode == "root", limits["namespaces"])
         workdir = "/tmp/sandbox"
         os.mkdir(workdir, 0o700)
         if mode == "root":
@@ -544,12 +544,15 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
         os._exit(0)
 
 
-def _limit_ipc(libc, memory, strict):
+def _limit_ipc(libc, memory, strict, host_namespaces):
     """The sample's IPC namespace: a neutral host name, and shared memory within its limit.
 
     SysV shared memory is not counted by ``RLIMIT_AS`` until attached, so the namespace's
     own ``shmmax``/``shmall`` cap it at the sample's memory limit.
     """
+    for kind in ("ipc", "uts"):  # never the zygote's, let alone the host's
+        if os.stat(f"/proc/self/ns/{kind}").st_ino == host_namespaces[kind]:
+            raise RuntimeError(f"not in a private {kind} namespace")
     libc.sethostname(b"sandbox", 7)
     pages = max(1, memory // os.sysconf("SC_PAGE_SIZE"))
     for name, value in (("shmmax", memory), ("shmall", pages), ("shmmni", 16)):
@@ -691,11 +694,10 @@ def parse_limits(header):
     return {name: kind(raw[name]) for name, kind in LIMIT_TYPES.items()}
 
 
-def run_one(header, program, libc, mode, slot, checker, seccomp):
+def run_one(header, program, libc, mode, slot, context):
     limits = {
         **parse_limits(header),
-        "checker": checker,
-        "seccomp": seccomp,
+        **context,
         "user_processes": 0 if own_uid(mode) else count_user_processes(),
     }
     workdir = None
@@ -817,16 +819,20 @@ def main():
 
     mode, slot, config = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     join_cgroups(config["cgroups"])
+    namespaces = {kind: os.stat(f"/proc/self/ns/{kind}").st_ino for kind in ("ipc", "uts")}
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
     libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-    seccomp = prepare_seccomp()
+    # What every sample's processes need from Z: the checker's sys.path, the seccomp
+    # filter, and Z's namespaces (a sample's must differ).
+    context = {"seccomp": prepare_seccomp(), "namespaces": namespaces}
     checker = sorted({os.path.dirname(path) for path, _ in config["checker"]})
     if mode != "none":
         build_root(libc, config["secret"], config["checker"])
         checker = [CHECKER_SITE] if checker else []
+    context["checker"] = checker
     while True:
         try:
             header = read_frame(0).decode()
@@ -834,7 +840,7 @@ def main():
         except EOFError:
             return
         verdict, duration = run_one(
-            header, program.decode("utf-8", "surrogatepass"), libc, mode, slot, checker, seccomp
+            header, program.decode("utf-8", "surrogatepass"), libc, mode, slot, context
         )
         write_frame(1, b"%.6f " % duration + verdict.encode("utf-8", "replace"))
 
