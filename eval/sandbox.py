@@ -136,6 +136,7 @@ def cgroup_support() -> str:
     kind, bases = cgroup_bases()
     if kind == "none":
         return kind
+    _remove_stale_cgroups(bases)
     probe = WorkerCgroup(kind, bases, f"codeparrot-probe-{os.getpid()}-{threading.get_ident()}")
     try:
         probe.create(Limits())
@@ -143,6 +144,24 @@ def cgroup_support() -> str:
     except OSError:
         return "none"
     return kind
+
+
+def _remove_stale_cgroups(bases: list[Path]) -> None:
+    """Empty groups left by harnesses that were killed (their pid is in the name)."""
+    for base in bases:
+        for group in base.glob("codeparrot-*"):
+            owner = group.name.removeprefix("codeparrot-").removeprefix("probe-").split("-")[0]
+            if not owner.isdigit():
+                continue
+            try:
+                os.kill(int(owner), 0)
+            except ProcessLookupError:
+                try:
+                    group.rmdir()
+                except OSError:
+                    pass  # still holds processes: left for the kernel's own reaping
+            except OSError:
+                pass
 
 
 class WorkerCgroup:

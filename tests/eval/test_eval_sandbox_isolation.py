@@ -21,6 +21,8 @@ from codeparrot.eval.sandbox import (
     Isolation,
     Limits,
     SandboxError,
+    cgroup_bases,
+    cgroup_support,
     detect_isolation,
     limits_header,
 )
@@ -69,7 +71,10 @@ def f(x):
         message = ctypes.create_string_buffer(b'\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00leak', 12)
         sent = libc.msgsnd(queue, message, 4, 0)
         big = libc.shmget({IPC_KEY} + 1, 600 << 20, 0o1666)
-        return [shm >= 0, sem >= 0, queue >= 0, sent == 0, big >= 0]
+        posix = libc.mq_open(b'/codeparrot-leak', 0o102, 0o666, None)  # O_CREAT | O_RDWR
+        return [shm >= 0, sem >= 0, queue >= 0, sent == 0, big >= 0, posix >= 0]
+    if libc.mq_open(b'/codeparrot-leak', 0o2) >= 0:
+        return 'a POSIX queue'
     queue = libc.msgget({IPC_KEY}, 0o666)
     if queue < 0:
         return 'nothing'
@@ -89,7 +94,7 @@ def sysv_objects() -> dict[str, list[str]]:
 def test_ipc_objects_die_with_the_sample_and_shm_stays_within_the_memory_limit(strong):
     before = sysv_objects()
     limits = Limits(memory=256 << 20)
-    writer = Program(IPC_SAMPLE, "assert f('write') == [True, True, True, True, False]", "f")
+    writer = Program(IPC_SAMPLE, "assert f('write') == [True, True, True, True, False, True]", "f")
     verdicts = run_programs([writer], workers=1, limits=limits, isolation=strong)
     assert verdicts[0].passed, verdicts[0].result  # created all, but no 600 MiB segment
     assert sysv_objects() == before  # nothing left on the host
@@ -280,3 +285,16 @@ def test_denied_system_calls_fail_with_eperm_and_the_verdict_says_so(strong):
             f"{name}: {verdict.result}"
         )
     assert verdicts[-1].passed, verdicts[-1].result
+
+
+def test_worker_groups_are_removed_even_after_a_killed_harness(strong):
+    if strong.accounting == "none":
+        pytest.skip("no cgroup can be made here")
+    kind, bases = cgroup_bases()
+    stale = bases[-1] / "codeparrot-99999999-0-killed"  # no such pid can exist
+    stale.mkdir()
+    assert cgroup_support() == kind
+    assert not stale.exists()
+    run_programs([Program(GOOD_PLUS_ONE, TEST_PLUS_ONE, "f")] * 2, workers=2, isolation=strong)
+    mine = [g for base in bases for g in base.glob(f"codeparrot-{os.getpid()}-*")]
+    assert mine == []
