@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from codeparrot.config import Declaration
 from codeparrot.errors import DataError
 from codeparrot.io import atomic_directory, provenance, write_json
 
@@ -41,6 +42,11 @@ HELDOUT_PACKAGES: tuple[str, ...] = (
     "toolz==1.2.0",
 )
 MANIFEST = "heldout.json"
+HELDOUT_DATA = Declaration(
+    None,
+    "a folder of .py files or a corpus folder (its valid split); default: the held-out "
+    "packages (see codeparrot.eval.heldout), downloaded once from PyPI",
+)
 MAX_FILE_BYTES = 1_000_000
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.config import Config, option
-from codeparrot.eval.heldout import HeldoutFile, describe, read_heldout
+from codeparrot.eval.heldout import HELDOUT_DATA, HeldoutFile, describe, read_heldout
 from codeparrot.io import atomic_directory, atomic_open, provenance, write_json
 from codeparrot.options import MAX_NEW_TOKENS, QUANTIZE_WEIGHTS
 
@@ -33,11 +33,7 @@ class LinesConfig(Config):
     """Greedy line completion on held-out files: exact match and edit similarity."""
 
     checkpoint: Path | None = option(None, "checkpoint directory")
-    data: Path | None = option(
-        None,
-        "a folder of .py files or a corpus folder (its valid split); default: the held-out "
-        "packages (see codeparrot.eval.heldout), downloaded once from PyPI",
-    )
+    data: Path | None = HELDOUT_DATA.field()
     n: int = option(200, "lines to complete (half at a line's start, half mid-line)", ge=2)
     seed: int = option(0, "seed of the line draw")
     max_new_tokens: int = MAX_NEW_TOKENS.field(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.config import Config, option
-from codeparrot.eval.heldout import HeldoutFile, describe, read_heldout
+from codeparrot.eval.heldout import HELDOUT_DATA, HeldoutFile, describe, read_heldout
 from codeparrot.io import atomic_open, provenance, write_json
 from codeparrot.options import DEVICE
 
@@ -27,11 +27,7 @@ class LossConfig(Config):
     """Held-out nats per character and bits per byte of one or more checkpoints, side by side."""
 
     checkpoints: tuple[Path, ...] = option((), "checkpoint directories to compare")
-    data: Path | None = option(
-        None,
-        "a folder of .py files or a corpus folder (its valid split); default: the held-out "
-        "packages (see codeparrot.eval.heldout), downloaded once from PyPI",
-    )
+    data: Path | None = HELDOUT_DATA.field()
     max_files: int = option(200, "score a seeded sample of at most this many files", ge=1)
     seed: int = option(0, "seed of the file sample")
     output: Path | None = option(None, "write the table as JSON here")
