@@ -583,7 +583,7 @@ def runtime_paths():
     return [p for p in ordered if not any(p.startswith(q + os.sep) for q in ordered)]
 
 
-def build_root(libc, secret, checker):
+def build_root(libc, secret, checker, user_namespace):
     """Enter a private mount namespace whose root holds only the runtime (read-only),
     empty mount points for each sample's /proc, /tmp and /dev/shm, and the checker's
     packages under CHECKER_SITE. Done once per zygote; samples inherit it."""
@@ -603,6 +603,11 @@ def build_root(libc, secret, checker):
     for path, mode in (("/proc", 0o555), ("/tmp", 0o1777), ("/dev/shm", 0o1777)):
         os.makedirs(new + path, exist_ok=True)
         os.chmod(new + path, mode)
+    if user_namespace:
+        # The kernel lets a user namespace mount a new proc only where one is already
+        # fully visible: keep the host's under the mount point; every sample's own
+        # /proc is mounted over it.
+        _mount(libc, b"/proc", (new + "/proc").encode(), None, MS_BIND | MS_REC)
     hidden = [os.path.join(p, d) for p in stdlib for d in ("site-packages", "dist-packages")]
     for path in [*hidden, *secret]:  # e.g. pip install-ed data under the runtime
         if os.path.isdir(new + path):
@@ -830,7 +835,7 @@ def main():
     context = {"seccomp": prepare_seccomp(), "namespaces": namespaces}
     checker = sorted({os.path.dirname(path) for path, _ in config["checker"]})
     if mode != "none":
-        build_root(libc, config["secret"], config["checker"])
+        build_root(libc, config["secret"], config["checker"], mode == "userns")
         checker = [CHECKER_SITE] if checker else []
     context["checker"] = checker
     while True:

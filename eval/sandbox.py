@@ -33,6 +33,8 @@ MISSING = {
     "root": [],
     "userns": [
         "samples share the harness user's uid (capabilities dropped, no setuid)",
+        "SysV shared memory is capped at the memory limit only where the kernel lets a "
+        "user namespace set shmmax/shmall (else only a worker cgroup bounds it)",
         "RLIMIT_NPROC counts every process of that user",
     ],
     "none": [

