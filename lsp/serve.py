@@ -117,6 +117,7 @@ class CompletionService:
     def response(self, events: Iterator[Any]) -> dict[str, Any]:
         """A whole completion response, from every event of a stream."""
         done = sorted((e for e in events if e.completion is not None), key=lambda e: e.index)
+        _log_generation([e.completion for e in done])
         choices = [_choice(e.index, e.completion.text, e.completion) for e in done]
         return self._envelope(choices) | {"usage": _usage([e.completion for e in done])}
 
@@ -132,6 +133,7 @@ class CompletionService:
             if event.completion is not None:
                 finished.append(event.completion)
             yield envelope | {"choices": [_choice(event.index, event.delta, event.completion)]}
+        _log_generation(finished)
         if include_usage:
             yield envelope | {"usage": _usage(finished)}
 
@@ -143,6 +145,20 @@ class CompletionService:
             "model": self.model_name,
             "choices": choices,
         }
+
+
+def _log_generation(completions: list[Any]) -> None:
+    """The seed and counts of a generation: a sampled answer can be drawn again."""
+    if completions:
+        first = completions[0]
+        logger.info(
+            "generated n=%d seed=%s prompt_tokens=%d new_tokens=%d in %.3f s",
+            len(completions),
+            first.seed,
+            first.prompt_tokens,
+            sum(c.new_tokens for c in completions),
+            max(c.seconds for c in completions),
+        )
 
 
 def _choice(index: int, text: str, completion: Any | None) -> dict[str, Any]:
