@@ -26,7 +26,8 @@ def main() -> None:
 
     import torch
     import torch.nn.functional as F
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from codeparrot.models.checkpoint import load_checkpoint
 
     texts: list[str] = []
     for shard in sorted((args.corpus / "valid").glob("*.jsonl.gz")):
@@ -37,8 +38,9 @@ def main() -> None:
         raise SystemExit(f"{args.corpus}/valid: no files")
     chars = sum(len(t) for t in texts)
     for checkpoint in args.checkpoints:
-        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-        model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+        # the core loader: every check, and never the checkpoint's own code
+        model, tokenizer, _meta = load_checkpoint(checkpoint)
+        model.eval()
         window = model.config.n_positions
         nll, tokens = 0.0, 0
         with torch.inference_mode():

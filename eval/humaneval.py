@@ -193,12 +193,10 @@ def generate_samples(
 def _load_engine(config: GenerationOptions, group: Any) -> Any:
     from codeparrot.generation import Engine
 
-    if not Path(config.checkpoint).is_dir():
-        raise CheckpointError(f"{config.checkpoint}: no such checkpoint directory")
     device = config.device
     if device is None and group is not None:
         device = str(group.device)
-    return Engine.load(config.checkpoint, device=device)
+    return Engine.load(config.checkpoint, device=device)  # every check: the core loader
 
 
 def _generate_into(

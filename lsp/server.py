@@ -446,13 +446,10 @@ def build_server(config: LspConfig) -> CodeparrotServer:
 
 def serve(config: LspConfig) -> None:
     """Run the server until the client exits (stdio) or forever (``--tcp``)."""
-    from codeparrot.errors import CheckpointError
+    from codeparrot.models.checkpoint import read_model_config
 
-    if config.checkpoint is not None and not (config.checkpoint / "config.json").is_file():
-        raise CheckpointError(
-            f"checkpoint {config.checkpoint}: no config.json; expected a directory written "
-            "by `codeparrot train` or `save_pretrained`"
-        )
+    if config.checkpoint is not None:  # fail before the editor connects; Engine.load checks all
+        read_model_config(config.checkpoint)
     logging.basicConfig(
         filename=config.log_file,
         level=logging.INFO,

@@ -160,7 +160,8 @@ def preflight(config: FinetuneConfig) -> Any:
     """Every check that can fail before data or weights are touched; the Hub target if any."""
     from codeparrot.models.checkpoint import validate_checkpoint
 
-    validate_checkpoint(config.checkpoint)  # causal LM, weights, its tokenizer fits
+    # causal LM, no custom code, weights, its tokenizer fits, --seq-length within the context
+    validate_checkpoint(config.checkpoint, seq_length=config.seq_length)
     check_repository(config.repository)
     if config.output.exists() and not config.output.is_dir():
         raise DataError(f"--output {config.output} exists and is not a directory")
@@ -316,7 +317,7 @@ def commands(model_dir: Path) -> tuple[str, str]:
 def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
     """Build the repository's corpus, train from the checkpoint, measure before and after."""
     from codeparrot.io import provenance, write_json
-    from codeparrot.models.checkpoint import load_tokenizer, read_model_config
+    from codeparrot.models.checkpoint import context_length, load_tokenizer, read_model_config
 
     say = log or (lambda _msg: None)
     target = preflight(config)
@@ -329,15 +330,7 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
     say(f"building the corpus of {config.repository} (held out by file)")
     manifest = _build_corpus(config)
     tokenizer = load_tokenizer(config.checkpoint)
-    model_config = read_model_config(config.checkpoint)
-    n_positions = int(
-        model_config.get("n_positions") or model_config.get("max_position_embeddings") or 1024
-    )
-    seq_length = config.seq_length or n_positions
-    if seq_length > n_positions:
-        raise CheckpointError(
-            f"--seq-length {seq_length} is above the checkpoint's {n_positions} positions"
-        )
+    seq_length = config.seq_length or context_length(read_model_config(config.checkpoint))
     splits = {
         "valid": split_tokens(config.corpus_dir, "valid", tokenizer, config.eval_tokens),
     }

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codeparrot.errors import CheckpointError, ConfigError
+from codeparrot.errors import ConfigError
 from codeparrot.generation.config import (
     DTYPES,
     LOAD_QUANTIZE,
@@ -274,7 +274,8 @@ class Engine:
         halves their cost (see BENCHMARKS.md).
         """
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from codeparrot.models.checkpoint import load_checkpoint
 
         if dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -283,35 +284,8 @@ class Engine:
                 f"quantize must be one of {', '.join(LOAD_QUANTIZE)}, got {quantize!r}"
             )
         path = Path(path)
-        if not path.is_dir():
-            raise CheckpointError(f"checkpoint {path}: no such directory")
-        if not (path / "config.json").is_file():
-            raise CheckpointError(
-                f"checkpoint {path}: no config.json; expected a directory written by "
-                "`codeparrot train` or `save_pretrained`"
-            )
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(path)
-        except Exception as e:  # transformers raises many types for a broken directory
-            raise CheckpointError(f"checkpoint {path}: cannot load its tokenizer ({e})") from e
-        try:
-            model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True)
-        except Exception as e:
-            raise CheckpointError(f"checkpoint {path}: not a loadable causal LM ({e})") from e
-        # transformers fills weights the files lack with random ones: a model that
-        # "loads" that way (another architecture's weights, say) only produces noise
-        missing = sorted(info.get("missing_keys") or ()) + sorted(info.get("mismatched_keys") or ())
-        if missing:
-            shown = ", ".join(str(k) for k in missing[:3])
-            raise CheckpointError(
-                f"checkpoint {path}: its weights do not fit a {model.config.model_type} causal "
-                f"LM ({len(missing)} missing or of the wrong shape, e.g. {shown})"
-            )
-        if len(tokenizer) > model.config.vocab_size:
-            raise CheckpointError(
-                f"checkpoint {path}: tokenizer has {len(tokenizer)} tokens but the model's "
-                f"vocabulary has {model.config.vocab_size}"
-            )
+        # every check (config, no custom code, weights complete, EOS, vocabulary, context)
+        model, tokenizer, _meta = load_checkpoint(path, attn_implementation=None)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
             model.to(device)

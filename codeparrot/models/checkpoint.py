@@ -5,6 +5,14 @@ A checkpoint is a directory that ``AutoModelForCausalLM.from_pretrained`` and
 (step, tokens seen, parameters, preset, eval loss, perplexity, train config,
 provenance). Every check here runs before any weights are loaded so that a bad
 directory fails in a second with a message that says what is wrong.
+
+This is the one loader: the engine (and through it the playground, the language server
+and the harness), ``train --init-from`` and ``finetune`` all call :func:`load_checkpoint`
+or :func:`validate_checkpoint`. A checkpoint never runs code: a ``config.json`` or
+``tokenizer_config.json`` that asks for custom code (``auto_map``), or a ``model_type``
+transformers does not know, is refused before transformers reads it, and every
+``from_pretrained`` call pins ``trust_remote_code=False`` (so transformers never asks on
+standard input either).
 """
 
 from __future__ import annotations
@@ -21,10 +29,16 @@ from codeparrot.io import atomic_directory, read_json, write_json
 CHECKPOINT_META = "codeparrot_checkpoint.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model")
+TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
 def load_tokenizer(path: str | Path) -> Any:
-    """``AutoTokenizer.from_pretrained(path)`` with errors that name the directory."""
+    """``AutoTokenizer.from_pretrained(path)`` with errors that name the directory.
+
+    It never runs code from the directory. In a checkpoint directory (one with a
+    ``config.json``) the tokenizer's ``model_max_length`` is set to the model's context,
+    also for checkpoints written before the export recorded it.
+    """
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"tokenizer {path}: no such directory")
@@ -33,15 +47,69 @@ def load_tokenizer(path: str | Path) -> Any:
             f"tokenizer {path}: no tokenizer.json; expected a directory written by "
             "`codeparrot tokenizer train` or tokenizer.save_pretrained"
         )
+    model_config = _read_object(path / "config.json", "checkpoint")
+    refuse_custom_code(path / "config.json", model_config)
+    refuse_custom_code(path / TOKENIZER_CONFIG, _read_object(path / TOKENIZER_CONFIG, "tokenizer"))
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except Exception as e:  # transformers raises many types for a broken directory
         raise CheckpointError(f"tokenizer {path}: cannot be loaded ({e})") from e
     if tokenizer.eos_token_id is None:
         raise CheckpointError(f"tokenizer {path}: has no end-of-text (eos) token")
+    if model_config.get("n_positions") or model_config.get("max_position_embeddings"):
+        fit_to_context(tokenizer, context_length(model_config))
     return tokenizer
+
+
+def fit_to_context(tokenizer: Any, n_positions: int) -> None:
+    """The tokenizer's ``model_max_length`` is the model's context (``n_positions``).
+
+    A tokenizer saved with transformers' default (1024) would otherwise call a prompt
+    that fits a longer model too long, or let one through that a shorter one cannot take.
+    """
+    tokenizer.model_max_length = int(n_positions)
+
+
+def context_length(config: dict[str, Any]) -> int:
+    """Positions of a model from its ``config.json`` (GPT-2's name, or the common one)."""
+    return int(config.get("n_positions") or config.get("max_position_embeddings") or 1024)
+
+
+def _read_object(file: Path, what: str) -> dict[str, Any]:
+    """A JSON object file ({} when it does not exist)."""
+    if not file.is_file():
+        return {}
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{what} {file.parent}: {file.name} is not valid JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{what} {file.parent}: {file.name} is not a JSON object")
+    return data
+
+
+def refuse_custom_code(file: Path, config: dict[str, Any]) -> None:
+    """Refuse a config file that asks transformers to import Python from the checkpoint."""
+    if "auto_map" in config:
+        raise CheckpointError(
+            f"{file}: asks to run the checkpoint's own Python code (auto_map "
+            f"{json.dumps(config['auto_map'])[:200]}); codeparrot never runs code from a "
+            "checkpoint. Use a checkpoint whose architecture transformers ships."
+        )
+
+
+def refuse_unknown_model_type(file: Path, config: dict[str, Any]) -> None:
+    """A ``model_type`` transformers does not ship would need the checkpoint's own code."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        raise CheckpointError(
+            f"{file}: model_type {model_type!r} is not an architecture transformers ships; "
+            "codeparrot never runs code from a checkpoint to load one"
+        )
 
 
 def read_model_config(path: str | Path) -> dict[str, Any]:
@@ -55,20 +123,19 @@ def read_model_config(path: str | Path) -> dict[str, Any]:
             f"checkpoint {path}: no config.json; expected a directory written by "
             "`codeparrot init`, `codeparrot train` or save_pretrained"
         )
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"checkpoint {path}: config.json is not valid JSON ({e})") from e
-    if not isinstance(config, dict):
-        raise CheckpointError(f"checkpoint {path}: config.json is not a JSON object")
+    config = _read_object(config_file, "checkpoint")
+    refuse_custom_code(config_file, config)
+    refuse_unknown_model_type(config_file, config)
     architectures = config.get("architectures") or []
     if architectures and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
         raise CheckpointError(
-            f"checkpoint {path}: architectures {architectures} is not a causal language model"
+            f"checkpoint {path}: architectures {architectures} is not a causal language model "
+            f"(its weights do not fit a {config['model_type']} causal LM)"
         )
     if not any((path / name).is_file() for name in WEIGHT_FILES):
         raise CheckpointError(
-            f"checkpoint {path}: no weights (model.safetensors) next to config.json"
+            f"checkpoint {path}: not a loadable causal LM: no weights (model.safetensors) "
+            "next to config.json"
         )
     return config
 
@@ -85,6 +152,7 @@ def check_vocab(tokenizer: Any, model_vocab_size: int, *, where: str) -> None:
 
 
 def check_sequence_length(seq_length: int, n_positions: int, *, where: str) -> None:
+    """A requested sequence length must fit the model's positions."""
     if seq_length > n_positions:
         raise CheckpointError(
             f"{where}: --seq-length {seq_length} is above the model's {n_positions} positions"
@@ -105,37 +173,74 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
-def validate_checkpoint(path: str | Path, tokenizer: Any | None = None) -> dict[str, Any]:
+def validate_checkpoint(
+    path: str | Path, tokenizer: Any | None = None, *, seq_length: int | None = None
+) -> dict[str, Any]:
     """Check a checkpoint directory without loading weights; returns its config.json.
 
-    With ``tokenizer`` (else the directory's own), the vocabulary must fit the model.
+    Checks: config.json present, a causal LM transformers ships (no custom code), weights
+    present, the metadata readable, a tokenizer with an end-of-text token whose vocabulary
+    fits the embeddings (``tokenizer``, else the directory's own), and ``seq_length`` (if
+    given) within the model's positions.
     """
-    path = Path(path)
+    return _checked(Path(path), tokenizer, seq_length)[0]
+
+
+def _checked(
+    path: Path, tokenizer: Any | None, seq_length: int | None
+) -> tuple[dict[str, Any], Any]:
+    """(config.json, tokenizer) after every check that needs no weights."""
     config = read_model_config(path)
     read_checkpoint_meta(path)
     if tokenizer is None:
         tokenizer = load_tokenizer(path)
+    elif tokenizer.eos_token_id is None:
+        raise CheckpointError(f"checkpoint {path}: the tokenizer has no end-of-text (eos) token")
     vocab = config.get("vocab_size")
     if isinstance(vocab, int):
         check_vocab(tokenizer, vocab, where=f"checkpoint {path}")
-    return config
+    if seq_length is not None:
+        check_sequence_length(seq_length, context_length(config), where=f"checkpoint {path}")
+    return config, tokenizer
 
 
 def load_checkpoint(
-    path: str | Path, *, tokenizer: Any | None = None, attn_implementation: str = "sdpa"
+    path: str | Path,
+    *,
+    tokenizer: Any | None = None,
+    attn_implementation: str | None = "sdpa",
+    seq_length: int | None = None,
 ) -> tuple[Any, Any, dict[str, Any]]:
-    """(model, tokenizer, meta) of a checkpoint directory, validated first."""
+    """(model, tokenizer, meta) of a checkpoint directory, validated first.
+
+    Every check of :func:`validate_checkpoint`, then the weights must cover the whole
+    model: transformers fills weights a file lacks with random ones, and a model that
+    "loads" that way (another architecture's weights, say) only produces noise.
+    ``attn_implementation=None`` leaves the choice to transformers.
+    """
     path = Path(path)
-    if tokenizer is None:
-        tokenizer = load_tokenizer(path)
-    validate_checkpoint(path, tokenizer)
+    config, tokenizer = _checked(path, tokenizer, seq_length)
     meta = read_checkpoint_meta(path)
     from transformers import AutoModelForCausalLM
 
+    kwargs: dict[str, Any] = {"trust_remote_code": False, "output_loading_info": True}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attn_implementation)
+        model, info = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except Exception as e:  # a truncated safetensors file raises from deep inside
-        raise CheckpointError(f"checkpoint {path}: weights cannot be loaded ({e})") from e
+        raise CheckpointError(
+            f"checkpoint {path}: weights cannot be loaded, not a loadable causal LM ({e})"
+        ) from e
+    missing = sorted(info.get("missing_keys") or ()) + sorted(info.get("mismatched_keys") or ())
+    if missing:
+        shown = ", ".join(str(k) for k in missing[:3])
+        raise CheckpointError(
+            f"checkpoint {path}: its weights do not fit a {model.config.model_type} causal "
+            f"LM ({len(missing)} missing or of the wrong shape, e.g. {shown})"
+        )
+    check_vocab(tokenizer, model.config.vocab_size, where=f"checkpoint {path}")
+    fit_to_context(tokenizer, context_length(config))
     return model, tokenizer, meta
 
 

@@ -93,7 +93,8 @@ def load_tokenizer(path: Path) -> Any:
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such tokenizer directory")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        # a tokenizer directory never runs its own code (nor asks on stdin whether to)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{path}: not a tokenizer directory ({e})") from e
     if not getattr(tokenizer, "is_fast", False):
