@@ -10,6 +10,7 @@ import argparse
 import codecs
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from codeparrot.config import add_config_arguments, config_from_args
@@ -76,12 +77,15 @@ def run_complete(args: argparse.Namespace) -> int:
 
     config, gen = _configs(args)
     prompt = sys.stdin.read() if config.prompt == "-" else config.prompt
+    suffix = config.suffix
+    if config.suffix_file is not None:
+        suffix = read_text_file(config.suffix_file, "--suffix-file")
     engine = Engine.load(
         config.checkpoint, device=config.device, dtype=config.dtype, quantize=config.quantize
     )
     if config.stream:
-        return _print_stream(engine, prompt, gen)
-    completions = engine.generate(prompt, gen)
+        return _print_stream(engine, prompt, gen, suffix)
+    completions = engine.generate(prompt, gen, suffix=suffix)
     if config.json:
         rows = [
             {
@@ -105,10 +109,20 @@ def run_complete(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_stream(engine: Engine, prompt: str, gen: GenerationConfig) -> int:
+def read_text_file(path: Path, flag: str) -> str:
+    """A UTF-8 text file's content, or an error naming the flag and the file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{flag} {path}: cannot be read as UTF-8 text ({e})") from e
+
+
+def _print_stream(
+    engine: Engine, prompt: str, gen: GenerationConfig, suffix: str | None = None
+) -> int:
     """n = 1: text as it comes; n > 1: each candidate when it is finished."""
     done = []
-    for event in engine.stream(prompt, gen):
+    for event in engine.stream(prompt, gen, suffix=suffix):
         if gen.n == 1:
             print(event.delta, end="", flush=True)
         if event.completion is not None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
+from codeparrot.fim import ORDERS, PSM
 from codeparrot.options import (
     CANDIDATES,
     DEVICE,
@@ -46,6 +47,12 @@ class GenerationConfig(Config):
         "be any token that starts with that text (a prompt ending in a line break or half a "
         "word otherwise ends on a token the model rarely saw there)",
     )
+    fim_order: str = option(
+        PSM,
+        "fill in the middle (a prompt with a suffix): psm puts the prefix first, spm the "
+        "suffix first so that the prefix runs straight into the middle",
+        choices=ORDERS,
+    )
 
     def problems(self) -> list[str]:
         return ["--stop strings must not be empty"] if "" in self.stop else []
@@ -57,6 +64,12 @@ class CompleteConfig(Config):
 
     checkpoint: Path = option(help="checkpoint directory (ours, or any local HF causal LM)")
     prompt: str = option(help='the text to complete; "-" reads it from standard input')
+    suffix: str | None = option(
+        None,
+        "fill in the middle: the text after the gap (PROMPT is the text before it); needs "
+        "a checkpoint with the FIM sentinels",
+    )
+    suffix_file: Path | None = option(None, "read --suffix from this file", metavar="FILE")
     device: str | None = DEVICE.field()
     dtype: str = DTYPE.field()
     quantize: str = QUANTIZE_WEIGHTS.field()
@@ -70,6 +83,8 @@ class CompleteConfig(Config):
         out = []
         if self.prompt == "":
             out.append('PROMPT is empty (use "-" to read it from standard input)')
+        if self.suffix is not None and self.suffix_file is not None:
+            out.append("--suffix and --suffix-file exclude each other")
         if self.stream and self.json:
             out.append("--stream and --json exclude each other")
         return out

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codeparrot.errors import ConfigError
+from codeparrot.errors import CheckpointError, ConfigError
+from codeparrot.fim import PSM, FimTokens, layout
 from codeparrot.generation.config import (
     DTYPES,
     LOAD_QUANTIZE,
@@ -94,6 +95,11 @@ class _Candidate:
     stop_at: int | None = None  # character index where the text ends
     heal_len: int = 0  # characters of a healed prompt's last token, decoded with the ids
     skip: int = 0  # of those, characters not yet dropped from the streamed text
+
+
+def _ends_in_word(text: str) -> bool:
+    """Does ``text`` end inside an identifier or a number (a letter, digit or underscore)?"""
+    return bool(text) and (text[-1].isalnum() or text[-1] == "_")
 
 
 def first_block(text: str, stop_sequences: tuple[str, ...] = HUMANEVAL_STOP_SEQUENCES) -> str:
@@ -170,6 +176,8 @@ class Engine:
         )
         eos = tokenizer.eos_token_id
         self.eos_token_id: int | None = int(eos) if eos is not None else None
+        # the fill-in-the-middle sentinels, or None: a suffix needs them
+        self.fim: FimTokens | None = FimTokens.from_tokenizer(tokenizer)
         self._gpt2 = GPT2Decoder(model) if lean_gpt2 and GPT2Decoder.supports(model) else None
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
         self.bf16_prefill = bf16_prefill
@@ -343,16 +351,127 @@ class Engine:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
+    # -- fill in the middle ------------------------------------------------------------
+    def encode_infill(
+        self, prefix: str, suffix: str, max_new_tokens: int, order: str = PSM
+    ) -> tuple[list[int], bool]:
+        """Token ids of a fill-in-the-middle prompt fitted to the context; (ids, truncated).
+
+        Prefix and suffix are encoded apart, with sentinel text inside them encoded as
+        text. Over the budget (context minus ``max_new_tokens`` and the three sentinels),
+        the prefix loses whole lines at its start and the suffix at its end; the suffix
+        keeps at most half the budget unless the prefix leaves more.
+        """
+        fim = self._require_fim()
+        prefix_ids, suffix_ids, truncated = self._fit_infill(prefix, suffix, max_new_tokens)
+        return layout(prefix_ids, suffix_ids, [], fim, order), truncated
+
+    def _require_fim(self) -> FimTokens:
+        if self.fim is None:
+            raise CheckpointError(
+                f"checkpoint {self.path or 'in memory'}: its tokenizer has no "
+                "fill-in-the-middle sentinels (<fim_prefix>, <fim_middle>, <fim_suffix>, "
+                "<fim_pad>), so it cannot complete with a suffix; complete the prefix alone "
+                "or use a checkpoint trained with FIM"
+            )
+        return self.fim
+
+    def _infill_prompt(
+        self, prefix: str, suffix: str, config: GenerationConfig
+    ) -> tuple[list[int], bool, tuple[str, list[int]] | None]:
+        """(ids, truncated, healed) of a FIM prompt.
+
+        Healing backs up the prefix's last token only where the prefix runs into the
+        middle: always in SPM (as left to right), and in PSM only when the prefix ends
+        inside a word (there the model would otherwise continue a token it never saw cut);
+        the sentinels and the suffix are never touched.
+        """
+        fim = self._require_fim()
+        if not isinstance(prefix, str) or not isinstance(suffix, str):
+            raise ConfigError("the prefix and the suffix must be text")
+        if not prefix and not suffix:
+            raise ConfigError("the prompt is empty (no prefix and no suffix)")
+        prefix_ids, suffix_ids, truncated = self._fit_infill(prefix, suffix, config.max_new_tokens)
+        healed = self._heal(prefix_ids) if config.heal else None
+        if healed is not None and config.fim_order == PSM and not _ends_in_word(healed[0]):
+            healed = None
+        if healed is not None:
+            prefix_ids = prefix_ids[:-1]
+        return layout(prefix_ids, suffix_ids, [], fim, config.fim_order), truncated, healed
+
+    def _fit_infill(
+        self, prefix: str, suffix: str, max_new_tokens: int
+    ) -> tuple[list[int], list[int], bool]:
+        budget = self.context_length - max_new_tokens - 3  # three sentinels
+        if budget < 1:
+            raise ConfigError(
+                f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in the "
+                f"model's context of {self.context_length} tokens"
+            )
+        prefix_ids, suffix_ids = self._encode_text(prefix), self._encode_text(suffix)
+        if len(prefix_ids) + len(suffix_ids) <= budget:
+            return prefix_ids, suffix_ids, False
+        prefix_room = min(len(prefix_ids), budget - min(len(suffix_ids), budget // 2))
+        suffix_room = budget - prefix_room
+        if len(prefix_ids) > prefix_room:
+            prefix_ids = self._last_lines(prefix, prefix_room)
+        if len(suffix_ids) > suffix_room:
+            suffix_ids = self._first_lines(suffix, suffix_room)
+        return prefix_ids, suffix_ids, True
+
+    def _encode_text(self, text: str) -> list[int]:
+        """Ids of ``text`` with special-token text (sentinels, end-of-text) split as text."""
+        if not text:
+            return []
+        out = self.tokenizer(
+            text, add_special_tokens=False, split_special_tokens=True, verbose=False
+        )
+        return list(out["input_ids"])
+
+    def _last_lines(self, text: str, room: int) -> list[int]:
+        """Ids of the most whole lines at the end of ``text`` within ``room`` tokens."""
+        starts = [i + 1 for i, ch in enumerate(text) if ch == "\n" and i + 1 < len(text)]
+        lo, hi = 0, len(starts)  # find the first start whose tail fits (tails shrink)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if len(self._encode_text(text[starts[mid] :])) <= room:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo < len(starts):
+            return self._encode_text(text[starts[lo] :])
+        return self._encode_text(text)[-room:] if room > 0 else []  # one line over the room
+
+    def _first_lines(self, text: str, room: int) -> list[int]:
+        """Ids of the most whole lines at the start of ``text`` within ``room`` tokens."""
+        ends = [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+        lo, hi = 0, len(ends)  # count of line ends whose head fits (heads grow)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if len(self._encode_text(text[: ends[mid - 1]])) <= room:
+                lo = mid
+            else:
+                hi = mid - 1
+        if lo > 0:
+            return self._encode_text(text[: ends[lo - 1]])
+        return self._encode_text(text)[:room]  # the first line alone is over the room
+
     # -- generation ------------------------------------------------------------------
     def generate(
         self,
         prompt: str,
         config: GenerationConfig | None = None,
         cancel: threading.Event | None = None,
+        *,
+        suffix: str | None = None,
     ) -> list[Completion]:
-        """Sample ``config.n`` completions of ``prompt``; blocks until all are finished."""
+        """Sample ``config.n`` completions of ``prompt``; blocks until all are finished.
+
+        With ``suffix`` (fill in the middle), ``prompt`` is the text before the gap and
+        each completion the middle; see :meth:`stream`.
+        """
         out: list[Completion | None] = [None] * (config or GenerationConfig()).n
-        for event in self.stream(prompt, config, cancel):
+        for event in self.stream(prompt, config, cancel, suffix=suffix):
             if event.completion is not None:
                 out[event.index] = event.completion
         return [c for c in out if c is not None]
@@ -362,14 +481,23 @@ class Engine:
         prompt: str,
         config: GenerationConfig | None = None,
         cancel: threading.Event | None = None,
+        *,
+        suffix: str | None = None,
     ) -> Iterator[StreamEvent]:
         """Yield text as it is produced; each candidate stops on its own.
 
         Setting ``cancel`` ends every unfinished candidate within one token
         (finish reason ``"cancelled"``). Stop strings are never streamed: text that
         could still become a stop string is held back until it cannot.
+
+        ``suffix`` (fill in the middle; needs a checkpoint with the sentinels, see
+        :attr:`fim`): ``prompt`` is the prefix, and the model writes the middle in
+        ``config.fim_order`` until end-of-text or a sentinel (finish reason ``"eos"``).
         """
         config = config or GenerationConfig()
+        if suffix is not None:
+            ids, truncated, healed = self._infill_prompt(prompt, suffix, config)
+            return self._stream(ids, truncated, config, cancel, healed)
         if not isinstance(prompt, str) or not prompt:
             raise ConfigError("the prompt is empty")
         ids, truncated = self.encode_prompt(prompt, config.max_new_tokens)
@@ -403,6 +531,7 @@ class Engine:
         with self._table_lock:
             if self._table is None:
                 special = set(self.tokenizer.all_special_ids)
+                special |= self.fim.ids if self.fim is not None else set()
                 pairs = sorted(
                     (self.tokenizer.decode([i], skip_special_tokens=False), i)
                     for i in range(self.vocab_size)
@@ -429,7 +558,7 @@ class Engine:
         cands = [_Candidate(self._new_decoder(), heal_len=skip, skip=skip) for _ in range(n)]
         stops = tuple(config.stop)
         longest_stop = max((len(s) for s in stops), default=0)
-        eos = self.eos_token_id if config.stop_at_eos else None
+        ends = self._end_ids(config)
 
         def finish(i: int, reason: str) -> StreamEvent:
             c = cands[i]
@@ -478,7 +607,7 @@ class Engine:
             keep_rows: list[int] = []
             for row, (i, tok) in enumerate(zip(active, next_ids.tolist(), strict=True)):
                 c = cands[i]
-                if tok == eos:
+                if tok in ends:
                     yield finish(i, "eos")
                     continue
                 c.ids.append(tok)
@@ -509,6 +638,13 @@ class Engine:
                 logits = step.decode(next_ids)
         for i in active:
             yield finish(i, reason)
+
+    def _end_ids(self, config: GenerationConfig) -> frozenset[int]:
+        """Tokens that end a candidate: end-of-text, and any FIM sentinel (never text)."""
+        ends = set(self.fim.ids) if self.fim is not None else set()
+        if config.stop_at_eos and self.eos_token_id is not None:
+            ends.add(self.eos_token_id)
+        return frozenset(ends)
 
     # -- detokenization ----------------------------------------------------------------
     def _new_decoder(self) -> Any:

@@ -1,0 +1,146 @@
+"""Fill in the middle through the engine: a 2-layer model that learnt one snippet fills it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codeparrot.errors import CodeparrotError
+from codeparrot.fim import PSM, SENTINELS, SPM, FimTokens, layout
+from codeparrot.generation import Engine, GenerationConfig
+
+PREFIX = "def add(a, b):\n    "
+MIDDLE = "return a + b"
+SUFFIX = "\n\n\nprint(add(1, 2))\n"
+SNIPPET = PREFIX + MIDDLE + SUFFIX
+
+
+def build_fim_checkpoint(out: Path, steps: int = 300) -> Path:
+    """A tokenizer with the sentinels and a GPT-2 trained on the snippet in both layouts."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    sys.path.insert(0, str(Path(__file__).parent.parent))
+    from conftest import stdlib_sources
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>", *SENTINELS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([SNIPPET, *stdlib_sources()[:2]], trainer=trainer)
+    eos = "<|endoftext|>"
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=eos, eos_token=eos, unk_token=eos, model_max_length=128
+    )
+    fim = FimTokens.from_tokenizer(tokenizer)
+    assert fim is not None
+
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    p, m, s = encode(PREFIX), encode(MIDDLE), encode(SUFFIX)
+    rows = [[*layout(p, s, m, fim, order), tokenizer.eos_token_id] for order in (PSM, SPM)]
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_positions=128, n_embd=64, n_layer=2, n_head=2,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    model = GPT2LMHeadModel(config)
+    batch = torch.tensor(rows)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(steps):
+        loss = model(input_ids=batch, labels=batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 0.05, loss.item()
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def fim_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_fim_checkpoint(tmp_path_factory.mktemp("fim") / "checkpoint")
+
+
+GREEDY = GenerationConfig(temperature=0, max_new_tokens=20, n=2)
+
+
+@pytest.mark.parametrize("quantize", ["none", "int8"])
+@pytest.mark.parametrize("order", [PSM, SPM])
+def test_engine_fills_the_middle_exactly(fim_checkpoint, quantize, order):
+    engine = Engine.load(fim_checkpoint, quantize=quantize)
+    assert engine.fim is not None
+    config = GREEDY.replace(fim_order=order)
+    out = engine.generate(PREFIX, config, suffix=SUFFIX)
+    assert [c.text for c in out] == [MIDDLE, MIDDLE]
+    assert all(c.finish_reason == "eos" for c in out)
+    streamed = "".join(e.delta for e in engine.stream(PREFIX, config.replace(n=1), suffix=SUFFIX))
+    assert streamed == MIDDLE
+    # without the suffix the same model has no middle to write: the suffix is really used
+    assert engine.generate(PREFIX, config.replace(n=1))[0].text != MIDDLE
+
+
+def test_compiled_steps_fill_the_same_middle(fim_checkpoint):
+    engine = Engine.load(fim_checkpoint, quantize="int8")
+    engine.compile_steps(background=False)
+    (c,) = engine.generate(PREFIX, GREEDY.replace(n=1), suffix=SUFFIX)
+    assert c.text == MIDDLE
+
+
+def test_sentinel_text_in_a_prompt_is_text(fim_checkpoint):
+    engine = Engine.load(fim_checkpoint)
+    fim = engine.fim
+    ids, truncated = engine.encode_infill("x = '<fim_middle>'\n", "<fim_suffix><|endoftext|>", 8)
+    assert not truncated
+    assert [i for i in ids if i in fim.ids] == [fim.prefix, fim.suffix, fim.middle]
+    assert engine.eos_token_id not in ids
+
+
+def test_long_prefix_and_suffix_are_cut_at_line_boundaries(fim_checkpoint):
+    engine = Engine.load(fim_checkpoint)
+    prefix = "".join(f"a{i} = {i}\n" for i in range(200)) + PREFIX
+    suffix = SUFFIX + "".join(f"b{i} = {i}\n" for i in range(200))
+    ids, truncated = engine.encode_infill(prefix, suffix, 20)
+    assert truncated and len(ids) <= engine.context_length - 20
+    fim = engine.fim
+    p = ids[1 : ids.index(fim.suffix)]
+    s = ids[ids.index(fim.suffix) + 1 : ids.index(fim.middle)]
+    kept_prefix, kept_suffix = engine.tokenizer.decode(p), engine.tokenizer.decode(s)
+    assert prefix.endswith(kept_prefix) and prefix[: -len(kept_prefix)].endswith("\n")
+    assert kept_prefix.endswith(PREFIX) and len(kept_prefix) > len(PREFIX)
+    assert suffix.startswith(kept_suffix) and kept_suffix.endswith("\n")
+    assert kept_suffix.startswith(SUFFIX) and len(kept_suffix) > len(SUFFIX)
+    (c,) = engine.generate(prefix, GREEDY.replace(n=1), suffix=suffix)
+    assert c.prompt_truncated
+
+
+def test_a_suffix_needs_a_checkpoint_with_sentinels(tiny_checkpoint, fim_checkpoint):
+    engine = Engine.load(tiny_checkpoint)
+    assert engine.fim is None
+    with pytest.raises(CodeparrotError, match="fill-in-the-middle sentinels"):
+        engine.generate("def f():\n", GREEDY, suffix="\n")
+    cli = [sys.executable, "-m", "codeparrot", "complete", "--temperature", "0"]
+    proc = subprocess.run(
+        [*cli, "--checkpoint", str(tiny_checkpoint), "--suffix", "\\n", "def f():"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "fill-in-the-middle sentinels" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = subprocess.run(
+        [*cli, "--checkpoint", str(fim_checkpoint), "--suffix", SUFFIX, PREFIX],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == MIDDLE + "\n"
