@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from codeparrot.errors import CheckpointError, DataError
+from codeparrot.errors import CheckpointError, ConfigError, DataError
 from codeparrot.eval.config import (
     ExecuteConfig,
     ExecutionOptions,
@@ -363,6 +363,11 @@ def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
 def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -> dict[str, Any]:
     """Generate, execute and report; returns the summary written to OUT/summary.json."""
     require_permission(config.allow_code_execution)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError(
+            "eval humaneval runs in one process; under a launcher run `eval generate` "
+            "(each process generates a shard), then `eval execute OUT/samples.jsonl`"
+        )
     found = load_problem_set(config)
     problems = select_problems(found.problems, config.problem_ids, config.limit)
     path = generate_samples(config, problems, engine=engine, progress=progress)

@@ -89,3 +89,12 @@ def test_two_processes_write_the_file_one_process_writes(tmp_path, tiny_checkpoi
     assert len(one.splitlines()) == 15
     assert two == one
     assert not list((tmp_path / "two").glob("samples.shard-*"))
+
+
+def test_humaneval_refuses_a_launcher_group(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    argv = ["eval", "humaneval", "--checkpoint", str(tiny_checkpoint), "--output",
+            str(tmp_path / "out"), "--allow-code-execution"]  # fmt: skip
+    assert main(argv) == 2  # a usage error, like other config errors
+    assert "eval generate" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
