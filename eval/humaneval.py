@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -211,10 +210,10 @@ def _generate_into(
     from codeparrot.generation import GenerationConfig
 
     task = get_task(config.task)
-    if task.infill and "suffix" not in inspect.signature(engine.generate).parameters:
+    if task.infill and getattr(engine, "fim", None) is None:
         raise CheckpointError(
-            f"task {task.name} needs an engine that completes with a suffix "
-            "(Engine.generate(prompt, config, suffix=...)), which this installation lacks"
+            f"task {task.name} completes a middle between a prefix and a suffix: checkpoint "
+            f"{config.checkpoint} has no fill-in-the-middle sentinels (train with --fim-rate)"
         )
     bar = None
     if progress:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import inspect
 import json
-
-import pytest
+from pathlib import Path
 
 from codeparrot.cli import main
 from codeparrot.eval.config import ExecuteConfig
@@ -38,14 +36,77 @@ def test_execute_scores_middles_with_pass_and_exact_match(tmp_path, monkeypatch)
     assert summary["pass_at_k"]["pass@1"] == 2 / 3
 
 
-def test_generation_without_a_suffix_engine_is_a_clear_error(tiny_checkpoint, tmp_path, capsys):
-    from codeparrot.generation import Engine
-
-    if "suffix" in inspect.signature(Engine.generate).parameters:
-        pytest.skip("the engine completes with a suffix: nothing to refuse")
+def test_a_checkpoint_without_sentinels_is_refused_before_generating(
+    tiny_checkpoint, tmp_path, capsys
+):
     out = tmp_path / "out"
     argv = ["eval", "generate", "--task", "infill-single-line", "--checkpoint",
             str(tiny_checkpoint), "--output", str(out), "--limit", "1", "--n", "1"]  # fmt: skip
     assert main(argv) == 1
-    assert "suffix" in capsys.readouterr().err
-    assert not (out / "samples.jsonl").exists() or not (out / "samples.jsonl").read_text()
+    assert "fill-in-the-middle sentinels" in capsys.readouterr().err
+    assert not (out / "samples.jsonl").exists()
+
+
+def build_fim_tokenizer_checkpoint(out: Path) -> Path:
+    """A random 2-layer GPT-2 whose tokenizer has the FIM sentinels (untrained: plumbing only)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from codeparrot.fim import SENTINELS
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|endoftext|>", *SENTINELS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(["def f(x):\n    return x + 1\n" * 20], trainer=trainer)
+    eos = "<|endoftext|>"
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=eos, eos_token=eos, unk_token=eos, model_max_length=512
+    )
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_positions=512, n_embd=32, n_layer=2, n_head=2,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    GPT2LMHeadModel(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def test_infill_end_to_end_sends_the_suffix(tmp_path, monkeypatch):
+    from codeparrot.eval import humaneval
+    from codeparrot.generation import Engine
+
+    checkpoint = build_fim_tokenizer_checkpoint(tmp_path / "fim")
+    engine = Engine.load(checkpoint)
+    seen = []
+
+    class Recording:
+        fim = engine.fim
+
+        def generate(self, prompt, config, **kwargs):
+            seen.append((prompt, kwargs.get("suffix")))
+            return engine.generate(prompt, config, **kwargs)
+
+    monkeypatch.setattr(humaneval, "_load_engine", lambda config, group: Recording())
+    monkeypatch.setenv("CODEPARROT_ALLOW_CODE_EXECUTION", "1")
+    out = tmp_path / "out"
+    argv = ["eval", "humaneval", "--task", "infill-single-line", "--checkpoint", str(checkpoint),
+            "--output", str(out), "--limit", "2", "--n", "1", "--batch-size", "1",
+            "--max-new-tokens", "4", "--ks", "1", "--workers", "2"]  # fmt: skip
+    assert main(argv) == 0
+    tasks = load_task("infill-single-line").problems
+    ids = ["SingleLineInfilling/HumanEval/0/L0", "SingleLineInfilling/HumanEval/0/L1"]
+    assert seen == [(tasks[t]["prompt"], tasks[t]["suffix"]) for t in ids]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in rows] == ids
+    assert all("exact_match" in r for r in rows)
+    summary = json.loads((out / "summary.json").read_text())
+    assert "exact_match" in summary and "pass@1" in summary["pass_at_k"]
+    assert summary["generation"]["task"] == "infill-single-line"
