@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -31,7 +32,17 @@ class CountingEngine:
 
     def stream(self, *args, **kwargs):
         self.calls += 1
-        return self.engine.stream(*args, **kwargs)
+        self.events = 0
+        self.finished = threading.Event()
+        return self._counted(self.engine.stream(*args, **kwargs))
+
+    def _counted(self, events):
+        try:
+            for event in events:
+                self.events += 1
+                yield event
+        finally:
+            self.finished.set()
 
 
 @pytest.fixture(scope="module")
@@ -259,3 +270,29 @@ def test_openai_client_completes_and_streams(server, engine):
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model="tiny", prompt="a", n=5)
     assert "n is 5" in str(info.value)
+
+
+def test_body_without_content_length_is_refused(server, engine):
+    before = engine.calls
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    conn.request("POST", "/v1/completions", body=iter([b'{"prompt": "a"}']))  # chunked
+    resp = conn.getresponse()
+    assert resp.status == 411 and "Content-Length" in json.loads(resp.read())["error"]["message"]
+    conn.close()
+    assert engine.calls == before
+
+
+def test_client_that_goes_away_mid_stream_stops_its_generation(server, engine):
+    payload = json.dumps(GREEDY | {"max_tokens": 64, "stream": True}).encode()
+    head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n\r\n"
+    with socket.create_connection(server.server_address[:2], timeout=30) as sock:
+        sock.sendall(head.encode() + payload)
+        received = b""
+        while b"data: " not in received:
+            received += sock.recv(4096)
+        assert received.startswith(b"HTTP/1.1 200")
+    # gone after the first chunk
+    assert engine.finished.wait(30)
+    assert engine.events < 64  # one event per token at most would reach 64 and the end
+    assert post(server, GREEDY)[0] == 200
