@@ -548,14 +548,15 @@ def _limit_ipc(libc, memory, strict, host_namespaces):
     """The sample's IPC namespace: a neutral host name, and shared memory within its limit.
 
     SysV shared memory is not counted by ``RLIMIT_AS`` until attached, so the namespace's
-    own ``shmmax``/``shmall`` cap it at the sample's memory limit.
+    own ``shmmax``/``shmall`` cap it at the sample's memory limit; ``shmmni``/``msgmni``
+    keep the kernel memory of segments and message queues small.
     """
     for kind in ("ipc", "uts"):  # never the zygote's, let alone the host's
         if os.stat(f"/proc/self/ns/{kind}").st_ino == host_namespaces[kind]:
             raise RuntimeError(f"not in a private {kind} namespace")
     libc.sethostname(b"sandbox", 7)
     pages = max(1, memory // os.sysconf("SC_PAGE_SIZE"))
-    for name, value in (("shmmax", memory), ("shmall", pages), ("shmmni", 16)):
+    for name, value in (("shmmax", memory), ("shmall", pages), ("shmmni", 16), ("msgmni", 16)):
         try:
             with open(f"/proc/sys/kernel/{name}", "w") as f:
                 f.write(str(value))

@@ -76,7 +76,8 @@ def f(x):
         sent = libc.msgsnd(queue, message, 4, 0)
         big = libc.shmget({IPC_KEY} + 1, 600 << 20, 0o1666)
         posix = libc.mq_open(b'/codeparrot-leak', 0o102, 0o666, None)  # O_CREAT | O_RDWR
-        return [shm >= 0, sem >= 0, queue >= 0, sent == 0, big >= 0, posix >= 0]
+        more = sum(libc.msgget({IPC_KEY} + 2 + i, 0o1666) >= 0 for i in range(40))
+        return [shm >= 0, sem >= 0, queue >= 0, sent == 0, big >= 0, posix >= 0, more]
     if libc.mq_open(b'/codeparrot-leak', 0o2) >= 0:
         return 'a POSIX queue'
     queue = libc.msgget({IPC_KEY}, 0o666)
@@ -98,9 +99,12 @@ def sysv_objects() -> dict[str, list[str]]:
 def test_ipc_objects_die_with_the_sample_and_shm_stays_within_the_memory_limit(strong):
     before = sysv_objects()
     limits = Limits(memory=256 << 20)
-    writer = Program(IPC_SAMPLE, "assert f('write') == [True, True, True, True, False, True]", "f")
+    writer = Program(
+        IPC_SAMPLE, "assert f('write') == [True, True, True, True, False, True, 15]", "f"
+    )
     verdicts = run_programs([writer], workers=1, limits=limits, isolation=strong)
-    assert verdicts[0].passed, verdicts[0].result  # created all, but no 600 MiB segment
+    # created one of each, but no 600 MiB segment and no more than 16 queues
+    assert verdicts[0].passed, verdicts[0].result
     assert sysv_objects() == before  # nothing left on the host
     reader = Program(IPC_SAMPLE, "assert f('read') == 'nothing'", "f")
     verdicts = run_programs([reader], workers=1, limits=limits, isolation=strong)
