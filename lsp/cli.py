@@ -6,6 +6,7 @@ Standard library and config only at module level; pygls and torch load in :func:
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from codeparrot.config import add_config_arguments, config_from_args
 from codeparrot.lsp.config import LspConfig
@@ -23,10 +24,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_config_arguments(parser, LspConfig)
     parser.set_defaults(func=main)
+    commands = parser.add_subparsers(title="other commands", metavar="stats")
+    stats = commands.add_parser(
+        "stats",
+        help="summarise the acceptance statistics the server recorded",
+        description=(
+            "Acceptance rate (accepted, and accepted or partially accepted, of those shown) "
+            "and latency percentiles of shown suggestions, per checkpoint."
+        ),
+    )
+    stats.add_argument(
+        "file",
+        nargs="?",
+        type=Path,
+        help="statistics file (default: the server's, under $XDG_STATE_HOME/codeparrot)",
+    )
+    stats.set_defaults(func=stats_main)
 
 
 def main(args: argparse.Namespace) -> int:
     from codeparrot.lsp.server import serve
 
     serve(config_from_args(LspConfig, args))
+    return 0
+
+
+def stats_main(args: argparse.Namespace) -> int:
+    from codeparrot.lsp.stats import default_stats_file, format_summary, summarise
+
+    path = args.file or default_stats_file()
+    per, skipped = summarise(path)
+    print(format_summary(per, skipped, path))
     return 0

@@ -96,15 +96,28 @@ class LspConfig(Config):
         "the default here, where every keystroke waits on the decoding steps)",
     )
     compile: bool = option(
-        True,
-        "torch.compile the one-token decoding step in the background after loading "
-        "(some seconds of CPU once, then faster steps; completions use the eager step "
-        "until it is ready, and keep it if the compile fails)",
+        False,
+        "torch.compile the one-token decoding step in the background after loading. Off "
+        "by default: the compile holds the interpreter and the cores while it runs, slowing "
+        "every request meanwhile, and saves too little per request to pay back within an "
+        "editing session; completions use the eager step until it is ready, and keep it "
+        "if the compile fails",
     )
     tcp: str | None = option(
         None, "listen on HOST:PORT instead of talking over stdin/stdout", metavar="HOST:PORT"
     )
     log_file: Path | None = option(None, "write the server's log to this file", metavar="FILE")
+    stats: bool = option(
+        True,
+        "record shown, accepted and dismissed suggestions with their latency to a local "
+        "JSON-lines file (`codeparrot lsp stats` summarises it; nothing leaves the machine)",
+    )
+    stats_file: Path | None = option(
+        None,
+        "where --stats records (default: $XDG_STATE_HOME/codeparrot/lsp-stats.jsonl, "
+        "~/.local/state when unset)",
+        metavar="FILE",
+    )
 
     def problems(self) -> list[str]:
         if self.tcp is not None and parse_host_port(self.tcp) is None:

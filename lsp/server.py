@@ -19,9 +19,11 @@ negotiated encoding, large files indexed once per version), not by pygls' worksp
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import re
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -39,10 +41,16 @@ from codeparrot.lsp.completion import PROMPT_QUANTUM, Outcome, suggest
 from codeparrot.lsp.config import LspConfig, apply_settings
 from codeparrot.lsp.documents import UTF16, Document, Position, Window, cursor_window
 from codeparrot.lsp.postprocess import block_indent
+from codeparrot.lsp.stats import StatsRecorder, default_stats_file
 
 logger = logging.getLogger("codeparrot.lsp")
 
 TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", " ", "=", ":"]
+# What the shipped editor set-ups run when a suggestion is accepted: a client-side command
+# that sends ACCEPT_NOTIFICATION (llm-ls's llm-ls/acceptCompletion has the same shape).
+ACCEPT_COMMAND = "codeparrot.accept"
+ACCEPT_NOTIFICATION = "codeparrot/acceptCompletion"
+REJECT_NOTIFICATION = "codeparrot/rejectCompletion"
 _WORD_END = re.compile(r"\w*$")
 
 
@@ -52,12 +60,20 @@ class Suggestion:
 
     ``word_start`` is where the identifier under the cursor starts, ``word`` its text:
     completion items replace it so that editors filtering by it keep the item.
+    ``request_id`` names it in the acceptance statistics.
     """
 
     text: str
     position: types.Position
     word_start: types.Position
     word: str
+    request_id: str = ""
+
+    def accept_command(self) -> types.Command:
+        verdict = {"requestId": self.request_id, "acceptedCompletion": 0, "shownCompletions": [0]}
+        return types.Command(
+            title="codeparrot: accepted", command=ACCEPT_COMMAND, arguments=[verdict]
+        )
 
 
 class CodeparrotProtocol(LanguageServerProtocol):
@@ -106,6 +122,10 @@ class CodeparrotServer(LanguageServer):
         self.config = config
         self.documents: dict[str, Document] = {}
         self.cache = SuggestionCache(config.cache_size)
+        self.acceptance = StatsRecorder(
+            (config.stats_file or default_stats_file()) if config.stats else None,
+            None if config.checkpoint is None else str(config.checkpoint),
+        )
         self._generator = ThreadPoolExecutor(1, thread_name_prefix="codeparrot-generate")
         self._engine: Future | None = None
         self._compile_error_logged = False
@@ -119,6 +139,7 @@ class CodeparrotServer(LanguageServer):
             "superseded": 0,
             "cancelled": 0,
             "engineCalls": 0,  # requests that reached the model (not superseded before)
+            "servedDuringCompile": 0,  # of those, run while the step still compiled
             "promptTokens": 0,
             "promptTokensReused": 0,  # keys/values the engine kept from earlier prompts
             "newTokens": 0,
@@ -164,6 +185,9 @@ class CodeparrotServer(LanguageServer):
             logger.info("settings from %s: %s", source, config.to_dict())
             self.config = config
             self.cache = SuggestionCache(config.cache_size)
+            self.acceptance.checkpoint = (
+                None if config.checkpoint is None else str(config.checkpoint)
+            )
             self.load_engine()
 
     def show(self, kind: types.MessageType, message: str) -> None:
@@ -208,6 +232,9 @@ class CodeparrotServer(LanguageServer):
         for change in params.content_changes:
             if isinstance(change, types.TextDocumentContentChangePartial):
                 r = change.range
+                start = doc.offset_at(r.start.line, r.start.character, self.encoding)
+                end = doc.offset_at(r.end.line, r.end.character, self.encoding)
+                self.acceptance.edited(uri, start, end - start, change.text)
                 doc.apply_change(
                     change.text,
                     Position(r.start.line, r.start.character),
@@ -215,6 +242,7 @@ class CodeparrotServer(LanguageServer):
                     self.encoding,
                 )
             else:
+                self.acceptance.edited(uri, -1, -1, change.text)  # a whole new text
                 doc.apply_change(change.text)
         doc.version = params.text_document.version
 
@@ -226,6 +254,7 @@ class CodeparrotServer(LanguageServer):
 
     # -- the one path from a cursor to a suggestion ---------------------------------------
     async def suggestion(self, uri: str, position: types.Position) -> Suggestion | None:
+        started = time.perf_counter()
         self.stats["requests"] += 1
         doc = self.documents.get(uri)
         if doc is None:
@@ -257,7 +286,10 @@ class CodeparrotServer(LanguageServer):
                 self.cache.put(uri, window.prefix, window.suffix, text)
             if not text:
                 return None
-            return self._place(doc, window, offset, text, encoding)
+            found = self._place(doc, window, offset, text, encoding)
+            latency_ms = (time.perf_counter() - started) * 1000
+            self.acceptance.shown(found.request_id, uri, offset, found.text, latency_ms)
+            return found
         except asyncio.CancelledError:  # $/cancelRequest
             cancel.set()
             self.stats["cancelled"] += 1
@@ -311,6 +343,8 @@ class CodeparrotServer(LanguageServer):
         if cancel.is_set():
             return None
         self.stats["engineCalls"] += 1
+        if config.compile and engine.can_compile_steps and not engine.steps_compiled.is_set():
+            self.stats["servedDuringCompile"] += 1  # by the eager step, without waiting
         return suggest(engine, window, base, config, cancel)
 
     def cursor_context(self, uri: str, line: int, character: int) -> dict[str, Any] | None:
@@ -347,6 +381,7 @@ class CodeparrotServer(LanguageServer):
             position=types.Position(here.line, here.character),
             word_start=types.Position(start.line, start.character),
             word=word,
+            request_id=_suggestion_id(doc, offset, text),
         )
 
     def report_server_error(self, error: Exception, source: Any) -> None:
@@ -397,6 +432,7 @@ def build_server(config: LspConfig) -> CodeparrotServer:
         item = types.InlineCompletionItem(
             insert_text=found.text,
             range=types.Range(found.position, found.position),
+            command=found.accept_command(),
         )
         return types.InlineCompletionList(items=[item])
 
@@ -429,9 +465,23 @@ def build_server(config: LspConfig) -> CodeparrotServer:
                 range=types.Range(found.word_start, found.position), new_text=new_text
             ),
             preselect=True,
+            command=found.accept_command(),
+            data={"requestId": found.request_id},
         )
         # incomplete: the client asks again as the user types, rather than filtering
         return types.CompletionList(is_incomplete=True, items=[item])
+
+    @server.feature(ACCEPT_NOTIFICATION)
+    def accept_completion(ls: CodeparrotServer, params: Any) -> None:
+        request_id = _request_id(params)
+        if request_id is not None:
+            ls.acceptance.accepted(request_id)
+
+    @server.feature(REJECT_NOTIFICATION)
+    def reject_completion(ls: CodeparrotServer, params: Any) -> None:
+        request_id = _request_id(params)
+        if request_id is not None:
+            ls.acceptance.rejected(request_id)
 
     @server.command("codeparrot.cursorContext")
     def cursor_context(ls: CodeparrotServer, uri: str, line: int, character: int):
@@ -442,6 +492,24 @@ def build_server(config: LspConfig) -> CodeparrotServer:
         return {**ls.stats, "cacheHits": ls.cache.hits, "cacheEntries": len(ls.cache)}
 
     return server
+
+
+def _suggestion_id(doc: Document, offset: int, text: str) -> str:
+    """The same suggestion at the same place of the same document version has the same
+    id: asking again (the cache answers) shows nothing new."""
+    key = f"{doc.uri}\0{doc.version}\0{offset}\0{text}".encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(key, digest_size=16).hexdigest()
+
+
+def _request_id(params: Any) -> str | None:
+    """``requestId`` of an accept/reject notification (llm-ls's shape), or ``None``."""
+    value = (
+        params.get("requestId") if isinstance(params, dict) else getattr(params, "requestId", None)
+    )
+    if isinstance(value, str) and 0 < len(value) <= 64:
+        return value
+    logger.warning("acceptance notification without a requestId: %r", params)
+    return None
 
 
 def serve(config: LspConfig) -> None:

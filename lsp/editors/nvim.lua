@@ -36,7 +36,26 @@ local function options(opts)
   return opts, { codeparrot = init }
 end
 
+-- Acceptance statistics: the server's items carry the command "codeparrot.accept"; Neovim
+-- runs it when an item is accepted through vim.lsp.completion (0.11+) or ghost text is
+-- accepted (0.12+), and this tells the server (codeparrot/acceptCompletion). Where no
+-- command runs (the omnifunc), the server infers acceptance from the next edit.
+local function register_accept_command()
+  vim.lsp.commands["codeparrot.accept"] = function(command, ctx)
+    local client = vim.lsp.get_client_by_id(ctx.client_id)
+    if not client or not command.arguments then
+      return
+    end
+    if vim.fn.has("nvim-0.11") == 1 then
+      client:notify("codeparrot/acceptCompletion", command.arguments[1])
+    else
+      client.notify("codeparrot/acceptCompletion", command.arguments[1])
+    end
+  end
+end
+
 local function on_attach(client, bufnr, opts)
+  register_accept_command()
   -- completion items through the omnifunc on every version (<C-x><C-o>)
   vim.api.nvim_buf_set_option(bufnr, "omnifunc", "v:lua.vim.lsp.omnifunc")
   -- 0.11+: Neovim's own completion inserts a plain-text item only up to its first space

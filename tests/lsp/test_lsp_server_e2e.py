@@ -467,3 +467,101 @@ async def test_no_checkpoint_answers_empty_and_says_why():
         assert any("checkpoint" in m.message for m in c.messages)
     finally:
         await stop(c)
+
+
+# -- acceptance statistics ----------------------------------------------------------------
+
+
+async def suggestion_somewhere(c: LanguageClient, tag: str) -> tuple[str, str, t.Position]:
+    """(uri, suggestion, position) at the first of a few fresh lines the random model
+    completes; skips the test when it completes none."""
+    for n in range(16):
+        head = f"result_{tag}_{n} = compute({n}, "
+        uri = open_doc(c, head, f"file:///work/stats_{tag}_{n}.py")
+        items = (await inline(c, uri, 0, len(head))).items
+        if items and items[0].insert_text:
+            return uri, items[0], t.Position(0, len(head))
+    pytest.skip("the random model suggested nothing")
+
+
+def insert(c: LanguageClient, uri: str, at: t.Position, text: str, version: int = 2) -> None:
+    c.text_document_did_change(
+        t.DidChangeTextDocumentParams(
+            t.VersionedTextDocumentIdentifier(version=version, uri=uri),
+            [t.TextDocumentContentChangePartial(range=t.Range(at, at), text=text)],
+        )
+    )
+
+
+async def test_acceptance_statistics_through_the_server(tiny_checkpoint: Path, tmp_path: Path):
+    from codeparrot.lsp.stats import summarise
+
+    path = tmp_path / "stats.jsonl"
+    c = await start(tiny_checkpoint, "--stats-file", str(path), "--cache-size", "0")
+    try:
+        # accepted by the editor's notification (the command the item carries)
+        uri, item, _ = await suggestion_somewhere(c, "a")
+        assert item.command.command == "codeparrot.accept"
+        (verdict,) = item.command.arguments
+        c.protocol.notify("codeparrot/acceptCompletion", verdict)
+        # dismissed by the editor
+        uri, item, _ = await suggestion_somewhere(c, "b")
+        c.protocol.notify("codeparrot/rejectCompletion", item.command.arguments[0])
+        # inferred: the next edit inserts the whole suggestion / something else
+        uri, item, at = await suggestion_somewhere(c, "c")
+        insert(c, uri, at, item.insert_text)
+        uri, item, at = await suggestion_somewhere(c, "d")
+        insert(c, uri, at, "#")
+        uri, item, at = await suggestion_somewhere(c, "e")
+        if len(item.insert_text) >= 2:
+            insert(c, uri, at, item.insert_text[0])  # partially accepted
+        ids = {key: value for key, value in (await stats(c)).items() if key == "generated"}
+        assert ids["generated"] >= 5
+    finally:
+        await stop(c)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    decided = [(r["event"], r.get("via")) for r in records if r["event"] != "shown"]
+    assert decided[:4] == [
+        ("accepted", "notification"),
+        ("dismissed", "notification"),
+        ("accepted", "inferred"),
+        ("dismissed", "inferred"),
+    ]
+    assert all(r["checkpoint"] == str(tiny_checkpoint) for r in records)
+    shown = [r for r in records if r["event"] == "shown"]
+    assert len(shown) >= 5 and all(r["latencyMs"] > 0 for r in shown)
+    per, skipped = summarise(path)
+    counts = per[str(tiny_checkpoint)]
+    assert counts["accepted"] == 2 and skipped == 0
+    assert counts["acceptanceRate"] == 2 / counts["shown"]
+
+
+async def test_unwritable_or_corrupt_statistics_file_keeps_serving(
+    tiny_checkpoint: Path, tmp_path: Path
+):
+    log = tmp_path / "lsp.log"
+    blocked = tmp_path / "a-directory"
+    blocked.mkdir()
+    c = await start(tiny_checkpoint, "--stats-file", str(blocked), "--log-file", str(log))
+    try:
+        for n in range(3):
+            uri = open_doc(c, f"x{n} = f(", f"file:///work/unwritable{n}.py")
+            await inline(c, uri, 0, 6)
+        generated = (await stats(c))["generated"]
+    finally:
+        await stop(c)
+    assert generated == 3  # kept serving
+    assert log.read_text().count("acceptance statistics off for this session") <= 1
+
+    corrupt = tmp_path / "corrupt.jsonl"
+    corrupt.write_bytes(b"\x00garbage{not json")
+    c = await start(tiny_checkpoint, "--stats-file", str(corrupt), "--log-file", str(log))
+    try:
+        await suggestion_somewhere(c, "corrupt")
+        await suggestion_somewhere(c, "corrupt2")
+    finally:
+        await stop(c)
+    lines = corrupt.read_bytes().split(b"\n")
+    assert lines[0] == b"\x00garbage{not json"  # left as it was, the records after it
+    assert all(json.loads(line)["event"] for line in lines[1:] if line)
+    assert log.read_text().count("ended in a torn or foreign line") == 1

@@ -46,15 +46,22 @@ async function activate(context) {
             token
           );
           const items = (result && (result.items || result)) || [];
-          return items.map(
-            (item) =>
-              new vscode.InlineCompletionItem(
-                item.insertText,
-                new vscode.Range(position, position)
-              )
-          );
+          return items.map((item) => {
+            const ghost = new vscode.InlineCompletionItem(
+              item.insertText,
+              new vscode.Range(position, position)
+            );
+            // run on acceptance: tells the server (acceptance statistics)
+            if (item.command) ghost.command = item.command;
+            return ghost;
+          });
         },
       }
+    ),
+    // the command the server's items carry (ghost text and completion items): report the
+    // accepted suggestion, as llm-ls's llm-ls/acceptCompletion does
+    vscode.commands.registerCommand("codeparrot.accept", (verdict) =>
+      client.sendNotification("codeparrot/acceptCompletion", verdict)
     ),
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (e.affectsConfiguration("codeparrot")) {
