@@ -187,10 +187,18 @@ def test_the_checker_imports_numpy_and_the_sample_cannot(strong):
     right = Program("def f(xs):\n    return [x / 2 for x in xs]\n", NUMPY_TEST, "f")
     wrong = Program("def f(xs):\n    return [x / 3 for x in xs]\n", NUMPY_TEST, "f")
     sneaky = Program("import numpy\ndef f(xs):\n    return [x / 2 for x in xs]\n", NUMPY_TEST, "f")
-    verdicts = run_programs([right, wrong, sneaky], workers=2, limits=limits, isolation=strong)
+    through_checker = Program(  # the checker's root, as /proc shows it
+        "import os\ndef f(xs):\n    os.listdir('/proc/1/root/checker/site')\n"
+        "    return [x / 2 for x in xs]\n",
+        NUMPY_TEST,
+        "f",
+    )
+    programs = [right, wrong, sneaky, through_checker]
+    verdicts = run_programs(programs, workers=2, limits=limits, isolation=strong)
     assert verdicts[0].passed, verdicts[0].result
     assert not verdicts[1].passed and "AssertionError" in verdicts[1].result
     assert not verdicts[2].passed and "No module named 'numpy'" in verdicts[2].result
+    assert not verdicts[3].passed and "PermissionError" in verdicts[3].result
 
 
 def test_an_unknown_checker_package_is_a_clear_error():
