@@ -32,13 +32,14 @@ from codeparrot.app.config import MAX_CANDIDATES, AppConfig
 from codeparrot.app.examples import STOP_FIRST_BLOCK, STOP_MODES, STOP_NONE, STOP_SEQUENCES
 from codeparrot.app.limits import GenerationSlots, RequestLimits, RequestRefused, check_request
 from codeparrot.app.model_card import ModelCard, checkpoint_label, read_model_card
-from codeparrot.errors import CheckpointError, CodeparrotError
+from codeparrot.errors import CheckpointError, CodeparrotError, ConfigError
 from codeparrot.generation import (
     HUMANEVAL_STOP_SEQUENCES,
     Completion,
     Engine,
     GenerationConfig,
     StreamEvent,
+    decode_escapes,
 )
 from codeparrot.generation.repetition import cut_repetition
 
@@ -103,7 +104,10 @@ def stop_sequences(mode: str, text: str) -> tuple[str, ...]:
         out = []
         for line in (text or "").splitlines():
             if line:
-                out.append(line.replace("\\n", "\n").replace("\\t", "\t"))
+                try:  # the one decoder of typed stop strings (codeparrot complete --stop too)
+                    out.append(decode_escapes(line))
+                except ConfigError as e:
+                    raise _user_error(f"{e}.") from e
         if not out:
             raise _user_error(
                 "Stop mode 'stop sequences' needs at least one sequence, one per line."

@@ -7,7 +7,6 @@ with the engine, inside :func:`run_complete`.
 from __future__ import annotations
 
 import argparse
-import codecs
 import json
 import sys
 from pathlib import Path
@@ -15,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from codeparrot.config import add_config_arguments, config_from_args
 from codeparrot.errors import ConfigError
-from codeparrot.generation.config import CompleteConfig
-from codeparrot.generation.engine import HUMANEVAL_STOP_SEQUENCES, GenerationConfig
+from codeparrot.generation.config import CompleteConfig, GenerationConfig
+from codeparrot.generation.stopping import HUMANEVAL_STOP_SEQUENCES, decode_escapes
 
 if TYPE_CHECKING:
     from codeparrot.generation.engine import Completion, Engine
@@ -43,11 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def stop_strings(given: list[str] | None, humaneval: bool) -> tuple[str, ...]:
     """``--stop`` values with their backslash escapes decoded, plus the HumanEval set."""
-    # through latin-1 with backslashreplace so that non-ASCII text survives the decoding
-    stops = [
-        codecs.decode(s.encode("latin-1", "backslashreplace"), "unicode_escape")
-        for s in given or ()
-    ]
+    stops = [decode_escapes(s) for s in given or ()]
     if humaneval:
         stops += [s for s in HUMANEVAL_STOP_SEQUENCES if s not in stops]
     return tuple(stops)

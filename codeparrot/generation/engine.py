@@ -33,16 +33,16 @@ from codeparrot.generation.config import (
     QUANTIZE,
     GenerationConfig,
 )
+from codeparrot.generation.sampling import draw as _draw  # noqa: F401 (see below)
+from codeparrot.generation.sampling import sample_next
+from codeparrot.generation.sampling import sample_next as _sample  # noqa: F401
+from codeparrot.generation.sampling import sample_nucleus_sorted as _sample_nucleus_sorted  # noqa: F401
+from codeparrot.generation.stopping import HUMANEVAL_STOP_SEQUENCES as HUMANEVAL_STOP_SEQUENCES
+from codeparrot.generation.stopping import StopStrings
+from codeparrot.generation.stopping import first_block as first_block
 
-# The stop sequences of the CodeParrot / bigcode HumanEval evaluation.
-HUMANEVAL_STOP_SEQUENCES: tuple[str, ...] = (
-    "\nclass",
-    "\ndef",
-    "\n#",
-    "\n@",
-    "\nprint",
-    "\nif",
-)
+# The names above imported "as" something were this module's before the engine was split
+# by job; they stay importable from here (the sampling tests use the private ones).
 
 # A prompt longer than its budget loses a multiple of this many tokens at the start, so
 # that the prompts of a growing document keep the same first token (and their cached
@@ -97,38 +97,24 @@ class _Candidate:
     skip: int = 0  # of those, characters not yet dropped from the streamed text
 
 
+@dataclass
+class _Run:
+    """One call of :meth:`Engine.stream` under way."""
+
+    seed: int
+    generator: Any  # torch.Generator
+    started: float
+    cands: list[_Candidate]
+    stops: StopStrings
+    ends: frozenset[int]  # token ids that end a candidate
+    prompt_tokens: int
+    truncated: bool
+    step: Any  # _GPT2Steps | _HFSteps
+
+
 def _ends_in_word(text: str) -> bool:
     """Does ``text`` end inside an identifier or a number (a letter, digit or underscore)?"""
     return bool(text) and (text[-1].isalnum() or text[-1] == "_")
-
-
-def first_block(text: str, stop_sequences: tuple[str, ...] = HUMANEVAL_STOP_SEQUENCES) -> str:
-    """The reference playground's ``first_block``: text up to the first stop sequence."""
-    cut = _earliest_stop(text, stop_sequences)
-    return text if cut is None else text[:cut]
-
-
-def _earliest_stop(text: str, stops: tuple[str, ...], start: int = 0) -> int | None:
-    best = None
-    for s in stops:
-        i = text.find(s, start)
-        if i != -1 and (best is None or i < best):
-            best = i
-    return best
-
-
-def _held_back(text: str, stops: tuple[str, ...]) -> int:
-    """Characters at the end of ``text`` that could still become the start of a stop string."""
-    hold = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), hold, -1):
-            if text.endswith(s[:k]):
-                hold = k
-                break
-    # An incomplete UTF-8 sequence decodes to U+FFFD at the end: wait for the next token.
-    if text.endswith("\ufffd"):
-        hold = max(hold, 1)
-    return hold
 
 
 class Engine:
@@ -548,53 +534,12 @@ class Engine:
         cancel: threading.Event | None,
         healed: tuple[str, list[int]] | None = None,
     ) -> Iterator[StreamEvent]:
+        """prefill -> loop(sample, detokenize, check stops, drop finished rows)."""
         import torch
 
-        seed = config.seed if config.seed is not None else int(time.time_ns() % (2**31))
-        generator = torch.Generator(device=self.device).manual_seed(seed)
-        n = config.n
-        started = time.perf_counter()
-        skip = len(healed[0]) if healed is not None else 0
-        cands = [_Candidate(self._new_decoder(), heal_len=skip, skip=skip) for _ in range(n)]
-        stops = tuple(config.stop)
-        longest_stop = max((len(s) for s in stops), default=0)
-        ends = self._end_ids(config)
-
-        def finish(i: int, reason: str) -> StreamEvent:
-            c = cands[i]
-            if reason != "stop":
-                self._flush(c, stops)
-                if c.stop_at is not None:
-                    reason = "stop"
-            c.finish_reason = reason
-            end = c.stop_at if c.stop_at is not None else len(c.text)
-            delta = c.text[c.emitted : end]
-            c.emitted = end
-            return StreamEvent(
-                i,
-                delta,
-                Completion(
-                    text=c.text[:end],
-                    finish_reason=reason,
-                    prompt_tokens=len(ids) + (healed is not None),
-                    new_tokens=len(c.ids),
-                    seconds=time.perf_counter() - started,
-                    seed=seed,
-                    prompt_truncated=truncated,
-                    prompt_cached_tokens=step.cached_tokens,
-                ),
-            )
-
-        step = self._stepper(ids, n, config.max_new_tokens)
-        # inference_mode is entered around the tensor work only, never across a yield:
-        # the caller's code between events must not run inside it.
-        with torch.inference_mode():
-            logits = step.prefill()
-            if healed is not None:  # the first token must start with the removed text
-                mask = torch.full_like(logits[0], float("-inf"))
-                mask[torch.tensor(healed[1], device=mask.device)] = 0.0
-                logits = logits + mask
-        active = list(range(n))  # candidate index of each row still in the batch
+        run = self._start(ids, truncated, config, healed)
+        logits = self._prefill(run.step, healed)
+        active = list(range(config.n))  # candidate index of each row still in the batch
         reason = "length"
         for _ in range(config.max_new_tokens):
             if cancel is not None and cancel.is_set():
@@ -602,42 +547,114 @@ class Engine:
                 break
             with torch.inference_mode(), _intra_op_threads(self.decode_threads):
                 # a padded vocabulary has ids the tokenizer cannot write: never sample them
-                next_ids = _sample(logits[:, : self.vocab_size], config, generator)
+                next_ids = sample_next(logits[:, : self.vocab_size], config, run.generator)
             still: list[int] = []
             keep_rows: list[int] = []
             for row, (i, tok) in enumerate(zip(active, next_ids.tolist(), strict=True)):
-                c = cands[i]
-                if tok in ends:
-                    yield finish(i, "eos")
-                    continue
-                c.ids.append(tok)
-                before = len(c.text)
-                self._append_text(c, tok)
-                if stops and len(c.text) > before:
-                    cut = _earliest_stop(c.text, stops, max(0, before - longest_stop + 1))
-                    if cut is not None:
-                        c.stop_at = cut
-                        yield finish(i, "stop")
-                        continue
-                    safe = len(c.text) - _held_back(c.text, stops)
-                else:
-                    safe = len(c.text) - _held_back(c.text, ())
-                if safe > c.emitted:
-                    yield StreamEvent(i, c.text[c.emitted : safe])
-                    c.emitted = safe
-                still.append(i)
-                keep_rows.append(row)
+                event, finished = self._advance(run, i, tok)
+                if event is not None:
+                    yield event
+                if not finished:
+                    still.append(i)
+                    keep_rows.append(row)
             if not still:
                 return
             active = still
-            if len(cands[active[0]].ids) >= config.max_new_tokens:
+            if len(run.cands[active[0]].ids) >= config.max_new_tokens:
                 break  # no forward pass for logits nobody would sample from
             with torch.inference_mode(), _intra_op_threads(self.decode_threads):
                 if len(keep_rows) < len(next_ids):
-                    next_ids = step.keep(keep_rows, next_ids)
-                logits = step.decode(next_ids)
+                    next_ids = run.step.keep(keep_rows, next_ids)
+                logits = run.step.decode(next_ids)
         for i in active:
-            yield finish(i, reason)
+            yield self._finish(run, i, reason)
+
+    def _start(
+        self,
+        ids: list[int],
+        truncated: bool,
+        config: GenerationConfig,
+        healed: tuple[str, list[int]] | None,
+    ) -> _Run:
+        """The state of one call: seed, candidates, stops and the forward steps."""
+        import torch
+
+        seed = config.seed if config.seed is not None else int(time.time_ns() % (2**31))
+        skip = len(healed[0]) if healed is not None else 0
+        return _Run(
+            seed=seed,
+            generator=torch.Generator(device=self.device).manual_seed(seed),
+            started=time.perf_counter(),
+            cands=[
+                _Candidate(self._new_decoder(), heal_len=skip, skip=skip) for _ in range(config.n)
+            ],
+            stops=StopStrings(tuple(config.stop)),
+            ends=self._end_ids(config),
+            prompt_tokens=len(ids) + (healed is not None),
+            truncated=truncated,
+            step=self._stepper(ids, config.n, config.max_new_tokens),
+        )
+
+    @staticmethod
+    def _prefill(step: Any, healed: tuple[str, list[int]] | None) -> Any:
+        """Logits after the prompt; after a healed prompt only tokens that start with its end.
+
+        inference_mode is entered around the tensor work only, never across a yield: the
+        caller's code between events must not run inside it.
+        """
+        import torch
+
+        with torch.inference_mode():
+            logits = step.prefill()
+            if healed is not None:
+                mask = torch.full_like(logits[0], float("-inf"))
+                mask[torch.tensor(healed[1], device=mask.device)] = 0.0
+                logits = logits + mask
+        return logits
+
+    def _advance(self, run: _Run, i: int, tok: int) -> tuple[StreamEvent | None, bool]:
+        """Give candidate ``i`` its next token: (event to yield or None, finished?)."""
+        c = run.cands[i]
+        if tok in run.ends:
+            return self._finish(run, i, "eos"), True
+        c.ids.append(tok)
+        before = len(c.text)
+        self._append_text(c, tok)
+        cut, safe = run.stops.scan(c.text, before)
+        if cut is not None:
+            c.stop_at = cut
+            return self._finish(run, i, "stop"), True
+        if safe > c.emitted:
+            event = StreamEvent(i, c.text[c.emitted : safe])
+            c.emitted = safe
+            return event, False
+        return None, False
+
+    def _finish(self, run: _Run, i: int, reason: str) -> StreamEvent:
+        """The last event of candidate ``i``: its remaining text and its completion."""
+        c = run.cands[i]
+        if reason != "stop":
+            self._flush(c, run.stops)
+            if c.stop_at is not None:
+                reason = "stop"
+        c.finish_reason = reason
+        end = c.stop_at if c.stop_at is not None else len(c.text)
+        delta = c.text[c.emitted : end]
+        c.emitted = end
+        return StreamEvent(
+            i,
+            delta,
+            Completion(
+                text=c.text[:end],
+                finish_reason=reason,
+                prompt_tokens=run.prompt_tokens,
+                new_tokens=len(c.ids),
+                seconds=time.perf_counter() - run.started,
+                seed=run.seed,
+                prompt_truncated=run.truncated,
+                prompt_cached_tokens=run.step.cached_tokens,
+            ),
+        )
 
     def _end_ids(self, config: GenerationConfig) -> frozenset[int]:
         """Tokens that end a candidate: end-of-text, and any FIM sentinel (never text)."""
@@ -670,13 +687,12 @@ class Engine:
         text = self.tokenizer.decode(c.ids, skip_special_tokens=False)
         return text[c.heal_len :]
 
-    def _flush(self, c: _Candidate, stops: tuple[str, ...]) -> None:
+    def _flush(self, c: _Candidate, stops: StopStrings) -> None:
         """Final text of an unstopped candidate: bytes still pending in the detokenizer."""
         full = self._decoded(c).rstrip("\ufffd")
         if full != c.text and full.startswith(c.text[: c.emitted]):
             c.text = full
-        if stops:
-            c.stop_at = _earliest_stop(c.text, stops, max(0, c.emitted - 1))
+        c.stop_at = stops.final(c.text, c.emitted)
 
     # -- forward passes ----------------------------------------------------------------
     def _stepper(self, ids: list[int], n: int, max_new_tokens: int) -> Any:
@@ -768,71 +784,6 @@ class _HFSteps:
         index = torch.tensor(rows, device=next_ids.device)
         self.past = _select_rows(self.past, index)
         return next_ids[index]
-
-
-def _sample(logits: Any, config: GenerationConfig, generator: Any) -> Any:
-    """Next token of each row (B, V) -> (B,): greedy, or a draw from the top-k / top-p law.
-
-    Nucleus sampling without sorting the vocabulary (a sort of every row was the most
-    expensive part of a step at n = 20): draw from the whole distribution and accept
-    the token when the tokens more likely than it hold less than ``top_p`` of the mass,
-    i.e. when it belongs to the nucleus; other rows draw again. An accepted token is
-    distributed exactly as in the renormalised nucleus, and a draw is accepted with
-    probability >= ``top_p``, so a second round is rare. Rows still unlucky after a few
-    rounds take the sorted path.
-    """
-    import torch
-
-    if config.temperature == 0:
-        return logits.argmax(dim=-1)
-    logits = logits / config.temperature
-    if 0 < config.top_k < logits.size(-1):
-        kth = torch.topk(logits, config.top_k, dim=-1).values[:, -1, None]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
-    tokens = _draw(probs, generator)
-    if config.top_p >= 1.0:
-        return tokens
-    pending = torch.arange(len(tokens), device=tokens.device)
-    for _ in range(8):
-        rows = probs[pending]  # (b, V)
-        p_token = rows.gather(-1, tokens[pending, None])  # (b, 1)
-        above = torch.where(rows > p_token, rows, 0.0).sum(dim=-1)  # mass ranked before it
-        pending = pending[above >= config.top_p]
-        if len(pending) == 0:
-            return tokens
-        tokens[pending] = _draw(probs[pending], generator)
-    tokens[pending] = _sample_nucleus_sorted(probs[pending], config.top_p, generator)
-    return tokens
-
-
-def _sample_nucleus_sorted(probs: Any, top_p: float, generator: Any) -> Any:
-    """Textbook nucleus sampling: sort, keep the smallest prefix with ``top_p`` of the mass."""
-    import torch
-
-    sorted_probs, order = torch.sort(probs, descending=True, dim=-1)
-    # drop a token when the mass before it already reaches top_p (always keeps the first)
-    drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
-    sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-    picked = _draw(sorted_probs, generator)
-    return order.gather(-1, picked[:, None]).squeeze(-1)
-
-
-def _draw(probs: Any, generator: Any) -> Any:
-    """One index per row of ``probs`` (B, V), drawn in proportion to the row's weights.
-
-    Inverse-CDF sampling: one uniform per row against the row's cumulative sum (in
-    float64, so a draw never lands past the total). On a CPU ~18x faster than
-    ``torch.multinomial``, whose per-row setup dominated sampling at n = 20. With
-    ``right=True`` the first index whose cumulative weight exceeds the draw is taken,
-    which is never a zero-weight entry.
-    """
-    import torch
-
-    cdf = probs.double().cumsum(dim=-1)
-    u = torch.rand((len(probs), 1), generator=generator, dtype=torch.float64, device=probs.device)
-    picked = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1)
-    return picked.clamp_(max=probs.size(-1) - 1)
 
 
 def _select_rows(past: Any, rows: Any) -> Any:
