@@ -149,3 +149,23 @@ def test_a_suffix_needs_a_checkpoint_with_sentinels(tiny_checkpoint, fim_checkpo
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == MIDDLE + "\n"
+
+
+def test_healing_backs_up_the_prefix_only_where_it_runs_into_the_middle(fim_checkpoint):
+    engine = Engine.load(fim_checkpoint)
+    fim = engine.fim
+    mid_word = "def add(a, b):\n    ret"
+    for order in (PSM, SPM):
+        config = GenerationConfig(fim_order=order)
+        ids, _truncated, healed = engine._infill_prompt(mid_word, SUFFIX, config)
+        plain, _ = engine.encode_infill(mid_word, SUFFIX, config.max_new_tokens, order)
+        assert healed is not None and mid_word.endswith(healed[0])
+        assert len(ids) == len(plain) - 1  # the prefix's last token, and only it, is gone
+        assert ids.count(fim.middle) == ids.count(fim.suffix) == 1
+        # every allowed first token of the middle starts with the removed text
+        assert all(engine.tokenizer.decode([t]).startswith(healed[0]) for t in healed[1])
+    # PSM: a prefix ending in whitespace keeps its last token (the suffix lies in between)
+    _ids, _t, healed = engine._infill_prompt(PREFIX, SUFFIX, GenerationConfig(fim_order=PSM))
+    assert healed is None
+    _ids, _t, healed = engine._infill_prompt(PREFIX, SUFFIX, GenerationConfig(heal=False))
+    assert healed is None
