@@ -97,11 +97,10 @@ class CompletionService:
 
     def request(self, data: dict[str, Any]) -> CompletionRequest:
         request = parse_completion_request(data, self.config, self.engine.context_length)
-        if request.suffix is not None and getattr(self.engine, "fim", None) is None:
+        if request.suffix is not None and self.engine.fim is None:
             raise bad(
                 "suffix: this checkpoint cannot fill in the middle (its tokenizer has no "
-                "<fim_prefix>/<fim_suffix>/<fim_middle> tokens, or this version's engine "
-                "takes no suffix); send the prompt alone.",
+                "<fim_prefix>/<fim_suffix>/<fim_middle> tokens); send the prompt alone.",
                 "suffix",
             )
         return request

@@ -297,3 +297,58 @@ def test_client_that_goes_away_mid_stream_stops_its_generation(server, engine):
     assert engine.finished.wait(30)
     assert engine.events < 64  # one event per token at most would reach 64 and the end
     assert post(server, GREEDY)[0] == 200
+
+
+def _fim_test_module():
+    """The FIM snippet model of the engine's tests (built and trained in a few seconds)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "core" / "test_generation_fim.py"
+    spec = importlib.util.spec_from_file_location("_serve_fim_snippet", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def fim_server(tmp_path_factory):
+    from codeparrot.generation import Engine
+
+    snippet = _fim_test_module()
+    checkpoint = snippet.build_fim_checkpoint(tmp_path_factory.mktemp("fim") / "checkpoint")
+    engine = CountingEngine(Engine.load(checkpoint, device="cpu"))
+    srv = make_server(ServeConfig(checkpoint=checkpoint, port=0), engine)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv, snippet
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_suffix_fills_the_middle(fim_server):
+    server, snippet = fim_server
+    payload = {"prompt": snippet.PREFIX, "suffix": snippet.SUFFIX, "max_tokens": 20}
+    status, _, text = post(server, payload | {"temperature": 0, "n": 2})
+    assert status == 200, text
+    choices = json.loads(text)["choices"]
+    assert [c["text"] for c in choices] == [snippet.MIDDLE] * 2
+    assert all(c["finish_reason"] == "stop" for c in choices)
+    # without the suffix the model has no middle to write: the suffix is really used
+    plain = json.loads(post(server, payload | {"temperature": 0, "suffix": ""})[2])
+    assert plain["choices"][0]["text"] != snippet.MIDDLE
+
+
+def test_openai_client_streams_the_middle(fim_server):
+    openai = pytest.importorskip("openai")
+    server, snippet = fim_server
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    stream = client.completions.create(
+        model="any",
+        prompt=snippet.PREFIX,
+        suffix=snippet.SUFFIX,
+        max_tokens=20,
+        temperature=0,
+        stream=True,
+    )
+    assert "".join(chunk.choices[0].text for chunk in stream) == snippet.MIDDLE
