@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from codeparrot.config import add_config_arguments, config_from_args
-from codeparrot.eval.config import ExecuteConfig, GenerateConfig, HumanEvalConfig
+from codeparrot.eval.config import ExecuteConfig, GenerateConfig, HumanEvalConfig, InfillConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,6 +23,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_config_arguments(humaneval, HumanEvalConfig)
     humaneval.set_defaults(func=run_humaneval)
+    infill = sub.add_parser(
+        "infill",
+        help="HumanEval infilling with a FIM checkpoint: pass@1 and exact match",
+        description=InfillConfig.__doc__,
+    )
+    add_config_arguments(infill, InfillConfig)
+    infill.set_defaults(func=run_infill)
     generate = sub.add_parser(
         "generate",
         help="generate completions only (no code execution; resumable; data-parallel)",
@@ -89,6 +96,16 @@ def run_humaneval(args: argparse.Namespace) -> int:
     from codeparrot.eval.humaneval import run
 
     config = config_from_args(HumanEvalConfig, args)
+    summary = run(config)
+    _print_summary(summary)
+    print(f"report: {config.output_dir()}")
+    return 0
+
+
+def run_infill(args: argparse.Namespace) -> int:
+    from codeparrot.eval.humaneval import run
+
+    config = config_from_args(InfillConfig, args).humaneval_config()
     summary = run(config)
     _print_summary(summary)
     print(f"report: {config.output_dir()}")

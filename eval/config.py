@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,12 +28,6 @@ class TaskOptions(Config):
         "the task's problems from this file instead (.jsonl, .jsonl.gz or .parquet in the "
         "task's Hub schema), e.g. where the Hub is not reachable",
     )
-
-    def problems(self) -> list[str]:
-        out = super().problems()
-        if self.task not in TASK_NAMES:
-            out.append(f"--task must be one of {', '.join(TASK_NAMES)}, got {self.task!r}")
-        return out
 
 
 @dataclass(frozen=True)
@@ -144,3 +139,25 @@ class GenerateConfig(GenerationOptions):
 @dataclass(frozen=True)
 class HumanEvalConfig(GenerationOptions, ExecutionOptions):
     """Generate completions of a task with a checkpoint, execute them, report pass@k."""
+
+
+INFILL_KINDS = ("single-line", "multi-line")
+
+
+@dataclass(frozen=True)
+class InfillConfig(HumanEvalConfig):
+    """HumanEval infilling (OpenAI's single-line / multi-line tasks, derived offline) with a
+    fill-in-the-middle checkpoint: prompt + suffix in, the middle out, executed in the
+    sandbox; pass@1 and exact match. The same run as `eval humaneval --task infill-KIND`."""
+
+    task: str = option(
+        "single-line", "which infilling benchmark (1,033 or 5,815 tasks)", choices=INFILL_KINDS
+    )
+    n: int = option(1, "samples per task", ge=1, le=1000)
+    batch_size: int = CANDIDATES.field(1, "samples generated per call of the engine")
+    temperature: float = TEMPERATURE.field(0.0, "sampling temperature (0: greedy, pass@1)")
+
+    def humaneval_config(self) -> HumanEvalConfig:
+        """The equivalent `eval humaneval` config (task ``infill-KIND``)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(HumanEvalConfig)}
+        return HumanEvalConfig(**values | {"task": f"infill-{self.task}"})

@@ -189,6 +189,7 @@ def stage_configs() -> list[type]:
         GenerateConfig,
         GenerationOptions,
         HumanEvalConfig,
+        InfillConfig,
         TaskOptions,
     )
     from codeparrot.eval.lines import LinesConfig
@@ -213,6 +214,7 @@ def stage_configs() -> list[type]:
         GenerationConfig,
         GenerationOptions,
         HumanEvalConfig,
+        InfillConfig,
         InitConfig,
         LinesConfig,
         LossConfig,

@@ -110,3 +110,26 @@ def test_infill_end_to_end_sends_the_suffix(tmp_path, monkeypatch):
     summary = json.loads((out / "summary.json").read_text())
     assert "exact_match" in summary and "pass@1" in summary["pass_at_k"]
     assert summary["generation"]["task"] == "infill-single-line"
+
+
+def test_eval_infill_is_the_humaneval_run_of_an_infilling_task(tmp_path, monkeypatch):
+    from codeparrot.eval import humaneval
+    from codeparrot.eval.config import InfillConfig
+
+    config = InfillConfig(checkpoint=tmp_path / "ckpt", task="multi-line")
+    converted = config.humaneval_config()
+    assert converted.task == "infill-multi-line" and converted.temperature == 0.0
+    assert converted.n == 1 and converted.output_dir() == tmp_path / "ckpt" / "infill-multi-line"
+
+    checkpoint = build_fim_tokenizer_checkpoint(tmp_path / "fim")
+    seen = []
+    real = humaneval.run
+    monkeypatch.setattr(humaneval, "run", lambda cfg: seen.append(cfg) or real(cfg))
+    monkeypatch.setenv("CODEPARROT_ALLOW_CODE_EXECUTION", "1")
+    out = tmp_path / "out"
+    argv = ["eval", "infill", "--checkpoint", str(checkpoint), "--output", str(out),
+            "--limit", "1", "--max-new-tokens", "4", "--ks", "1", "--workers", "1"]  # fmt: skip
+    assert main(argv) == 0
+    assert seen[0].task == "infill-single-line"
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in rows] == ["SingleLineInfilling/HumanEval/0/L0"]
