@@ -85,7 +85,7 @@ GREEDY = GenerationConfig(temperature=0, max_new_tokens=20, n=2)
 @pytest.mark.parametrize("quantize", ["none", "int8"])
 @pytest.mark.parametrize("order", [PSM, SPM])
 def test_engine_fills_the_middle_exactly(fim_checkpoint, quantize, order):
-    engine = Engine.load(fim_checkpoint, quantize=quantize)
+    engine = Engine.load(fim_checkpoint, device="cpu", quantize=quantize)
     assert engine.fim is not None
     config = GREEDY.replace(fim_order=order)
     out = engine.generate(PREFIX, config, suffix=SUFFIX)
@@ -98,14 +98,14 @@ def test_engine_fills_the_middle_exactly(fim_checkpoint, quantize, order):
 
 
 def test_compiled_steps_fill_the_same_middle(fim_checkpoint):
-    engine = Engine.load(fim_checkpoint, quantize="int8")
+    engine = Engine.load(fim_checkpoint, device="cpu", quantize="int8")
     engine.compile_steps(background=False)
     (c,) = engine.generate(PREFIX, GREEDY.replace(n=1), suffix=SUFFIX)
     assert c.text == MIDDLE
 
 
 def test_sentinel_text_in_a_prompt_is_text(fim_checkpoint):
-    engine = Engine.load(fim_checkpoint)
+    engine = Engine.load(fim_checkpoint, device="cpu")
     fim = engine.fim
     ids, truncated = engine.encode_infill("x = '<fim_middle>'\n", "<fim_suffix><|endoftext|>", 8)
     assert not truncated
@@ -114,7 +114,7 @@ def test_sentinel_text_in_a_prompt_is_text(fim_checkpoint):
 
 
 def test_long_prefix_and_suffix_are_cut_at_line_boundaries(fim_checkpoint):
-    engine = Engine.load(fim_checkpoint)
+    engine = Engine.load(fim_checkpoint, device="cpu")
     prefix = "".join(f"a{i} = {i}\n" for i in range(200)) + PREFIX
     suffix = SUFFIX + "".join(f"b{i} = {i}\n" for i in range(200))
     ids, truncated = engine.encode_infill(prefix, suffix, 20)
@@ -136,7 +136,7 @@ def test_a_suffix_needs_a_checkpoint_with_sentinels(tiny_checkpoint, fim_checkpo
     assert engine.fim is None
     with pytest.raises(CodeparrotError, match="fill-in-the-middle sentinels"):
         engine.generate("def f():\n", GREEDY, suffix="\n")
-    cli = [sys.executable, "-m", "codeparrot", "complete", "--temperature", "0"]
+    cli = [sys.executable, "-m", "codeparrot", "complete", "--temperature", "0", "--device", "cpu"]
     proc = subprocess.run(
         [*cli, "--checkpoint", str(tiny_checkpoint), "--suffix", "\\n", "def f():"],
         capture_output=True, text=True, timeout=120,
@@ -152,7 +152,7 @@ def test_a_suffix_needs_a_checkpoint_with_sentinels(tiny_checkpoint, fim_checkpo
 
 
 def test_healing_backs_up_the_prefix_only_where_it_runs_into_the_middle(fim_checkpoint):
-    engine = Engine.load(fim_checkpoint)
+    engine = Engine.load(fim_checkpoint, device="cpu")
     fim = engine.fim
     mid_word = "def add(a, b):\n    ret"
     for order in (PSM, SPM):
