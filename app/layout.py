@@ -44,6 +44,8 @@ class Widgets:
     seed: Any = None
     stop_mode: Any = None
     stop_text: Any = None
+    suffix: Any = None
+    infill_note: Any = None
     cut_repetition: Any = None
     run: Any = None
     stop: Any = None
@@ -67,6 +69,7 @@ class Widgets:
             self.stop_mode,
             self.stop_text,
             self.cut_repetition,
+            self.suffix,
         ]
 
     def generation_outputs(self) -> list[Any]:
@@ -115,6 +118,15 @@ def _prompt_and_candidates(w: Widgets, limit: int) -> None:
         interactive=True,
         elem_id="prompt",
     )
+    w.suffix = gr.Code(
+        value="",
+        language="python",
+        label="Code after the cursor (optional: the model fills in the middle)",
+        lines=3,
+        interactive=True,
+        elem_id="suffix",
+    )
+    w.infill_note = gr.Markdown("", elem_id="infill-note")
     gr.Examples(
         examples=[[e.prompt, e.stop_mode, min(e.max_new_tokens, limit)] for e in CHAPTER_EXAMPLES],
         inputs=[w.prompt, w.stop_mode, w.max_new_tokens],
@@ -239,6 +251,14 @@ def _wire(demo: gr.Blocks, w: Widgets, playground: Playground) -> None:
             playground.fit_max_new_tokens,
             [w.checkpoint, w.max_new_tokens],
             w.max_new_tokens,
+            api_visibility="private",
+            **quick,
+        )
+    for trigger in (w.checkpoint.change, demo.load):
+        trigger(
+            playground.infill_note,
+            w.checkpoint,
+            w.infill_note,
             api_visibility="private",
             **quick,
         )

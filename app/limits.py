@@ -45,6 +45,7 @@ def check_request(
     top_p: Any,
     seed: Any,
     stop_text: Any,
+    suffix: Any = "",
 ) -> None:
     """Raise :class:`RequestRefused` naming the first value that is over a limit or malformed.
 
@@ -52,10 +53,13 @@ def check_request(
     """
     if not isinstance(prompt, str):
         raise RequestRefused("The prompt must be text.")
-    if len(prompt) > limits.prompt_chars:
+    if not isinstance(suffix or "", str):
+        raise RequestRefused("The code after the cursor must be text.")
+    size = len(prompt) + len(suffix or "")
+    if size > limits.prompt_chars:
+        what = "prompt and the code after the cursor are" if suffix else "prompt is"
         raise RequestRefused(
-            f"The prompt is {len(prompt):,} characters; this server accepts at most "
-            f"{limits.prompt_chars:,}."
+            f"The {what} {size:,} characters; this server accepts at most {limits.prompt_chars:,}."
         )
     if stop_text is not None and not isinstance(stop_text, str):
         raise RequestRefused("Stop sequences must be text, one a line.")

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from codeparrot.fim import SENTINELS
+
 CHECKPOINT_FACTS = "codeparrot_checkpoint.json"
 
 
@@ -38,6 +40,7 @@ class ModelCard:
     eval_loss: float | None = None
     perplexity: float | None = None
     context_length: int | None = None
+    fill_in_the_middle: bool | None = None  # the tokenizer has the FIM sentinels
     pass_at_k: dict[str, float] = field(default_factory=dict)
     humaneval: dict[str, Any] | None = None
     humaneval_plot: Path | None = None
@@ -170,6 +173,7 @@ def read_model_card(path: str | Path) -> ModelCard:
         eval_loss=_num(facts.get("eval_loss")),
         perplexity=_num(facts.get("perplexity")),
         context_length=context,
+        fill_in_the_middle=has_fim_sentinels(path),
         pass_at_k=pass_at_k,
         humaneval=humaneval,
         humaneval_plot=plot if plot.is_file() else None,
@@ -178,6 +182,27 @@ def read_model_card(path: str | Path) -> ModelCard:
         metrics=metrics,
         problems=tuple(problems),
     )
+
+
+def has_fim_sentinels(path: Path) -> bool | None:
+    """Whether the tokenizer beside the checkpoint has all four FIM sentinels as special
+    tokens (read from ``tokenizer.json``, else ``tokenizer_config.json``); ``None`` when
+    neither file can be read. The engine decides for good once the model is loaded."""
+    tokenizer = _read_json_object(path / "tokenizer.json", [])
+    if tokenizer is not None:
+        entries = tokenizer.get("added_tokens")
+    else:
+        config = _read_json_object(path / "tokenizer_config.json", [])
+        if config is None:
+            return None
+        entries = config.get("added_tokens_decoder")
+        entries = list(entries.values()) if isinstance(entries, dict) else None
+    special = {
+        t["content"]
+        for t in (entries if isinstance(entries, list) else [])
+        if isinstance(t, dict) and t.get("special") and isinstance(t.get("content"), str)
+    }
+    return set(SENTINELS) <= special
 
 
 def training_run_dir(path: Path) -> Path | None:

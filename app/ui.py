@@ -135,6 +135,26 @@ def _truncation_notice(prompt_tokens: int, kept: int, engine: Engine, max_new_to
     )
 
 
+def _infill_trimmed_notice(engine: Engine, max_new_tokens: int) -> str:
+    room = engine.context_length - max_new_tokens
+    return (
+        f"⚠️ **Prompt trimmed**: the code before and after the cursor is more than the "
+        f"{room} tokens the model's context of {engine.context_length} leaves after the "
+        f"{max_new_tokens} new tokens. The model saw the whole lines nearest the cursor."
+    )
+
+
+FILLS_IN = (
+    "This checkpoint fills in the middle: the candidates are written between the prompt "
+    "and this code."
+)
+NO_SENTINELS = (
+    "⚠️ This checkpoint has no fill-in-the-middle sentinels (`<fim_prefix>`, `<fim_suffix>`, "
+    "`<fim_middle>`): the code after the cursor is not used, the candidates continue the "
+    "prompt alone."
+)
+
+
 class _RunningGenerations:
     """The cancel flag of the generation each session is running (one at most)."""
 
@@ -170,6 +190,7 @@ def _events_in_background(
     gen: GenerationConfig,
     cancel: threading.Event,
     interval: float,
+    suffix: str | None = None,
 ) -> Iterator[list[StreamEvent]]:
     """Run ``engine.stream`` in its own thread; yield the events gathered every ``interval``.
 
@@ -181,7 +202,12 @@ def _events_in_background(
 
     def produce() -> None:
         try:
-            for event in engine.stream(prompt, gen, cancel=cancel):
+            stream = (
+                engine.stream(prompt, gen, cancel=cancel)
+                if suffix is None
+                else engine.stream(prompt, gen, cancel=cancel, suffix=suffix)
+            )
+            for event in stream:
                 events.put(event)
         except BaseException as e:  # handed to the consumer, raised there
             events.put(e)
@@ -218,13 +244,16 @@ def _session_of(request: gr.Request | None) -> str:
 class _CandidatesView:
     """The page's view of one generation: text so far and the finished candidates.
 
+    In infill mode each editor shows prompt + middle + ``suffix``.
+
     With ``cut`` each candidate is shown cut before its first degenerate repetition
     (:func:`~codeparrot.generation.repetition.cut_repetition`, the prompt being the text
     above and before it); the details say which were cut.
     """
 
-    def __init__(self, prompt: str, n: int, cut: bool = False) -> None:
+    def __init__(self, prompt: str, n: int, cut: bool = False, suffix: str = "") -> None:
         self.prompt = prompt
+        self.suffix = suffix  # shown after each candidate: the middle grows in place
         self.cut = cut
         self.texts = [""] * n
         self.done: list[Completion | None] = [None] * n
@@ -274,7 +303,7 @@ class _CandidatesView:
         shown = [self.shown(i) for i in range(n)]
         editors = [
             gr.Code(
-                value=self.prompt + shown[i],
+                value=self.prompt + shown[i] + self.suffix,
                 label=_candidate_label(i, self.done[i], shown[i] != self.texts[i]),
                 visible=True,
             )
@@ -351,6 +380,7 @@ class Playground:
         stop_mode: str,
         stop_text: str,
         cut_repetition: bool = True,
+        suffix: str = "",
         request: gr.Request | None = None,
     ) -> Iterator[tuple[Any, ...]]:
         """Stream candidates: yields (notice, details, candidate 1, ..., candidate 8).
@@ -361,12 +391,12 @@ class Playground:
         """
         try:
             gen = self._generation_config(
-                prompt, max_new_tokens, temperature, top_p, n, seed, stop_mode, stop_text
+                prompt, max_new_tokens, temperature, top_p, n, seed, stop_mode, stop_text, suffix
             )
             ticket = self.slots.join()
         except CodeparrotError as e:
             raise _user_error(str(e)) from None
-        view = _CandidatesView(prompt, gen.n, cut=bool(cut_repetition))
+        view = _CandidatesView(prompt, gen.n, cut=bool(cut_repetition), suffix=suffix or "")
         session = _session_of(request)
         cancel = self.running.start(session)
         try:
@@ -385,6 +415,19 @@ class Playground:
             self.running.finish(session, cancel)
             self.slots.leave(ticket)
 
+    def infill_note(self, checkpoint: str) -> str:
+        """What ``checkpoint`` does with the code after the cursor, for beside that box:
+        the loaded engine's answer, else its tokenizer files' (no model is loaded)."""
+        if checkpoint not in self.pool.checkpoints:
+            return ""
+        if self.pool.is_loaded(checkpoint):
+            fim: bool | None = self.pool.get(checkpoint).fim is not None
+        else:
+            fim = read_model_card(checkpoint).fill_in_the_middle
+        if fim is None:
+            return ""
+        return FILLS_IN if fim else NO_SENTINELS
+
     def stop(self, request: gr.Request) -> None:
         """End the generation of this browser tab (or API client session) within a token,
         or take it out of the line if it is still waiting."""
@@ -400,6 +443,7 @@ class Playground:
         seed: float | None,
         stop_mode: str,
         stop_text: str,
+        suffix: str = "",
     ) -> GenerationConfig:
         """The request's sampling settings, checked against the limits; raises
         :class:`CodeparrotError` naming the bad value."""
@@ -412,8 +456,9 @@ class Playground:
             top_p=top_p,
             seed=seed,
             stop_text=stop_text,
+            suffix=suffix,
         )
-        if not prompt.strip():
+        if not prompt.strip() and not (suffix or "").strip():
             raise RequestRefused(
                 "The prompt is empty: type the start of some code or pick an example."
             )
@@ -451,19 +496,33 @@ class Playground:
         gen: GenerationConfig,
         cancel: threading.Event,
     ) -> Iterator[tuple[Any, ...]]:
-        """Load (first use), fit the prompt to the context, then stream the candidates."""
+        """Load (first use), fit the prompt to the context, then stream the candidates.
+
+        With a suffix and a checkpoint that has the FIM sentinels the model writes the
+        middle; without the sentinels it continues the prompt and the notice says so.
+        """
         if not self.pool.is_loaded(checkpoint):
             yield view.frame(f"Loading `{checkpoint_label(Path(checkpoint))}` (first use)…")
         engine = self.pool.get(checkpoint)
-        ids, truncated = engine.encode_prompt(view.prompt, gen.max_new_tokens)
-        notice = ""
-        if truncated:
-            notice = _truncation_notice(
-                engine.count_tokens(view.prompt), len(ids), engine, gen.max_new_tokens
+        suffix = view.suffix if view.suffix.strip() else None
+        if suffix is not None and engine.fim is None:
+            suffix, view.suffix = None, ""
+            notice = NO_SENTINELS
+        elif suffix is not None:
+            _, truncated = engine.encode_infill(
+                view.prompt, suffix, gen.max_new_tokens, gen.fim_order
             )
+            notice = _infill_trimmed_notice(engine, gen.max_new_tokens) if truncated else ""
+        else:
+            ids, truncated = engine.encode_prompt(view.prompt, gen.max_new_tokens)
+            notice = ""
+            if truncated:
+                notice = _truncation_notice(
+                    engine.count_tokens(view.prompt), len(ids), engine, gen.max_new_tokens
+                )
         yield view.frame(notice)
         batches = _events_in_background(
-            engine, view.prompt, gen, cancel, self.config.stream_interval
+            engine, view.prompt, gen, cancel, self.config.stream_interval, suffix=suffix
         )
         for batch in batches:
             for event in batch:

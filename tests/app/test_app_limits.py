@@ -125,7 +125,7 @@ class FakeEngine:
 
 def generate_args(playground, prompt="def f():\n", **kw):
     args = dict(max_new_tokens=16, temperature=0.2, top_p=0.95, n=1, seed=0,
-                stop_mode="none", stop_text="", cut_repetition=True)  # fmt: skip
+                stop_mode="none", stop_text="", cut_repetition=True, suffix="")  # fmt: skip
     args.update(kw)
     return (next(iter(playground.pool.checkpoints)), prompt, *args.values())
 
