@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from codeparrot.lsp.config import LspConfig
-from codeparrot.lsp.documents import Window, fit_prefix
+from codeparrot.lsp.documents import Window, fit_prefix, fit_suffix
 from codeparrot.lsp.postprocess import indent_width, postprocess
 
 if TYPE_CHECKING:
@@ -57,8 +57,8 @@ def suggest(
         return None
     multiline = base_indent is not None
     budget, max_new = prompt_budget(engine, config, multiline)
-    prompt = fit_prefix(window.prefix, budget, engine.count_tokens, quantum=PROMPT_QUANTUM)
-    if not prompt:
+    prompt, suffix = fim_prompt(engine, window, config, budget)
+    if suffix is None and not prompt:
         # an empty document (or cursor at its start): start from end-of-text
         prompt = engine.tokenizer.eos_token or "\n"
     gen = GenerationConfig(
@@ -72,7 +72,10 @@ def suggest(
     raw = ""
     finish = "length"
     prompt_tokens = new_tokens = cached = 0
-    stream = engine.stream(prompt, gen, cancel=cancel)
+    if suffix is None:
+        stream = engine.stream(prompt, gen, cancel=cancel)
+    else:
+        stream = engine.stream(prompt, gen, cancel=cancel, suffix=suffix)
     try:
         for event in stream:
             raw += event.delta
@@ -91,6 +94,25 @@ def suggest(
         return None
     text = postprocess(raw, window, base_indent)
     return Outcome(text, raw, finish, prompt_tokens, new_tokens, cached)
+
+
+def fim_prompt(
+    engine: Engine, window: Window, config: LspConfig, budget: int
+) -> tuple[str, str | None]:
+    """(prefix, suffix) of the prompt within ``budget`` tokens; suffix ``None``: prefix only.
+
+    With a FIM checkpoint (and ``config.fim``) the suffix window takes whole lines after
+    the cursor, at most ``fim_suffix_share`` of the budget, and the prefix the rest; a
+    checkpoint without the sentinels, or nothing but blanks after the cursor, gets the
+    prefix alone.
+    """
+    suffix = None
+    if config.fim and getattr(engine, "fim", None) is not None and window.suffix.strip():
+        room = int(budget * config.fim_suffix_share)
+        suffix = fit_suffix(window.suffix, room, engine.count_tokens) or None
+    used = engine.count_tokens(suffix) if suffix else 0
+    prefix = fit_prefix(window.prefix, budget - used, engine.count_tokens, quantum=PROMPT_QUANTUM)
+    return prefix, suffix
 
 
 def _block_ended(text: str, base: int | None) -> bool:

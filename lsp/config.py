@@ -33,6 +33,8 @@ EDITOR_SETTINGS = (
     "suffix_chars",
     "cache_size",
     "multiline",
+    "fim",
+    "fim_suffix_share",
 )
 
 
@@ -74,8 +76,21 @@ class LspConfig(Config):
     )
     suffix_chars: int = option(
         2000,
-        "characters after the cursor read for post-processing (not sent to the model)",
+        "characters after the cursor read for post-processing and, with a FIM "
+        "checkpoint, for the suffix window of the prompt",
         ge=0,
+    )
+    fim: bool = option(
+        True,
+        "fill in the middle: when the checkpoint has the FIM sentinels, the prompt holds the "
+        "text after the cursor too (a checkpoint without them completes the prefix alone)",
+    )
+    fim_suffix_share: float = option(
+        0.25,
+        "with FIM: the most of the prompt budget the suffix window may take (whole lines "
+        "after the cursor; the prefix gets the rest)",
+        ge=0.0,
+        le=0.9,
     )
     cache_size: int = option(128, "completions kept in the LRU cache (0 disables it)", ge=0)
     multiline: bool = option(
@@ -183,7 +198,8 @@ def apply_settings(config: LspConfig, settings: Any) -> tuple[LspConfig, list[st
         try:
             typed[name] = _coerce(name, value)
         except (TypeError, ValueError):
-            what = " (a finite number is needed)" if name in ("temperature", "top_p") else ""
+            floats = ("temperature", "top_p", "fim_suffix_share")
+            what = " (a finite number is needed)" if name in floats else ""
             problems.append(f"setting {name!r}: cannot use {value!r}{what}")
     if problems:
         raise ConfigError("; ".join(problems))
@@ -197,7 +213,11 @@ def _coerce(name: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise TypeError(name)
         return value
-    if name in ("temperature", "top_p"):
+    if name == "fim":
+        if not isinstance(value, bool):
+            raise TypeError(name)
+        return value
+    if name in ("temperature", "top_p", "fim_suffix_share"):
         if isinstance(value, bool):
             raise TypeError(name)
         number = float(value)

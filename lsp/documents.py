@@ -214,6 +214,27 @@ def _cut(prefix: str, lo: int, quantum: int) -> str:
     return prefix[cut + 1 :] if cut != -1 and cut + 1 < len(prefix) else prefix[lo:]
 
 
+def fit_suffix(suffix: str, budget: int, count_tokens: Callable[[str], int]) -> str:
+    """The most whole lines at the start of ``suffix`` within ``budget`` tokens.
+
+    The first line is the rest of the cursor's line; when even it is over the budget the
+    suffix is left out (``""``) rather than cut inside a line (or a token).
+    """
+    if budget <= 0 or not suffix:
+        return ""
+    if count_tokens(suffix) <= budget:
+        return suffix
+    ends = [i + 1 for i, ch in enumerate(suffix) if ch == "\n"]
+    lo, hi = 0, len(ends)  # how many lines fit (heads grow with the count)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_tokens(suffix[: ends[mid - 1]]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return suffix[: ends[lo - 1]] if lo else ""
+
+
 def fit_prefix(
     prefix: str, budget: int, count_tokens: Callable[[str], int], quantum: int = 1
 ) -> str:

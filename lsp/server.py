@@ -129,6 +129,7 @@ class CodeparrotServer(LanguageServer):
         self._generator = ThreadPoolExecutor(1, thread_name_prefix="codeparrot-generate")
         self._engine: Future | None = None
         self._compile_error_logged = False
+        self._fim_notice_logged = False
         self._engine_path: Any = None
         self._load_error_shown = False
         self._pending: dict[str, threading.Event] = {}
@@ -162,6 +163,7 @@ class CodeparrotServer(LanguageServer):
         self._engine_path = path
         self._load_error_shown = False
         self._compile_error_logged = False
+        self._fim_notice_logged = False
         self._engine = self._generator.submit(
             _load,
             path,
@@ -343,6 +345,13 @@ class CodeparrotServer(LanguageServer):
         if cancel.is_set():
             return None
         self.stats["engineCalls"] += 1
+        if config.fim and getattr(engine, "fim", None) is None and not self._fim_notice_logged:
+            self._fim_notice_logged = True
+            logger.info(
+                "%s has no fill-in-the-middle sentinels: prompts hold the text before the "
+                "cursor only",
+                self._engine_path,
+            )
         if config.compile and engine.can_compile_steps and not engine.steps_compiled.is_set():
             self.stats["servedDuringCompile"] += 1  # by the eager step, without waiting
         return suggest(engine, window, base, config, cancel)

@@ -1,0 +1,130 @@
+"""Fill-in-the-middle prompts (issue 19): the suffix reaches a FIM checkpoint, and only one."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+
+from codeparrot.generation import Engine
+from codeparrot.lsp.config import LspConfig
+from codeparrot.lsp.documents import Document, fit_suffix
+from codeparrot.lsp.server import build_server
+
+FILE = (
+    "import os\n\n\n"
+    "def join(parts):\n"
+    "    \n"  # line 4: the cursor at its start (after the indent)
+    "    return os.path.join(*parts)\n\n\n"
+    "def size(path):\n"
+    "    return os.stat(path).st_size\n"
+)
+
+
+@pytest.fixture(scope="module")
+def fim_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 2-layer GPT-2 whose tokenizer has the StarCoder sentinels."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from codeparrot.fim import SENTINELS
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>", *SENTINELS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([FILE * 4], trainer=trainer)
+    eos = "<|endoftext|>"
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=eos, eos_token=eos, unk_token=eos, model_max_length=256
+    )
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_positions=256, n_embd=32, n_layer=2, n_head=2,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    out = tmp_path_factory.mktemp("fim") / "checkpoint"
+    GPT2LMHeadModel(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture
+def engine_calls(monkeypatch) -> list[dict]:
+    """Every call of Engine.stream: its prompt and suffix (then the real call)."""
+    calls: list[dict] = []
+    real = Engine.stream
+
+    def spy(self, prompt, config, cancel=None, **kwargs):
+        calls.append({"prompt": prompt, "suffix": kwargs.get("suffix"), "fim": self.fim})
+        return real(self, prompt, config, cancel, **kwargs)
+
+    monkeypatch.setattr(Engine, "stream", spy)
+    return calls
+
+
+def ask(checkpoint: Path, cursors: list[tuple[int, int]], **settings) -> None:
+    server = build_server(LspConfig(checkpoint=checkpoint, cache_size=0, **settings))
+    server.documents["file:///w/a.py"] = Document("file:///w/a.py", FILE, 1)
+    server.load_engine()
+
+    async def run():
+        for line, character in cursors:
+            await server.suggestion("file:///w/a.py", types.Position(line, character))
+
+    try:
+        asyncio.run(run())
+    finally:
+        server._generator.shutdown(wait=True)
+
+
+def test_a_fim_checkpoint_gets_the_suffix(fim_checkpoint, engine_calls):
+    ask(fim_checkpoint, [(4, 4), (5, 11)])  # a blank line in a function; mid-line
+    line_start, mid_line = engine_calls
+    assert line_start["fim"] is not None
+    assert line_start["prompt"].endswith("def join(parts):\n    ")
+    assert line_start["suffix"].startswith("\n    return os.path.join(*parts)\n")
+    assert line_start["suffix"].endswith("\n")  # whole lines
+    assert mid_line["prompt"].endswith("    return ")
+    assert mid_line["suffix"].startswith("os.path.join(*parts)\n")
+
+
+def test_the_suffix_window_keeps_to_its_share_of_the_budget(fim_checkpoint, engine_calls):
+    ask(fim_checkpoint, [(4, 4)], fim_suffix_share=0.05, context_tokens=160)
+    (call,) = engine_calls
+    engine = Engine.load(fim_checkpoint)
+    if call["suffix"] is not None:
+        assert engine.count_tokens(call["suffix"]) <= int(160 * 0.05)
+        assert call["suffix"].endswith("\n")
+    assert call["prompt"].endswith("def join(parts):\n    ")
+
+
+def test_fim_off_or_a_checkpoint_without_sentinels_sends_the_prefix_alone(
+    fim_checkpoint, tiny_checkpoint, engine_calls, caplog
+):
+    ask(fim_checkpoint, [(4, 4)], fim=False)
+    with caplog.at_level(logging.INFO, logger="codeparrot.lsp"):
+        ask(tiny_checkpoint, [(4, 4), (5, 11)])
+    assert [c["suffix"] for c in engine_calls] == [None, None, None]
+    assert engine_calls[1]["fim"] is None
+    notices = [r for r in caplog.records if "fill-in-the-middle sentinels" in r.getMessage()]
+    assert len(notices) == 1  # once, not per request
+
+
+def test_fit_suffix_cuts_at_line_ends():
+    count = len  # one token per character
+    text = "abc\ndefgh\nij"
+    assert fit_suffix(text, 100, count) == text
+    assert fit_suffix(text, 10, count) == "abc\ndefgh\n"
+    assert fit_suffix(text, 5, count) == "abc\n"
+    assert fit_suffix(text, 3, count) == ""  # the first line alone is over: no suffix
+    assert fit_suffix(text, 0, count) == ""
