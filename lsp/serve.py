@@ -204,6 +204,16 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._answer(self._post)
 
+    def _not_allowed(self) -> None:
+        self.close_connection = True  # a body, if any, stays unread
+
+        def refuse() -> None:
+            raise ApiError(405, f"Method {self.command} is not allowed; use GET or POST.")
+
+        self._answer(refuse)
+
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
     def _get(self) -> None:
         if self._path() != MODELS_PATH:
             raise ApiError(404, f"No such path: GET {self._path()}.", code="unknown_url")

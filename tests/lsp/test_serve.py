@@ -10,6 +10,7 @@ import http.client
 import json
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -26,6 +27,7 @@ class CountingEngine:
     def __init__(self, engine) -> None:
         self.engine = engine
         self.calls = 0
+        self.delay = 0.0  # seconds added per event: a generation a slow test can outlast
 
     def __getattr__(self, name):
         return getattr(self.engine, name)
@@ -40,6 +42,7 @@ class CountingEngine:
         try:
             for event in events:
                 self.events += 1
+                time.sleep(self.delay)
                 yield event
         finally:
             self.finished.set()
@@ -287,14 +290,18 @@ def test_body_without_content_length_is_refused(server, engine):
 def test_client_that_goes_away_mid_stream_stops_its_generation(server, engine):
     payload = json.dumps(GREEDY | {"max_tokens": 64, "stream": True}).encode()
     head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n\r\n"
-    with socket.create_connection(server.server_address[:2], timeout=30) as sock:
-        sock.sendall(head.encode() + payload)
-        received = b""
-        while b"data: " not in received:
-            received += sock.recv(4096)
-        assert received.startswith(b"HTTP/1.1 200")
-    # gone after the first chunk
-    assert engine.finished.wait(30)
+    engine.delay = 0.02  # 64 tokens take more than a second: time enough to hang up
+    try:
+        with socket.create_connection(server.server_address[:2], timeout=30) as sock:
+            sock.sendall(head.encode() + payload)
+            received = b""
+            while b"data: " not in received:
+                received += sock.recv(4096)
+            assert received.startswith(b"HTTP/1.1 200")
+        # gone after the first chunk
+        assert engine.finished.wait(30)
+    finally:
+        engine.delay = 0.0
     assert engine.events < 64  # one event per token at most would reach 64 and the end
     assert post(server, GREEDY)[0] == 200
 
@@ -352,3 +359,13 @@ def test_openai_client_streams_the_middle(fim_server):
         stream=True,
     )
     assert "".join(chunk.choices[0].text for chunk in stream) == snippet.MIDDLE
+
+
+def test_other_methods_are_a_405_in_openai_shape(server, engine):
+    before = engine.calls
+    req = urllib.request.Request(server.url + "/v1/completions", method="DELETE")
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(req, timeout=10)
+    assert info.value.code == 405
+    assert "DELETE" in json.loads(info.value.read())["error"]["message"]
+    assert engine.calls == before
