@@ -232,7 +232,7 @@ def _build_model(config: TrainConfig, tokenizer: Any) -> Any:
     if config.dropout is not None:
         import torch
 
-        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
+        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout"):
             setattr(model.config, name, config.dropout)
         for module in model.modules():
             if isinstance(module, torch.nn.Dropout):
@@ -317,7 +317,7 @@ def setup(
     from accelerate.utils import ProjectConfiguration, set_seed
 
     from codeparrot.models.checkpoint import check_sequence_length, load_tokenizer
-    from codeparrot.models.presets import count_parameters, flops_per_token
+    from codeparrot.models.presets import count_parameters, flops_per_token, model_context
     from codeparrot.training.optim import build_optimizer
 
     tokenizer = load_tokenizer(tokenizer_dir(config))
@@ -333,7 +333,7 @@ def setup(
         shard_files(config.data, "train")  # fail on a missing corpus before building anything
         shard_files(config.data, "valid")
     model = _build_model(config, tokenizer)
-    n_positions = model.config.n_positions
+    n_positions = model_context(model.config)
     seq_length = config.seq_length or n_positions
     check_sequence_length(seq_length, n_positions, where=f"model of --preset {config.preset}")
     if train_data is not None and train_data.seq_length != seq_length:

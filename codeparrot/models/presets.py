@@ -1,9 +1,11 @@
-"""Model presets: GPT-2 shapes sized for a laptop, for CodeParrot-small and for CodeParrot.
+"""Model presets: GPT-2 shapes sized for a laptop, for CodeParrot-small and for CodeParrot,
+and Qwen3-style shapes (rotary positions, RMSNorm, SwiGLU, QK-norm) of the same sizes.
 
 A preset fixes the transformer's shape; the vocabulary comes from the tokenizer and is
 padded to a multiple of 64 (matmuls on padded shapes run faster, and the extra rows are
-never produced by the tokenizer). Models are built with ``GPT2Config`` and
-``AutoModelForCausalLM.from_config`` so every checkpoint is a plain Hugging Face GPT-2.
+never produced by the tokenizer). Models are built with transformers' own config classes
+(``GPT2Config``, ``Qwen3Config``) and ``AutoModelForCausalLM.from_config``, so every
+checkpoint is a plain Hugging Face model that loads without custom code.
 
 This module imports only the standard library at module level; torch and transformers
 are imported inside the functions that build models.
@@ -21,11 +23,12 @@ from codeparrot.options import MAX_N_POSITIONS as MAX_N_POSITIONS  # re-exported
 from codeparrot.options import N_POSITIONS, PRESET
 
 VOCAB_MULTIPLE = 64
+ARCHITECTURES = ("gpt2", "qwen3")
 
 
 @dataclass(frozen=True)
 class ModelPreset:
-    """The shape of a GPT-2 model (vocabulary excluded)."""
+    """The shape of a model (vocabulary excluded)."""
 
     name: str
     n_layer: int
@@ -35,6 +38,28 @@ class ModelPreset:
     dropout: float  # residual, embedding and attention dropout
     description: str
     learning_rate: float  # peak of the pretraining schedule
+    architecture: str = "gpt2"  # one of ARCHITECTURES
+    intermediate_size: int | None = None  # SwiGLU width (qwen3); GPT-2's MLP is 4x
+    tie_word_embeddings: bool = True  # the output head shares the input embedding
+
+
+def _qwen(
+    name: str,
+    n_layer: int,
+    n_head: int,
+    n_embd: int,
+    n_positions: int,
+    intermediate_size: int,
+    learning_rate: float,
+    description: str,
+    *,
+    tied: bool = True,
+) -> ModelPreset:
+    """A Qwen3-architecture preset (no dropout)."""
+    return ModelPreset(
+        name, n_layer, n_head, n_embd, n_positions, 0.0, description, learning_rate,
+        architecture="qwen3", intermediate_size=intermediate_size, tie_word_embeddings=tied,
+    )  # fmt: skip
 
 
 PRESETS: dict[str, ModelPreset] = {
@@ -49,6 +74,35 @@ PRESETS: dict[str, ModelPreset] = {
     ),
     # The `gpt2-xl` shape: codeparrot (~1.5B with a 32k vocabulary).
     "large": ModelPreset("large", 48, 25, 1600, 1024, 0.1, "the gpt2-xl shape (codeparrot)", 2e-4),
+    # Qwen3 blocks at tiny's width, depth and context. SwiGLU has three matrices, so its
+    # width is 704 (2.75x, a multiple of 64) where GPT-2's two-matrix MLP is 4x: per block
+    # 803k parameters against GPT-2's 789k, and no position table (rotary positions), so
+    # the whole model is within 1% of tiny.
+    "tiny-qwen": _qwen(
+        "tiny-qwen",
+        4,
+        4,
+        256,
+        256,
+        704,
+        2e-3,
+        "tiny's shape in Qwen3 blocks (RoPE, RMSNorm, SwiGLU, QK-norm), tied head",
+    ),
+    "tiny-qwen-untied": _qwen(
+        "tiny-qwen-untied",
+        4,
+        4,
+        256,
+        256,
+        704,
+        2e-3,
+        "tiny-qwen with an untied output head",
+        tied=False,
+    ),
+    # The gpt2 shape in Qwen3 blocks: SwiGLU width 2048 (2.67x) matches GPT-2's MLP.
+    "small-qwen": _qwen(
+        "small-qwen", 12, 12, 768, 1024, 2048, 5e-4, "the gpt2 shape in Qwen3 blocks, tied head"
+    ),
 }
 
 
@@ -74,13 +128,23 @@ def build_model_config(
     n_positions: int | None = None,
     attn_implementation: str = "sdpa",
 ) -> Any:
-    """A ``GPT2Config`` of ``preset`` with the tokenizer's vocabulary (padded) and EOS id."""
-    from transformers import GPT2Config
-
+    """The model config of ``preset`` (``GPT2Config`` or ``Qwen3Config``) with the
+    tokenizer's vocabulary (padded) and EOS id."""
     shape = get_preset(preset) if isinstance(preset, str) else preset
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ConfigError("--tokenizer: the tokenizer has no end-of-text (eos) token")
+    if shape.architecture == "qwen3":
+        config = _qwen3_config(shape, padded_vocab_size(len(tokenizer)), eos, n_positions)
+        config._attn_implementation = attn_implementation
+        return config
+    if shape.architecture != "gpt2":
+        raise ConfigError(
+            f"preset {shape.name}: unknown architecture {shape.architecture!r} "
+            f"(known: {', '.join(ARCHITECTURES)})"
+        )
+    from transformers import GPT2Config
+
     config = GPT2Config(
         vocab_size=padded_vocab_size(len(tokenizer)),
         n_positions=n_positions or shape.n_positions,
@@ -98,6 +162,71 @@ def build_model_config(
     return config
 
 
+def _qwen3_config(shape: ModelPreset, vocab_size: int, eos: int, n_positions: int | None) -> Any:
+    """Qwen3 blocks: rotary positions, RMSNorm, SwiGLU, RMS-normed queries and keys, no
+    biases; every head has its own keys and values (no grouping at these widths)."""
+    from transformers import Qwen3Config
+
+    if shape.n_embd % shape.n_head:
+        raise ConfigError(f"preset {shape.name}: width {shape.n_embd} is not a multiple of "
+                          f"{shape.n_head} heads")  # fmt: skip
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=shape.n_embd,
+        intermediate_size=shape.intermediate_size or 4 * shape.n_embd,
+        num_hidden_layers=shape.n_layer,
+        num_attention_heads=shape.n_head,
+        num_key_value_heads=shape.n_head,
+        head_dim=shape.n_embd // shape.n_head,
+        max_position_embeddings=n_positions or shape.n_positions,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        attention_dropout=shape.dropout,
+        tie_word_embeddings=shape.tie_word_embeddings,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        use_cache=True,
+    )
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the training loop, the FLOP count and the engine read of a model config,
+    whatever its architecture's attribute names."""
+
+    n_layer: int
+    n_head: int
+    head_dim: int
+    width: int
+    context: int
+
+
+def model_shape(model_config: Any) -> ModelShape:
+    """The shape of a loaded model's config (GPT-2's names or the common ones)."""
+
+    def first(*names: str) -> Any:
+        for name in names:
+            value = getattr(model_config, name, None)
+            if value is not None:
+                return value
+        raise ConfigError(f"model config {type(model_config).__name__} has none of {names}")
+
+    n_head = int(first("n_head", "num_attention_heads"))
+    width = int(first("n_embd", "hidden_size"))
+    head_dim = getattr(model_config, "head_dim", None) or width // n_head
+    return ModelShape(
+        n_layer=int(first("n_layer", "num_hidden_layers")),
+        n_head=n_head,
+        head_dim=int(head_dim),
+        width=width,
+        context=int(first("n_positions", "max_position_embeddings")),
+    )
+
+
+def model_context(model_config: Any) -> int:
+    """The context length (positions) of a loaded model's config."""
+    return model_shape(model_config).context
+
+
 def build_model(
     preset: str | ModelPreset,
     tokenizer: Any,
@@ -106,7 +235,7 @@ def build_model(
     n_positions: int | None = None,
     attn_implementation: str = "sdpa",
 ) -> Any:
-    """A freshly initialised GPT-2 of ``preset`` (deterministic for a given ``seed``)."""
+    """A freshly initialised model of ``preset`` (deterministic for a given ``seed``)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -141,8 +270,8 @@ def count_parameters(model: Any, *, exclude_position_embeddings: bool = False) -
 
 def flops_per_token(model_config: Any, n_params: int, seq_length: int) -> float:
     """Training FLOPs per token: 6N + 12·L·H·Q·T (PaLM appendix B, as in nanoGPT)."""
-    head_dim = model_config.n_embd // model_config.n_head
-    return 6 * n_params + 12 * model_config.n_layer * model_config.n_head * head_dim * seq_length
+    shape = model_shape(model_config)
+    return 6 * n_params + 12 * shape.n_layer * shape.n_head * shape.head_dim * seq_length
 
 
 @dataclass(frozen=True)

@@ -172,3 +172,22 @@ def test_every_command_refuses_an_n_positions_out_of_range(tmp_path, bad):
         with pytest.raises(ConfigError, match=f"--n-positions must be in 8..65536, got {bad}"):
             build()
     assert QuickstartConfig(n_positions=512).n_positions == 512
+
+
+def test_qwen_presets_match_their_gpt2_sizes():
+    # tiny-qwen: tiny's width, depth and context, SwiGLU width chosen to match its size
+    tiny, qwen = parameters_of("tiny", 8192), parameters_of("tiny-qwen", 8192)
+    assert abs(qwen - tiny) / tiny < 0.01
+    config = build_model_config("tiny-qwen", FakeTokenizer(8001))
+    assert config.model_type == "qwen3" and config.vocab_size == 8064
+    assert (config.num_hidden_layers, config.hidden_size, config.head_dim) == (4, 256, 64)
+    assert config.max_position_embeddings == 256 and config.tie_word_embeddings
+    assert (
+        build_model_config("tiny-qwen", FakeTokenizer(512), n_positions=128).max_position_embeddings
+        == 128
+    )
+    # the untied head adds one vocabulary-by-width matrix
+    assert parameters_of("tiny-qwen-untied", 8192) == qwen + 8192 * 256
+    # small-qwen: the gpt2 shape (less its 1024 x 768 position table)
+    small, small_qwen = parameters_of("small", 32_768), parameters_of("small-qwen", 32_768)
+    assert abs(small_qwen - small) / small < 0.01
