@@ -8,10 +8,12 @@ decoding within one token.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from codeparrot.lsp.config import LspConfig
+from codeparrot.lsp.context import workspace_snippets
 from codeparrot.lsp.documents import Window, fit_prefix, fit_suffix
 from codeparrot.lsp.postprocess import indent_width, postprocess
 
@@ -49,15 +51,26 @@ def suggest(
     base_indent: int | None,
     config: LspConfig,
     cancel: threading.Event,
+    others: Sequence[tuple[str, str]] = (),
 ) -> Outcome | None:
-    """Generate and post-process a suggestion for ``window``; ``None`` when cancelled."""
+    """Generate and post-process a suggestion for ``window``; ``None`` when cancelled.
+
+    ``others``: ``(uri, text)`` of the other open documents, most recently edited first,
+    for the workspace snippets (``config.workspace_share`` of the budget).
+    """
     from codeparrot.generation import GenerationConfig
 
     if cancel.is_set():
         return None
     multiline = base_indent is not None
     budget, max_new = prompt_budget(engine, config, multiline)
+    snippets = ""
+    if config.workspace_share > 0 and others:
+        room = int(budget * config.workspace_share)
+        snippets = workspace_snippets(window.prefix, others, room, engine.count_tokens)
+        budget -= engine.count_tokens(snippets) if snippets else 0
     prompt, suffix = fim_prompt(engine, window, config, budget)
+    prompt = snippets + prompt
     if suffix is None and not prompt:
         # an empty document (or cursor at its start): start from end-of-text
         prompt = engine.tokenizer.eos_token or "\n"

@@ -35,6 +35,7 @@ EDITOR_SETTINGS = (
     "multiline",
     "fim",
     "fim_suffix_share",
+    "workspace_share",
 )
 
 
@@ -91,6 +92,14 @@ class LspConfig(Config):
         "after the cursor; the prefix gets the rest)",
         ge=0.0,
         le=0.9,
+    )
+    workspace_share: float = option(
+        0.0,
+        "the most of the prompt budget that snippets of other open documents may take "
+        "(`# Path:` comment blocks of the lines most like the code before the cursor); 0, "
+        "the default, leaves them out: no gain has been measured yet",
+        ge=0.0,
+        le=0.5,
     )
     cache_size: int = option(128, "completions kept in the LRU cache (0 disables it)", ge=0)
     multiline: bool = option(
@@ -198,7 +207,7 @@ def apply_settings(config: LspConfig, settings: Any) -> tuple[LspConfig, list[st
         try:
             typed[name] = _coerce(name, value)
         except (TypeError, ValueError):
-            floats = ("temperature", "top_p", "fim_suffix_share")
+            floats = ("temperature", "top_p", "fim_suffix_share", "workspace_share")
             what = " (a finite number is needed)" if name in floats else ""
             problems.append(f"setting {name!r}: cannot use {value!r}{what}")
     if problems:
@@ -217,7 +226,7 @@ def _coerce(name: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise TypeError(name)
         return value
-    if name in ("temperature", "top_p", "fim_suffix_share"):
+    if name in ("temperature", "top_p", "fim_suffix_share", "workspace_share"):
         if isinstance(value, bool):
             raise TypeError(name)
         number = float(value)

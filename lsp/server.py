@@ -24,6 +24,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +90,7 @@ class CodeparrotProtocol(LanguageServerProtocol):
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
         doc = params.text_document
         self._server.documents[doc.uri] = Document(doc.uri, doc.text, doc.version)
+        self._server.touched(doc.uri)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
@@ -121,6 +123,7 @@ class CodeparrotServer(LanguageServer):
         )
         self.config = config
         self.documents: dict[str, Document] = {}
+        self._recent: dict[str, None] = {}  # open documents, least recently edited first
         self.cache = SuggestionCache(config.cache_size)
         self.acceptance = StatsRecorder(
             (config.stats_file or default_stats_file()) if config.stats else None,
@@ -225,12 +228,23 @@ class CodeparrotServer(LanguageServer):
         return engine
 
     # -- documents -----------------------------------------------------------------------
+    def touched(self, uri: str) -> None:
+        """Remember ``uri`` as the most recently opened or edited document."""
+        self._recent.pop(uri, None)
+        self._recent[uri] = None
+
+    def other_documents(self, uri: str) -> list[tuple[str, str]]:
+        """``(uri, text)`` of the open documents but ``uri``, most recently edited first."""
+        order = [u for u in reversed(self._recent) if u != uri and u in self.documents]
+        return [(u, self.documents[u].text) for u in order]
+
     def apply_changes(self, params: types.DidChangeTextDocumentParams) -> None:
         uri = params.text_document.uri
         doc = self.documents.get(uri)
         if doc is None:
             logger.warning("change to %s, which is not open", uri)
             return
+        self.touched(uri)
         for change in params.content_changes:
             if isinstance(change, types.TextDocumentContentChangePartial):
                 r = change.range
@@ -250,6 +264,7 @@ class CodeparrotServer(LanguageServer):
 
     def close_document(self, uri: str) -> None:
         self.documents.pop(uri, None)
+        self._recent.pop(uri, None)
         pending = self._pending.pop(uri, None)
         if pending is not None:
             pending.set()
@@ -280,7 +295,8 @@ class CodeparrotServer(LanguageServer):
             if text is not None:
                 self.stats["cached"] += 1
             else:
-                outcome = await self._generate(window, base, config, cancel)
+                others = self.other_documents(uri) if config.workspace_share > 0 else []
+                outcome = await self._generate(window, base, config, cancel, others)
                 if outcome is None:
                     return None  # superseded, cancelled or no model
                 # "" remembers that there was nothing worth showing here
@@ -308,7 +324,12 @@ class CodeparrotServer(LanguageServer):
         self._pending.clear()
 
     async def _generate(
-        self, window: Window, base: int | None, config: LspConfig, cancel: threading.Event
+        self,
+        window: Window,
+        base: int | None,
+        config: LspConfig,
+        cancel: threading.Event,
+        others: list[tuple[str, str]],
     ) -> Outcome | None:
         if config.debounce_ms:
             await asyncio.sleep(config.debounce_ms / 1000)
@@ -317,7 +338,7 @@ class CodeparrotServer(LanguageServer):
         engine = await self.engine()
         if engine is None or cancel.is_set():
             return None
-        future = self._generator.submit(self._suggest, engine, window, base, config, cancel)
+        future = self._generator.submit(self._suggest, engine, window, base, config, cancel, others)
         try:
             outcome: Outcome | None = await asyncio.wrap_future(future)
         except Exception:  # one failed suggestion must not take the editor's server down
@@ -339,6 +360,7 @@ class CodeparrotServer(LanguageServer):
         base: int | None,
         config: LspConfig,
         cancel: threading.Event,
+        others: Sequence[tuple[str, str]] = (),
     ) -> Outcome | None:
         """:func:`suggest` in the generation thread; a request superseded while queued
         returns here without touching the model."""
@@ -354,7 +376,7 @@ class CodeparrotServer(LanguageServer):
             )
         if config.compile and engine.can_compile_steps and not engine.steps_compiled.is_set():
             self.stats["servedDuringCompile"] += 1  # by the eager step, without waiting
-        return suggest(engine, window, base, config, cancel)
+        return suggest(engine, window, base, config, cancel, others)
 
     def cursor_context(self, uri: str, line: int, character: int) -> dict[str, Any] | None:
         """What a request at this position would see (the ``codeparrot.cursorContext``
