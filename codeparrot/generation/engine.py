@@ -141,16 +141,17 @@ class Engine:
         ``bf16_prefill``: run long prompts' matrix products in bf16 (CPU autocast), and
         the output projection of every step from a bf16 copy (GPT-2 path).
         ``prompt_cache_entries``: recent prompts whose keys/values are kept for reuse.
-        ``lean_gpt2``: use :class:`~codeparrot.generation.gpt2.GPT2Decoder` for GPT-2
-        models (``False``: the ``transformers`` forward, as for other architectures).
+        ``lean_gpt2``: use the lean decoder (:mod:`codeparrot.generation.lean`) for GPT-2
+        and Qwen3 models (``False``: the ``transformers`` forward, as for others).
         ``decode_threads``: intra-op threads for the one-token steps (``None``: torch's
         setting). The prompt always uses torch's setting. A step is a few dozen small
         kernels; on a busy machine a second thread mostly waits for its turn.
         ``quantize``: ``"int8"`` runs the one-token steps on int8 weight-only copies of
-        the matrices (GPT-2 checkpoints on a CPU): ~2.3x faster steps, logits within
+        the matrices (GPT-2 or Qwen3 checkpoints on a CPU): ~2.3x faster steps, logits within
         ~1% (prompts keep full precision). ``"none"``: the model's own weights.
         """
-        from codeparrot.generation.gpt2 import GPT2Decoder, PromptCache
+        from codeparrot.generation.gpt2 import PromptCache
+        from codeparrot.generation.lean import lean_decoder
 
         self.model = model
         self.tokenizer = tokenizer
@@ -164,7 +165,8 @@ class Engine:
         self.eos_token_id: int | None = int(eos) if eos is not None else None
         # the fill-in-the-middle sentinels, or None: a suffix needs them
         self.fim: FimTokens | None = FimTokens.from_tokenizer(tokenizer)
-        self._gpt2 = GPT2Decoder(model) if lean_gpt2 and GPT2Decoder.supports(model) else None
+        # the lean decoder of GPT-2 or Qwen3 checkpoints (codeparrot.generation.lean)
+        self._gpt2 = lean_decoder(model) if lean_gpt2 else None
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
         self.bf16_prefill = bf16_prefill
         self.decode_threads = decode_threads
@@ -188,8 +190,8 @@ class Engine:
 
         if self._gpt2 is None:
             raise ConfigError(
-                "quantize 'int8' needs a GPT-2 checkpoint (the lean decode path); "
-                f"this model is a {getattr(self.model.config, 'model_type', 'unknown')}"
+                "quantize 'int8' needs a GPT-2 checkpoint (or a Qwen3 one: the lean "
+                f"decode path); this model is a {getattr(self.model.config, 'model_type', 'unknown')}"
             )
         if self.device.type != "cpu":
             raise ConfigError(f"quantize 'int8' is for CPU decoding; the model is on {self.device}")
@@ -293,9 +295,10 @@ class Engine:
         model.to(getattr(torch, dtype))
         model.eval()
         if quantize == "auto":
-            from codeparrot.generation.gpt2 import GPT2Decoder, int8_supported
+            from codeparrot.generation.gpt2 import int8_supported
+            from codeparrot.generation.lean import has_lean_decoder
 
-            usable = on_cpu and GPT2Decoder.supports(model) and int8_supported()
+            usable = on_cpu and has_lean_decoder(model) and int8_supported()
             quantize = "int8" if usable else "none"
         # one thread per one-token step on a CPU: measured 2-7x faster than two on a
         # shared 2-core machine (bench/generate.py); the prompt keeps torch's setting

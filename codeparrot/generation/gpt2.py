@@ -190,6 +190,7 @@ class GPT2Decoder:
         t = model.transformer
         self.n_head = cfg.n_head
         self.n_embd = cfg.n_embd
+        self.head_dim = cfg.n_embd // cfg.n_head
         self.eps = cfg.layer_norm_epsilon
         self.context_length = cfg.n_positions
         self.wte = t.wte.weight  # (V, C)
@@ -235,8 +236,7 @@ class GPT2Decoder:
 
     def new_cache(self, rows: int, length: int, prefix: KVCache | None = None) -> KVCache:
         """Room for ``length`` positions of ``rows`` sequences (after ``prefix``, if given)."""
-        hs = self.n_embd // self.n_head
-        shape = (rows, self.n_head, length, hs)
+        shape = (rows, self.n_head, length, self.head_dim)
         make = lambda: torch.empty(shape, dtype=self.dtype, device=self.device)  # noqa: E731
         return KVCache([make() for _ in self.layers], [make() for _ in self.layers], prefix)
 
@@ -254,13 +254,16 @@ class GPT2Decoder:
         int8 = int8 and self.int8 is not None and ids.size(1) == 1 and len(ids) <= INT8_MAX_ROWS
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
             x = self._blocks(ids, cache, int8)
-        last = F.layer_norm(x[:, -1], (self.n_embd,), *self.ln_f, self.eps)  # (B, C)
+        last = self._final_norm(x[:, -1])  # (B, C)
         if int8 and self.lm_head_int8 is not None:
             return _int8_linear(last, self.lm_head_int8, self.lm_bias)
         if self.lm_head_bf16 is not None:
             logits = F.linear(last.to(torch.bfloat16), self.lm_head_bf16)  # (B, V)
             return logits.float() if self.lm_bias is None else logits.float() + self.lm_bias
         return F.linear(last, self.lm_head, self.lm_bias)  # (B, V)
+
+    def _final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (self.n_embd,), *self.ln_f, self.eps)
 
     def step(self, ids: torch.Tensor, cache: KVCache, *, int8: bool = False) -> torch.Tensor:
         """:meth:`forward` for generated tokens: the compiled step where it applies.
@@ -344,31 +347,7 @@ class GPT2Decoder:
             h = F.layer_norm(x, (C,), *layer.ln_1, self.eps)
             qkv = self._linear(h.view(B * T, C), i, "c_attn", layer, int8)  # (B*T, 3C)
             q, k, v = qkv.view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs)
-            o = cache.offset  # positions held by a shared prefix (0 without one)
-            cache.keys[i][:, :, t0 - o : t1 - o] = k
-            cache.values[i][:, :, t0 - o : t1 - o] = v
-            if t0 == 0:  # the prompt (or its first chunk): causal attention over itself
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, scale=layer.scaling)
-            elif cache.prefix is not None:  # one new token per row after a shared prompt
-                y = _shared_prefix_attention(
-                    q,
-                    (cache.prefix.keys[i][:, :, :o], cache.prefix.values[i][:, :, :o]),
-                    (cache.keys[i][:, :, : t1 - o], cache.values[i][:, :, : t1 - o]),
-                    layer.scaling,
-                )
-            else:
-                keys = cache.keys[i][:, :, :t1].to(q.dtype)  # (B, nh, t1, hs); a no-op
-                values = cache.values[i][:, :, :t1].to(q.dtype)  # unless under autocast
-                # one new token sees every cached position; a chunk needs a causal mask
-                # offset by the t0 positions before it
-                mask = (
-                    None
-                    if T == 1
-                    else torch.ones(T, t1, dtype=torch.bool, device=x.device).tril(t0)
-                )
-                y = F.scaled_dot_product_attention(
-                    q, keys, values, attn_mask=mask, scale=layer.scaling
-                )
+            y = attend(q, k, v, cache, i, t0, layer.scaling)  # (B, nh, T, hs)
             y = y.transpose(1, 2).reshape(B * T, C)  # (B*T, C)
             x = x + self._linear(y, i, "c_proj", layer, int8).view(B, T, C)
             h = F.layer_norm(x, (C,), *layer.ln_2, self.eps)
@@ -377,6 +356,34 @@ class GPT2Decoder:
             x = x + self._linear(h, i, "mlp_proj", layer, int8).view(B, T, C)
         cache.length = t1
         return x
+
+
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, i: int, t0: int, scale: float
+) -> torch.Tensor:
+    """Attention of layer ``i``'s new positions ``t0:t0+T`` over the cache, after storing
+    their keys and values there. ``q``, ``k``, ``v`` (B, nh, T, hs) -> (B, nh, T, hs)."""
+    T = q.size(2)
+    t1 = t0 + T
+    o = cache.offset  # positions held by a shared prefix (0 without one)
+    cache.keys[i][:, :, t0 - o : t1 - o] = k
+    cache.values[i][:, :, t0 - o : t1 - o] = v
+    if t0 == 0:  # the prompt (or its first chunk): causal attention over itself
+        return F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, scale=scale)
+    elif cache.prefix is not None:  # one new token per row after a shared prompt
+        return _shared_prefix_attention(
+            q,
+            (cache.prefix.keys[i][:, :, :o], cache.prefix.values[i][:, :, :o]),
+            (cache.keys[i][:, :, : t1 - o], cache.values[i][:, :, : t1 - o]),
+            scale,
+        )
+    else:
+        keys = cache.keys[i][:, :, :t1].to(q.dtype)  # (B, nh, t1, hs); a no-op
+        values = cache.values[i][:, :, :t1].to(q.dtype)  # unless under autocast
+        # one new token sees every cached position; a chunk needs a causal mask
+        # offset by the t0 positions before it
+        mask = None if T == 1 else torch.ones(T, t1, dtype=torch.bool, device=q.device).tril(t0)
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)
 
 
 def _shared_prefix_attention(
