@@ -28,6 +28,7 @@ def main() -> None:
     import torch.nn.functional as F
 
     from codeparrot.models.checkpoint import load_checkpoint
+    from codeparrot.models.presets import model_context
 
     texts: list[str] = []
     for shard in sorted((args.corpus / "valid").glob("*.jsonl.gz")):
@@ -41,7 +42,7 @@ def main() -> None:
         # the core loader: every check, and never the checkpoint's own code
         model, tokenizer, _meta = load_checkpoint(checkpoint)
         model.eval()
-        window = model.config.n_positions
+        window = model_context(model.config)
         nll, tokens = 0.0, 0
         with torch.inference_mode():
             for text in texts:

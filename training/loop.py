@@ -237,6 +237,9 @@ def _build_model(config: TrainConfig, tokenizer: Any) -> Any:
         for module in model.modules():
             if isinstance(module, torch.nn.Dropout):
                 module.p = config.dropout
+            elif isinstance(getattr(module, "attention_dropout", None), float):
+                # Qwen3 attention keeps its rate as a float (its only dropout)
+                module.attention_dropout = config.dropout
     return model
 
 

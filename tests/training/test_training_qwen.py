@@ -93,3 +93,14 @@ def test_qwen_resume_continues_exactly(tmp_path, corpus, qwen_checkpoint):
     assert resumed.eval_loss == full.eval_loss
     before = read_weights(qwen_checkpoint)
     assert any(not before[k].equal(a[k]) for k in a), "training did not move the weights"
+
+
+def test_dropout_reaches_qwen_attention(tmp_path, corpus, qwen_checkpoint):
+    from codeparrot.models.checkpoint import load_tokenizer
+    from codeparrot.training.loop import _build_model
+
+    config = tiny_config(corpus, qwen_checkpoint, tmp_path / "run", dropout=0.25)
+    model = _build_model(config, load_tokenizer(qwen_checkpoint))
+    rates = [m.attention_dropout for m in model.modules() if hasattr(m, "attention_dropout")]
+    assert len(rates) == 2 and set(rates) == {0.25}
+    assert model.config.attention_dropout == 0.25  # and the export records it
