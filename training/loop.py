@@ -314,15 +314,13 @@ def setup(
     """Check inputs, build model, optimizer, schedule and data, and restore a resumed run."""
     config = with_defaults(config)
     resume_from = _preflight(config)
-
     import torch
-    from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration, set_seed
+    from accelerate.utils import set_seed
 
-    from codeparrot.models.checkpoint import check_sequence_length, load_tokenizer
-    from codeparrot.models.presets import count_parameters, flops_per_token, model_context
-    from codeparrot.training.optim import build_optimizer
+    from codeparrot.models.checkpoint import load_tokenizer
+    from codeparrot.models.presets import count_parameters, flops_per_token
 
+    # 1) tokenizer, FIM and model (a missing corpus fails before the model is built)
     tokenizer = load_tokenizer(tokenizer_dir(config))
     fim = FimTransform.for_tokenizer(
         tokenizer,
@@ -333,51 +331,121 @@ def setup(
         where=str(tokenizer_dir(config)),
     )
     if train_data is None or valid_data is None:
-        shard_files(config.data, "train")  # fail on a missing corpus before building anything
+        shard_files(config.data, "train")
         shard_files(config.data, "valid")
+    model, seq_length = _model_and_seq_length(config, tokenizer, train_data)
+    parameters = count_parameters(model)
+    fpt = flops_per_token(
+        model.config, count_parameters(model, exclude_position_embeddings=True), seq_length
+    )
+    # 2) the accelerator, optimizer and schedule
+    accelerator = _make_accelerator(config)
+    set_seed(config.seed)
+    _ready_for_training(model, config, seq_length, accelerator.device)
+    optimizer, scheduler = _optimizer_and_schedule(model, config)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    loss_fn = lm_loss if fim is None else functools.partial(lm_loss, ignore_id=fim.tokens.pad)
+    loss_fn = torch.compile(loss_fn) if config.compile else loss_fn
+    # 3) the data, and where a resumed run stopped
+    if train_data is None or valid_data is None:
+        default_train, default_valid = _data_sources(
+            config, tokenizer, seq_length, accelerator, fim
+        )
+        train_data = train_data or default_train
+        valid_data = valid_data or default_valid
+    rank, world = accelerator.process_index, accelerator.num_processes
+    state = TrainState(Batches(train_data, config.batch_size, rank, world))
+    if resume_from is not None:
+        saved = load_state(
+            resume_from / STATE,
+            accelerator=accelerator,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+        )
+        state.load_state_dict(saved)
+    peak = config.peak_tflops * 1e12 if config.peak_tflops else measure_peak_flops()
+    return Run(
+        config=config,
+        accelerator=accelerator,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        tokenizer=tokenizer,
+        state=state,
+        valid=valid_data,
+        seq_length=seq_length,
+        parameters=parameters,
+        flops_per_token=fpt,
+        peak_flops=peak,
+        resume_from=resume_from,
+        loss_fn=loss_fn,
+    )
+
+
+def _model_and_seq_length(
+    config: TrainConfig, tokenizer: Any, train_data: SequenceSource | None
+) -> tuple[Any, int]:
+    """The model to train and the sequence length, checked against its positions."""
+    from codeparrot.models.checkpoint import check_sequence_length
+    from codeparrot.models.presets import model_context
+
     model = _build_model(config, tokenizer)
     n_positions = model_context(model.config)
     seq_length = config.seq_length or n_positions
     check_sequence_length(seq_length, n_positions, where=f"model of --preset {config.preset}")
     if train_data is not None and train_data.seq_length != seq_length:
         raise DataError(f"train_data packs {train_data.seq_length} tokens, expected {seq_length}")
+    return model, seq_length
+
+
+def _make_accelerator(config: TrainConfig) -> Any:
+    """The run's Accelerator (device, mixed precision, accumulation, tracker, run directory)."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import ProjectConfiguration
 
     _warn_single_cpu_process()
-    tracker = None if config.log_with == "none" else config.log_with
     # Accelerate keeps its state in a process-wide singleton: a second run in the same
     # process (the quickstart, finetune, tests) with other settings would be refused. Each
     # run owns its settings, so forget the previous run's (the process group, kept in
     # PartialState, stays).
-    from accelerate.state import AcceleratorState
-
     AcceleratorState._reset_state(reset_partial_state=False)
-    accelerator = Accelerator(
+    return Accelerator(
         # Without an accelerator device, say so: under torchrun (`accelerate launch
         # --multi_gpu`, `torchrun --nproc_per_node N`) Accelerate then forms a gloo DDP
         # group on CPU instead of N unrelated single-process runs.
         cpu=not has_accelerator_device(),
         mixed_precision=config.mixed_precision,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
-        log_with=tracker,
+        log_with=None if config.log_with == "none" else config.log_with,
         project_config=ProjectConfiguration(
             project_dir=str(config.output), logging_dir=str(config.output / "logs")
         ),
         step_scheduler_with_optimizer=False,  # stepped once per optimizer step, whatever the world size
-        # --compile is applied to the loss function below, not to the model: a compiled
+        # --compile is applied to the loss function (lm_loss), not to the model: a compiled
         # model returns its logits as a graph output, and autograd then fills a zero gradient
         # of the whole logits tensor on every backward.
         dynamo_backend="no",
     )
-    set_seed(config.seed)
+
+
+def _ready_for_training(model: Any, config: TrainConfig, seq_length: int, device: Any) -> None:
+    """Gradient checkpointing, training mode and the speed settings of the model object."""
     if config.gradient_checkpointing:
         enable = getattr(model, "activation_checkpointing_enable", None)
         (enable or model.gradient_checkpointing_enable)()
         model.config.use_cache = False
+    model.train()  # from_pretrained returns a model in eval mode (dropout off)
+    _tune_for_training(model, config, seq_length, device)
 
-    parameters = count_parameters(model)
-    fpt = flops_per_token(
-        model.config, count_parameters(model, exclude_position_embeddings=True), seq_length
-    )
+
+def _optimizer_and_schedule(model: Any, config: TrainConfig) -> tuple[Any, Any]:
+    """``--optimizer`` (AdamW or Muon, no decay on biases and norms) and ``--schedule``."""
+    import torch
+
+    from codeparrot.training.optim import build_optimizer
+
     optimizer = build_optimizer(
         model,
         name=config.optimizer,
@@ -396,49 +464,7 @@ def setup(
             decay_fraction=config.decay_fraction,
         ),
     )
-    model.train()  # from_pretrained returns a model in eval mode (dropout off)
-    _tune_for_training(model, config, seq_length, accelerator.device)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    loss_fn = lm_loss if fim is None else functools.partial(lm_loss, ignore_id=fim.tokens.pad)
-    loss_fn = torch.compile(loss_fn) if config.compile else loss_fn
-
-    if train_data is None or valid_data is None:
-        default_train, default_valid = _data_sources(
-            config, tokenizer, seq_length, accelerator, fim
-        )
-        train_data = train_data or default_train
-        valid_data = valid_data or default_valid
-    batches = Batches(
-        train_data, config.batch_size, accelerator.process_index, accelerator.num_processes
-    )
-    state = TrainState(batches)
-    if resume_from is not None:
-        saved = load_state(
-            resume_from / STATE,
-            accelerator=accelerator,
-            model=model,
-            optimizer=optimizer,
-            scheduler=scheduler,
-        )
-        state.load_state_dict(saved)
-
-    peak = config.peak_tflops * 1e12 if config.peak_tflops else measure_peak_flops()
-    return Run(
-        config=config,
-        accelerator=accelerator,
-        model=model,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        tokenizer=tokenizer,
-        state=state,
-        valid=valid_data,
-        seq_length=seq_length,
-        parameters=parameters,
-        flops_per_token=fpt,
-        peak_flops=peak,
-        resume_from=resume_from,
-        loss_fn=loss_fn,
-    )
+    return optimizer, scheduler
 
 
 def lm_loss(model: Any, ids: Any, ignore_id: int | None = None) -> Any:
@@ -568,9 +594,47 @@ def train(
 ) -> TrainResult:
     """Pretrain (or continue with ``config.resume``) and leave the latest export in ``output``."""
     run = setup(config, train_data=train_data, valid_data=valid_data)
-    config = run.config  # with the defaults that depend on other settings filled in
-    acc, state = run.accelerator, run.state
-    resumed_from = state.step if run.resume_from is not None else None
+    resumed_from = run.state.step if run.resume_from is not None else None
+    metrics = _start_logging(run, resumed_from)
+    progress = _Progress.starting(run)
+    stopped_by = _loop(run, metrics, progress)
+    _finish(run, metrics, progress)
+    return _result(run, progress, stopped_by, resumed_from)
+
+
+@dataclass
+class _Progress:
+    """What the loop keeps between steps: the clock, the throughput window, the last results."""
+
+    tokens_per_step: int
+    start: float  # perf_counter() when this process started training
+    seconds_before: float  # training time of the run before a resume
+    window_start: float
+    window_tokens: int = 0
+    last_loss: float | None = None
+    eval_loss: float | None = None
+    last_saved: Path | None = None
+
+    @classmethod
+    def starting(cls, run: Run) -> _Progress:
+        cfg, acc = run.config, run.accelerator
+        tokens = cfg.batch_size * acc.num_processes * cfg.gradient_accumulation_steps
+        start = time.perf_counter()
+        return cls(tokens * run.seq_length, start, run.state.train_seconds, start)
+
+    def advance(self, state: TrainState) -> float:
+        """Count one optimizer step; returns the time now."""
+        state.step += 1
+        state.tokens_seen += self.tokens_per_step
+        self.window_tokens += self.tokens_per_step
+        now = time.perf_counter()
+        state.train_seconds = self.seconds_before + (now - self.start)
+        return now
+
+
+def _start_logging(run: Run, resumed_from: int | None) -> MetricsLog:
+    """``metrics.jsonl`` (cut back to the checkpoint of a resumed run) and the trackers."""
+    config, acc = run.config, run.accelerator
     metrics = MetricsLog(config.output / METRICS, enabled=acc.is_main_process)
     if resumed_from is not None:
         metrics.truncate_after(resumed_from)  # steps logged after the checkpoint are redone
@@ -580,84 +644,101 @@ def train(
         if isinstance(v, int | float | str | bool | Path)
     }
     acc.init_trackers("train", config=tracker_config)
+    return metrics
 
+
+def _loop(run: Run, metrics: MetricsLog, progress: _Progress) -> str:
+    """Optimizer steps until a budget runs out, evaluating and saving every ``eval_every``;
+    returns why it stopped."""
     from tqdm.auto import tqdm
 
+    config, state = run.config, run.state
     bar = tqdm(
         total=config.max_steps,
         initial=state.step,
         desc="train",
         unit="step",
-        disable=not (config.progress and acc.is_local_main_process),
+        disable=not (config.progress and run.accelerator.is_local_main_process),
     )
-    tokens_per_step = (
-        config.batch_size * acc.num_processes * config.gradient_accumulation_steps * run.seq_length
-    )
-    start = time.perf_counter()
-    seconds_before = state.train_seconds
-    window_start, window_tokens = start, 0
-    last_loss: float | None = None
-    eval_loss: float | None = None
-    last_saved: Path | None = None
     stopped_by = _stop_reason(run, 0.0)
     while stopped_by is None:
         loss, grad_norm = _train_step(run)
-        state.step += 1
-        state.tokens_seen += tokens_per_step
-        window_tokens += tokens_per_step
-        now = time.perf_counter()
-        state.train_seconds = seconds_before + (now - start)
+        now = progress.advance(state)
         bar.update(1)
         if state.step % config.log_every == 0 or state.step == config.max_steps:
-            last_loss = float(acc.reduce(loss, "mean"))
-            tokens_per_s = window_tokens / max(now - window_start, 1e-9)
-            record = {
-                "step": state.step,
-                "loss": last_loss,
-                "lr": run.scheduler.get_last_lr()[0],
-                "grad_norm": None if grad_norm is None else float(grad_norm),
-                "tokens_seen": state.tokens_seen,
-                "tokens_per_s": tokens_per_s,
-                "flops_per_s": tokens_per_s * run.flops_per_token,
-                "mfu": tokens_per_s * run.flops_per_token / run.peak_flops,
-                "elapsed_s": state.train_seconds,
-            }
-            metrics.write(record)
-            acc.log(
-                {k: v for k, v in record.items() if k != "step" and v is not None}, step=state.step
-            )
-            bar.set_postfix(loss=f"{last_loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
-            window_start, window_tokens = now, 0
-        stopped_by = _stop_reason(run, state.train_seconds - seconds_before)
+            tokens_per_s = _log_step(run, metrics, progress, now, loss, grad_norm)
+            bar.set_postfix(loss=f"{progress.last_loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+        stopped_by = _stop_reason(run, state.train_seconds - progress.seconds_before)
         if stopped_by is None and config.eval_every and state.step % config.eval_every == 0:
             paused = time.perf_counter()
-            eval_loss = evaluate(run)
-            _log_eval(run, metrics, eval_loss)
-            last_saved = save_checkpoint(run, eval_loss, last_loss)
-            window_start += time.perf_counter() - paused  # tokens/s counts training time only
+            _evaluate_and_save(run, metrics, progress)
+            progress.window_start += time.perf_counter() - paused  # tokens/s counts training only
     bar.close()
-    if last_saved is None or not last_saved.name.endswith(f"{state.step:06d}"):
-        eval_loss = evaluate(run)
-        _log_eval(run, metrics, eval_loss)
-        last_saved = save_checkpoint(run, eval_loss, last_loss)
+    return stopped_by
+
+
+def _log_step(
+    run: Run, metrics: MetricsLog, progress: _Progress, now: float, loss: Any, grad_norm: Any
+) -> float:
+    """One ``metrics.jsonl`` record and tracker entry; starts a new throughput window and
+    returns the last one's tokens/s."""
+    acc, state = run.accelerator, run.state
+    progress.last_loss = float(acc.reduce(loss, "mean"))
+    tokens_per_s = progress.window_tokens / max(now - progress.window_start, 1e-9)
+    record = {
+        "step": state.step,
+        "loss": progress.last_loss,
+        "lr": run.scheduler.get_last_lr()[0],
+        "grad_norm": None if grad_norm is None else float(grad_norm),
+        "tokens_seen": state.tokens_seen,
+        "tokens_per_s": tokens_per_s,
+        "flops_per_s": tokens_per_s * run.flops_per_token,
+        "mfu": tokens_per_s * run.flops_per_token / run.peak_flops,
+        "elapsed_s": state.train_seconds,
+    }
+    metrics.write(record)
+    acc.log({k: v for k, v in record.items() if k != "step" and v is not None}, step=state.step)
+    progress.window_start, progress.window_tokens = now, 0
+    return tokens_per_s
+
+
+def _evaluate_and_save(run: Run, metrics: MetricsLog, progress: _Progress) -> None:
+    progress.eval_loss = evaluate(run)
+    _log_eval(run, metrics, progress.eval_loss)
+    progress.last_saved = save_checkpoint(run, progress.eval_loss, progress.last_loss)
+
+
+def _finish(run: Run, metrics: MetricsLog, progress: _Progress) -> None:
+    """Evaluate and save the last step (unless just done), plot the losses, close trackers."""
+    acc, step = run.accelerator, run.state.step
+    saved = progress.last_saved
+    if saved is None or not saved.name.endswith(f"{step:06d}"):
+        _evaluate_and_save(run, metrics, progress)
     if acc.is_main_process:
-        plot_loss_curve(config.output / METRICS, config.output / "loss_curve.png")
+        plot_loss_curve(run.config.output / METRICS, run.config.output / "loss_curve.png")
     acc.wait_for_everyone()
     acc.end_training()
-    seconds = state.train_seconds - seconds_before
-    done_tokens = (state.step - (resumed_from or 0)) * tokens_per_step
+
+
+def _result(
+    run: Run, progress: _Progress, stopped_by: str, resumed_from: int | None
+) -> TrainResult:
+    state = run.state
+    seconds = state.train_seconds - progress.seconds_before
+    done_tokens = (state.step - (resumed_from or 0)) * progress.tokens_per_step
+    eval_loss = progress.eval_loss
     return TrainResult(
-        output=config.output,
+        output=run.config.output,
         step=state.step,
         tokens_seen=state.tokens_seen,
         parameters=run.parameters,
-        train_loss=last_loss,
+        train_loss=progress.last_loss,
         eval_loss=eval_loss,
         perplexity=None if eval_loss is None else perplexity(eval_loss),
         seconds=seconds,
         tokens_per_s=done_tokens / seconds if seconds > 0 else 0.0,
         stopped_by=stopped_by,
-        checkpoint=last_saved,
+        checkpoint=progress.last_saved,
         resumed_from=resumed_from,
     )
 

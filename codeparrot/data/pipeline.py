@@ -23,7 +23,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -317,149 +317,199 @@ def _check_inputs(config: DataConfig) -> dict[str, Any]:
     return open_sources(config.sources)
 
 
+@dataclass
+class _Build:
+    """What the phases of :func:`build_corpus` hand on to each other."""
+
+    config: DataConfig
+    index: SnippetIndex | None  # benchmark snippets (None without decontamination)
+    workers: int
+    started: float  # perf_counter() at the start
+    groups: dict[str, _Group] = field(default_factory=dict)  # by content hash
+    removed: Counter[str] = field(default_factory=Counter)  # files by reason
+    n_input: int = 0
+    input_bytes: int = 0
+    read_s: float = 0.0
+    duplicates: int = 0
+    survivors: dict[str, _Group] = field(default_factory=dict)  # what the shards will hold
+    near_summary: dict[str, Any] = field(default_factory=lambda: {"enabled": False})
+    writers: dict[str, _ShardWriter] = field(default_factory=dict)  # by split
+
+    @classmethod
+    def start(cls, config: DataConfig) -> _Build:
+        from codeparrot.data.decontaminate import benchmark_index
+
+        started = time.perf_counter()
+        index = (
+            benchmark_index(
+                config.decontamination_min_lines,
+                config.decontamination_min_chars,
+                mbpp=config.decontaminate_mbpp,
+            )
+            if config.decontaminate
+            else None
+        )
+        return cls(config, index, config.workers or os.cpu_count() or 1, started)
+
+
 def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]:
     """Build the corpus described by ``config``; return its manifest (also in manifest.json)."""
-    from tqdm.auto import tqdm
-
-    from codeparrot.data.decontaminate import benchmark_index
-    from codeparrot.data.dedup import near_duplicate_clusters
-    from codeparrot.data.split import assign_splits, split_unit
-    from codeparrot.io import atomic_directory, provenance, write_json
+    from codeparrot.io import atomic_directory, write_json
 
     opened = _check_inputs(config)
-    started = time.perf_counter()
-    index = (
-        benchmark_index(
-            config.decontamination_min_lines,
-            config.decontamination_min_chars,
-            mbpp=config.decontaminate_mbpp,
-        )
-        if config.decontaminate
-        else None
-    )
-    processor = FileProcessor(config, index)
-    workers = config.workers or os.cpu_count() or 1
+    build = _Build.start(config)
     items, total = input_files(config, opened)
-
-    removed: Counter[str] = Counter()
-    groups: dict[str, _Group] = {}
-    n_input = input_bytes = 0
     with atomic_directory(config.output, overwrite=config.force) as tmp:
-        spool_path = tmp / ".spool"
-        with open(spool_path, "wb") as spool:
-            results = process_files(items, processor, workers)
-            for r in tqdm(results, total=total, unit="file", desc="reading", disable=not progress):
-                n_input += 1
-                input_bytes += r.size
-                if r.hash is None:
-                    removed[r.reason or "unknown"] += 1
-                    continue
-                group = groups.get(r.hash)
-                if group is not None:
-                    group.copies += 1
-                    if (r.repo_name, r.path) >= (group.repo_name, group.path):
-                        continue
-                span = None
-                if r.reason is None:
-                    data = r.content.encode("utf-8", errors="surrogatepass")
-                    span = (spool.tell(), len(data))
-                    spool.write(data)
-                copies = 1 if group is None else group.copies
-                groups[r.hash] = _Group(
-                    copies, r.repo_name, r.path, r.license, r.size, r.reason, span, r.signature
-                )
-        read_s = time.perf_counter() - started
-
-        # Exact dedup: one representative per group; the rest are duplicates.
-        duplicates = sum(g.copies - 1 for g in groups.values())
-        removed["exact_duplicate"] = duplicates
-        for g in groups.values():
-            if g.reason is not None:
-                removed[g.reason] += 1
-        survivors = {h: g for h, g in groups.items() if g.reason is None}
-
-        # Near dedup over the survivors.
-        near_summary: dict[str, Any] = {"enabled": False}
-        if config.near_dedup:
-            report = near_duplicate_clusters(
-                ((h, g.signature) for h, g in survivors.items()),
-                threshold=config.jaccard_threshold,
-                num_perm=config.num_perm,
-            )
-            for h in report.removed:
-                del survivors[h]
-            removed["near_duplicate"] = len(report.removed)
-            near_summary = {
-                "enabled": True,
-                **report.summary(lambda h: f"{groups[h].repo_name}:{groups[h].path}"),
-            }
-        for g in survivors.values():
-            g.signature = None
-
-        # Split by repository (or by file), then copy the kept contents into shards.
-        units = {h: split_unit(config.split_by, g.repo_name, g.path) for h, g in survivors.items()}
-        splits = assign_splits(Counter(units.values()), config.valid_fraction, config.seed)
-        writers = {s: _ShardWriter(tmp, s, config.shard_files) for s in SPLITS}
-        with open(spool_path, "rb") as spool:
-            for h in tqdm(sorted(survivors), unit="file", desc="writing", disable=not progress):
-                g = survivors[h]
-                assert g.spool is not None
-                spool.seek(g.spool[0])
-                content = spool.read(g.spool[1]).decode("utf-8", errors="surrogatepass")
-                writers[splits[units[h]]].write(
-                    {
-                        "repo_name": g.repo_name,
-                        "path": g.path,
-                        "copies": g.copies,
-                        "size": g.size,
-                        "content": content,
-                        "license": g.license,
-                        "hash": h,
-                    }
-                )
-        for w in writers.values():
-            w.close()  # an empty split keeps an empty folder: `datasets` rejects empty shards
-        spool_path.unlink()
-
-        decoded = sum(g.copies for g in groups.values())
-        manifest: dict[str, Any] = {
-            "format": FORMAT,
-            "sources": list(config.sources) or ["<embedded default: stdlib + site-packages>"],
-            "input": {
-                "files": n_input,
-                "bytes": input_bytes,
-                "text_files": decoded,
-                "distinct_contents": len(groups),
-            },
-            # Every reason, in pipeline order (zeros included, so reports line up).
-            "removed": {
-                k: removed[k]
-                for k in (*REMOVAL_REASONS, *sorted(set(removed) - set(REMOVAL_REASONS)))
-            },
-            "exact_dedup": {
-                "groups": len(groups),
-                "duplicates_removed": duplicates,
-                "duplicate_fraction": duplicates / decoded if decoded else 0.0,
-            },
-            "near_dedup": near_summary,
-            "decontamination": {
-                "enabled": index is not None,
-                "removed": removed["humaneval"],
-                "snippets_indexed": index.indexed if index else 0,
-                "snippets_too_short": index.too_short if index else 0,
-                "benchmarks": index.sources if index else {},
-            },
-            "splits": {s: writers[s].summary() for s in SPLITS},
-            "output": {
-                "files": sum(w.files for w in writers.values()),
-                "bytes": sum(w.bytes for w in writers.values()),
-            },
-            "timing": {
-                "workers": workers,
-                "read_filter_s": round(read_s, 3),
-                "total_s": round(time.perf_counter() - started, 3),
-            },
-            "provenance": provenance(config),
-        }
+        spool = tmp / ".spool"
+        _read_files(build, items, total, spool, progress=progress)  # pass 1
+        _exact_dedup(build)
+        _near_dedup(build)
+        _write_shards(build, tmp, spool, progress=progress)  # split, then pass 2
+        spool.unlink()
+        manifest = _manifest(build)
         write_json(tmp / "manifest.json", manifest)
     return manifest
+
+
+def _read_files(
+    build: _Build, items: Iterable[SourceFile], total: int | None, spool_path: Path, *,
+    progress: bool,
+) -> None:  # fmt: skip
+    """Pass 1: every file processed once; one exact-duplicate group per content hash, whose
+    representative's content (if it passed the filters) is appended to the spool file."""
+    from tqdm.auto import tqdm
+
+    groups = build.groups
+    with open(spool_path, "wb") as spool:
+        results = process_files(items, FileProcessor(build.config, build.index), build.workers)
+        for r in tqdm(results, total=total, unit="file", desc="reading", disable=not progress):
+            build.n_input += 1
+            build.input_bytes += r.size
+            if r.hash is None:
+                build.removed[r.reason or "unknown"] += 1
+                continue
+            group = groups.get(r.hash)
+            if group is not None:
+                group.copies += 1
+                if (r.repo_name, r.path) >= (group.repo_name, group.path):
+                    continue
+            span = None
+            if r.reason is None:
+                data = r.content.encode("utf-8", errors="surrogatepass")
+                span = (spool.tell(), len(data))
+                spool.write(data)
+            copies = 1 if group is None else group.copies
+            groups[r.hash] = _Group(
+                copies, r.repo_name, r.path, r.license, r.size, r.reason, span, r.signature
+            )
+    build.read_s = time.perf_counter() - build.started
+
+
+def _exact_dedup(build: _Build) -> None:
+    """One representative per group; the rest are duplicates."""
+    build.duplicates = sum(g.copies - 1 for g in build.groups.values())
+    build.removed["exact_duplicate"] = build.duplicates
+    for g in build.groups.values():
+        if g.reason is not None:
+            build.removed[g.reason] += 1
+    build.survivors = {h: g for h, g in build.groups.items() if g.reason is None}
+
+
+def _near_dedup(build: _Build) -> None:
+    """Near-duplicate clusters over the survivors (with ``near_dedup``); frees the signatures."""
+    from codeparrot.data.dedup import near_duplicate_clusters
+
+    config, survivors, groups = build.config, build.survivors, build.groups
+    if config.near_dedup:
+        report = near_duplicate_clusters(
+            ((h, g.signature) for h, g in survivors.items()),
+            threshold=config.jaccard_threshold,
+            num_perm=config.num_perm,
+        )
+        for h in report.removed:
+            del survivors[h]
+        build.removed["near_duplicate"] = len(report.removed)
+        build.near_summary = {
+            "enabled": True,
+            **report.summary(lambda h: f"{groups[h].repo_name}:{groups[h].path}"),
+        }
+    for g in survivors.values():
+        g.signature = None
+
+
+def _write_shards(build: _Build, root: Path, spool_path: Path, *, progress: bool) -> None:
+    """Split by repository (or by file), then pass 2: copy the kept contents into shards."""
+    from tqdm.auto import tqdm
+
+    from codeparrot.data.split import assign_splits, split_unit
+
+    config, survivors = build.config, build.survivors
+    units = {h: split_unit(config.split_by, g.repo_name, g.path) for h, g in survivors.items()}
+    splits = assign_splits(Counter(units.values()), config.valid_fraction, config.seed)
+    build.writers = writers = {s: _ShardWriter(root, s, config.shard_files) for s in SPLITS}
+    with open(spool_path, "rb") as spool:
+        for h in tqdm(sorted(survivors), unit="file", desc="writing", disable=not progress):
+            g = survivors[h]
+            assert g.spool is not None
+            spool.seek(g.spool[0])
+            content = spool.read(g.spool[1]).decode("utf-8", errors="surrogatepass")
+            writers[splits[units[h]]].write(
+                {
+                    "repo_name": g.repo_name,
+                    "path": g.path,
+                    "copies": g.copies,
+                    "size": g.size,
+                    "content": content,
+                    "license": g.license,
+                    "hash": h,
+                }
+            )
+    for w in writers.values():
+        w.close()  # an empty split keeps an empty folder: `datasets` rejects empty shards
+
+
+def _manifest(build: _Build) -> dict[str, Any]:
+    """``manifest.json``: what went in, what was removed and why, what came out."""
+    from codeparrot.io import provenance
+
+    config, groups, removed, index = build.config, build.groups, build.removed, build.index
+    writers, duplicates = build.writers, build.duplicates
+    decoded = sum(g.copies for g in groups.values())
+    return {
+        "format": FORMAT,
+        "sources": list(config.sources) or ["<embedded default: stdlib + site-packages>"],
+        "input": {
+            "files": build.n_input,
+            "bytes": build.input_bytes,
+            "text_files": decoded,
+            "distinct_contents": len(groups),
+        },
+        # Every reason, in pipeline order (zeros included, so reports line up).
+        "removed": {
+            k: removed[k] for k in (*REMOVAL_REASONS, *sorted(set(removed) - set(REMOVAL_REASONS)))
+        },
+        "exact_dedup": {
+            "groups": len(groups),
+            "duplicates_removed": duplicates,
+            "duplicate_fraction": duplicates / decoded if decoded else 0.0,
+        },
+        "near_dedup": build.near_summary,
+        "decontamination": {
+            "enabled": index is not None,
+            "removed": removed["humaneval"],
+            "snippets_indexed": index.indexed if index else 0,
+            "snippets_too_short": index.too_short if index else 0,
+            "benchmarks": index.sources if index else {},
+        },
+        "splits": {s: writers[s].summary() for s in SPLITS},
+        "output": {
+            "files": sum(w.files for w in writers.values()),
+            "bytes": sum(w.bytes for w in writers.values()),
+        },
+        "timing": {
+            "workers": build.workers,
+            "read_filter_s": round(build.read_s, 3),
+            "total_s": round(time.perf_counter() - build.started, 3),
+        },
+        "provenance": provenance(config),
+    }
