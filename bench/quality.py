@@ -49,7 +49,7 @@ def main() -> None:
 
     from codeparrot.eval.config import HumanEvalConfig
     from codeparrot.eval.humaneval import run
-    from codeparrot.quickstart_cli import QuickstartConfig, run_quickstart
+    from codeparrot.quickstart import QuickstartConfig, run_quickstart
 
     cfg = QuickstartConfig(
         output=args.output,

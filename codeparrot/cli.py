@@ -20,7 +20,7 @@ from codeparrot import __version__
 
 # (subcommand, module that registers it). Order is the order of the pipeline.
 COMMANDS: tuple[tuple[str, str], ...] = (
-    ("quickstart", "codeparrot.quickstart_cli"),
+    ("quickstart", "codeparrot.quickstart.cli"),
     ("data", "codeparrot.data.cli"),
     ("tokenizer", "codeparrot.tokenizer.cli"),
     ("init", "codeparrot.models.cli"),

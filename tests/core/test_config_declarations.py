@@ -198,7 +198,7 @@ def stage_configs() -> list[type]:
     from codeparrot.lsp.config import LspConfig
     from codeparrot.lsp.serve_config import ServeConfig
     from codeparrot.models.presets import InitConfig
-    from codeparrot.quickstart_cli import QuickstartConfig
+    from codeparrot.quickstart import QuickstartConfig
     from codeparrot.tokenizer.config import TokenizerConfig, TokenizerReportConfig
     from codeparrot.training.config import TrainConfig
     from codeparrot.training.finetune import FinetuneConfig
@@ -236,7 +236,7 @@ def test_the_walk_covers_every_config_class_in_the_project():
     import codeparrot
 
     roots = [Path(p) for p in codeparrot.__path__]
-    for sub in ("training", "eval", "app", "lsp"):
+    for sub in ("training", "eval", "app", "lsp", "quickstart"):
         module = __import__(f"codeparrot.{sub}", fromlist=["_"])
         roots += [Path(p) for p in module.__path__]
     defined = set()

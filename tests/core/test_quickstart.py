@@ -11,7 +11,7 @@ import pytest
 
 from codeparrot.cli import main
 from codeparrot.errors import ConfigError
-from codeparrot.quickstart_cli import QuickstartConfig
+from codeparrot.quickstart import QuickstartConfig
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -94,3 +94,29 @@ def test_settings_that_would_fail_after_training_are_refused_first(tmp_path, sou
     assert code != 0
     assert "--eval-max-new-tokens 256" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_core_never_imports_a_stage_above_it():
+    """The orchestrator lives in codeparrot.quickstart; of the core only the CLI table names
+    the stages (and imports each inside its subcommand)."""
+    import ast
+
+    import codeparrot
+    import codeparrot.quickstart
+
+    above = ("training", "eval", "app", "lsp", "quickstart")
+    core = Path(codeparrot.__path__[0])
+    assert Path(codeparrot.quickstart.__path__[0]) != core / "quickstart"  # its own folder
+    upward = []
+    for path in sorted(core.rglob("*.py")):
+        if path == core / "cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            if any(n.split(".")[:2] in (["codeparrot", s] for s in above) for n in names):
+                upward.append(f"{path.relative_to(core)}:{node.lineno}")
+    assert upward == []

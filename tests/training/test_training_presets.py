@@ -158,7 +158,7 @@ def test_presets_match_the_train_config_choices():
 def test_every_command_refuses_an_n_positions_out_of_range(tmp_path, bad):
     from codeparrot.errors import ConfigError
     from codeparrot.models.presets import InitConfig
-    from codeparrot.quickstart_cli import QuickstartConfig
+    from codeparrot.quickstart import QuickstartConfig
     from codeparrot.training import TrainConfig
 
     builders = [

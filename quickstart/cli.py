@@ -2,8 +2,9 @@
 
 corpus -> tokenizer -> tokenizer report -> pretraining -> HumanEval -> summary.
 
-Part of the CLI layer (like ``codeparrot.cli``), which is the one place of the core
-allowed to reach up into ``training`` and ``eval``: it imports them inside the steps.
+It stands above every stage (installed as ``codeparrot.quickstart``, from the repository's
+``quickstart/``), so it may import the core, ``training`` and ``eval``; it does so inside
+the steps, so that ``codeparrot --help`` stays fast.
 Each finished step is recorded in ``OUTPUT/quickstart.json`` together with the config
 that produced it, so a re-run reuses it; ``--force`` redoes everything, and a step whose
 recorded config differs from the current one is redone along with the steps after it.
