@@ -235,6 +235,8 @@ def checkpoint_losses(
 
     model, _tokenizer, _meta = load_checkpoint(path)
     model.float()
+    if getattr(model, "loss_type", None) is None:
+        model.loss_type = "ForCausalLM"  # else transformers warns that None is unrecognised
     return {name: mean_loss(model, ids, seq_length) for name, ids in splits.items()}
 
 

@@ -247,9 +247,19 @@ def load_checkpoint(
 def write_checkpoint_files(
     model: Any, tokenizer: Any, directory: Path, meta: dict[str, Any]
 ) -> None:
-    """Write model, tokenizer and metadata into an existing (temporary) directory."""
+    """Write model, tokenizer and metadata into an existing (temporary) directory.
+
+    The tokenizer is saved with ``model_max_length`` = the model's context, so that
+    whoever loads the pair is told the real limit (the tokenizer stage cannot know it)."""
     model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    context = getattr(model.config, "n_positions", None)
+    previous = tokenizer.model_max_length
+    if isinstance(context, int):
+        tokenizer.model_max_length = context
+    try:
+        tokenizer.save_pretrained(directory)
+    finally:
+        tokenizer.model_max_length = previous  # the caller's object is left as it was
     write_json(directory / CHECKPOINT_META, meta)
 
 
