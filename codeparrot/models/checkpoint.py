@@ -252,10 +252,8 @@ def write_checkpoint_files(
     The tokenizer is saved with ``model_max_length`` = the model's context, so that
     whoever loads the pair is told the real limit (the tokenizer stage cannot know it)."""
     model.save_pretrained(directory)
-    context = getattr(model.config, "n_positions", None)
     previous = tokenizer.model_max_length
-    if isinstance(context, int):
-        tokenizer.model_max_length = context
+    fit_to_context(tokenizer, context_length(model.config.to_dict()))
     try:
         tokenizer.save_pretrained(directory)
     finally:
