@@ -12,8 +12,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     shapes = "; ".join(f"{p.name}: {p.description}" for p in PRESETS.values())
     parser = subparsers.add_parser(
         "init",
-        help="write an initialised GPT-2 checkpoint of a preset",
-        description=f"Build a GPT-2 of a preset with the tokenizer's vocabulary. Presets: {shapes}.",
+        help="write an initialised checkpoint of a preset (GPT-2 or Qwen3)",
+        description=f"Build a model of a preset with the tokenizer's vocabulary. Presets: {shapes}.",
     )
     add_config_arguments(parser, InitConfig)
     parser.set_defaults(func=run)
