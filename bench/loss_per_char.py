@@ -17,6 +17,44 @@ import math
 from pathlib import Path
 
 
+def valid_texts(corpus: Path, files: int) -> list[str]:
+    """The first ``files`` documents of a corpus' ``valid`` split, in shard order."""
+    texts: list[str] = []
+    for shard in sorted((corpus / "valid").glob("*.jsonl.gz")):
+        with gzip.open(shard, "rt", encoding="utf-8") as fh:
+            texts += [json.loads(line)["content"] for line in fh]
+    if not texts:
+        raise SystemExit(f"{corpus}/valid: no files")
+    return texts[:files]
+
+
+def score(checkpoint: Path, texts: list[str]) -> tuple[float, int]:
+    """(summed next-token loss in nats, tokens predicted) of a checkpoint on ``texts``."""
+    import torch
+    import torch.nn.functional as F
+
+    from codeparrot.models.checkpoint import load_checkpoint
+    from codeparrot.models.presets import model_context
+
+    # the core loader: every check, and never the checkpoint's own code
+    model, tokenizer, _meta = load_checkpoint(checkpoint)
+    model.eval()
+    window = model_context(model.config)
+    nll, tokens = 0.0, 0
+    with torch.inference_mode():
+        for text in texts:
+            ids = [tokenizer.eos_token_id]
+            ids += tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+            for start in range(0, len(ids) - 1, window - 1):
+                chunk = torch.tensor([ids[start : start + window]])
+                if chunk.size(1) < 2:
+                    break
+                logits = model(chunk).logits[0, :-1].float()
+                nll += F.cross_entropy(logits, chunk[0, 1:], reduction="sum").item()
+                tokens += chunk.size(1) - 1
+    return nll, tokens
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoints", type=Path, nargs="+")
@@ -24,37 +62,10 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=120, help="validation files scored")
     args = parser.parse_args()
 
-    import torch
-    import torch.nn.functional as F
-
-    from codeparrot.models.checkpoint import load_checkpoint
-    from codeparrot.models.presets import model_context
-
-    texts: list[str] = []
-    for shard in sorted((args.corpus / "valid").glob("*.jsonl.gz")):
-        with gzip.open(shard, "rt", encoding="utf-8") as fh:
-            texts += [json.loads(line)["content"] for line in fh]
-    texts = texts[: args.files]
-    if not texts:
-        raise SystemExit(f"{args.corpus}/valid: no files")
+    texts = valid_texts(args.corpus, args.files)
     chars = sum(len(t) for t in texts)
     for checkpoint in args.checkpoints:
-        # the core loader: every check, and never the checkpoint's own code
-        model, tokenizer, _meta = load_checkpoint(checkpoint)
-        model.eval()
-        window = model_context(model.config)
-        nll, tokens = 0.0, 0
-        with torch.inference_mode():
-            for text in texts:
-                ids = [tokenizer.eos_token_id]
-                ids += tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
-                for start in range(0, len(ids) - 1, window - 1):
-                    chunk = torch.tensor([ids[start : start + window]])
-                    if chunk.size(1) < 2:
-                        break
-                    logits = model(chunk).logits[0, :-1].float()
-                    nll += F.cross_entropy(logits, chunk[0, 1:], reduction="sum").item()
-                    tokens += chunk.size(1) - 1
+        nll, tokens = score(checkpoint, texts)
         print(
             f"{checkpoint}: {len(texts)} files, {chars:,} chars, {tokens:,} tokens "
             f"({chars / tokens:.2f} chars/token): {nll / tokens:.3f} nats/token, "
