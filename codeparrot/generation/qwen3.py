@@ -29,13 +29,14 @@ from codeparrot.generation.gpt2 import (
 )
 
 _LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# matrices read side by side (one int8 kernel each; the float weights stay separate)
+_FUSED = {"qkv": ("q_proj", "k_proj", "v_proj"), "gate_up": ("gate_proj", "up_proj")}
 
 
 @dataclass
 class _Block:
     input_norm: torch.Tensor  # RMSNorm gains (C,)
-    q_norm: torch.Tensor  # (hs,)
-    k_norm: torch.Tensor  # (hs,)
+    qk_norm: torch.Tensor  # (2, 1, hs): the query's and the key's gains, stacked
     post_attention_norm: torch.Tensor  # (C,)
     linears: dict[str, torch.Tensor]  # nn.Linear weights (out, in), no biases
 
@@ -69,8 +70,9 @@ class Qwen3Decoder(GPT2Decoder):
         self.blocks = [
             _Block(
                 input_norm=layer.input_layernorm.weight,
-                q_norm=layer.self_attn.q_norm.weight,
-                k_norm=layer.self_attn.k_norm.weight,
+                qk_norm=torch.stack([layer.self_attn.q_norm.weight, layer.self_attn.k_norm.weight])[
+                    :, None
+                ].detach(),
                 post_attention_norm=layer.post_attention_layernorm.weight,
                 linears={
                     name: getattr(layer.self_attn if name[0] in "qkvo" else layer.mlp, name).weight
@@ -98,22 +100,38 @@ class Qwen3Decoder(GPT2Decoder):
         )
 
     def quantize_int8(self) -> None:
-        """int8 copies of every block matrix and the output projection (see GPT-2's)."""
+        """int8 copies of every block matrix and the output projection (see GPT-2's).
+
+        The query/key/value matrices are quantized as one (N = 3C) and so are the gate and
+        up projections: one kernel each per step instead of three and two.
+        """
         if not int8_supported():
             raise RuntimeError("this torch build has no int8 weight-only CPU kernel")
-        self.int8 = [
-            {name: quantize_rows_int8(w) for name, w in block.linears.items()}
-            for block in self.blocks
-        ]
+        self.int8 = []
+        for block in self.blocks:
+            w = block.linears
+            self.int8.append(
+                {
+                    "qkv": quantize_rows_int8(torch.cat([w["q_proj"], w["k_proj"], w["v_proj"]])),
+                    "gate_up": quantize_rows_int8(torch.cat([w["gate_proj"], w["up_proj"]])),
+                    "o_proj": quantize_rows_int8(w["o_proj"]),
+                    "down_proj": quantize_rows_int8(w["down_proj"]),
+                }
+            )
         self.lm_head_int8 = quantize_rows_int8(self.lm_head)
 
     def _final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return _rms_norm(x, self.norm, self.eps)
 
     def _lin(self, x: torch.Tensor, i: int, name: str, int8: bool) -> torch.Tensor:
+        """``x`` (N, in) times a block matrix, or the int8 copy of a fused pair or triple
+        (``qkv``, ``gate_up``): the outputs side by side either way."""
         if int8:
             return _int8_linear(x, self.int8[i][name], None)  # type: ignore[index]
-        return F.linear(x, self.blocks[i].linears[name])
+        linears = self.blocks[i].linears
+        if name in _FUSED:
+            return torch.cat([F.linear(x, linears[part]) for part in _FUSED[name]], dim=-1)
+        return F.linear(x, linears[name])
 
     def _blocks(self, ids: torch.Tensor, cache: KVCache, int8: bool = False) -> torch.Tensor:
         B, T = ids.shape
@@ -124,34 +142,32 @@ class Qwen3Decoder(GPT2Decoder):
         x = F.embedding(ids, self.wte)  # (B, T, C)
         for i, block in enumerate(self.blocks):
             h = _rms_norm(x, block.input_norm, self.eps).view(B * T, C)
-            q = _rms_norm(
-                self._lin(h, i, "q_proj", int8).view(B, T, nh, hs), block.q_norm, self.eps
-            )
-            k = _rms_norm(
-                self._lin(h, i, "k_proj", int8).view(B, T, nh, hs), block.k_norm, self.eps
-            )
-            v = self._lin(h, i, "v_proj", int8).view(B, T, nh, hs).transpose(1, 2)
-            q = _rotate(q.transpose(1, 2), cos, sin)  # (B, nh, T, hs)
-            k = _rotate(k.transpose(1, 2), cos, sin)
+            qkv = self._lin(h, i, "qkv", int8).view(B, T, 3, nh, hs)
+            qk = _rms_norm(qkv[:, :, :2], None, self.eps) * block.qk_norm  # (B, T, 2, nh, hs)
+            q, k = _rotate(qk.permute(2, 0, 3, 1, 4), cos, sin)  # each (B, nh, T, hs)
+            v = qkv[:, :, 2].transpose(1, 2)  # (B, nh, T, hs)
             y = attend(q, k, v, cache, i, t0, self.scaling)  # (B, nh, T, hs)
             y = y.transpose(1, 2).reshape(B * T, nh * hs)
             x = x + self._lin(y, i, "o_proj", int8).view(B, T, C)
             h = _rms_norm(x, block.post_attention_norm, self.eps).view(B * T, C)
-            gate = F.silu(self._lin(h, i, "gate_proj", int8)) * self._lin(h, i, "up_proj", int8)
-            x = x + self._lin(gate, i, "down_proj", int8).view(B, T, C)
+            gate, up = self._lin(h, i, "gate_up", int8).chunk(2, dim=-1)
+            x = x + self._lin(F.silu(gate) * up, i, "down_proj", int8).view(B, T, C)
         cache.length = t1
         return x
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """transformers' Qwen3RMSNorm: normalised in float32, scaled in the input's dtype."""
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """transformers' Qwen3RMSNorm over the last dimension: normalised in float32, scaled
+    in the input's dtype (torch's fused kernel where the input is float32 already)."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.size(-1),), weight, eps)
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * xf.to(x.dtype)
+    return xf.to(x.dtype) if weight is None else weight * xf.to(x.dtype)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary positions: ``x`` (B, nh, T, hs), tables (T, hs); halves rotated as in
+    """Rotary positions: ``x`` (..., T, hs), tables (T, hs); halves rotated as in
     transformers' ``rotate_half``."""
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin

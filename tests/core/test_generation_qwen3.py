@@ -115,3 +115,15 @@ def test_int8_steps_stay_close_and_keep_the_greedy_text(qwen_checkpoint, engine)
     (fast,) = quick.generate(PROMPT, config)
     (full,) = engine.generate(PROMPT, config)
     assert fast.new_tokens == 12 and fast.text == full.text
+
+
+def test_bf16_prefill_stays_close(engine):
+    decoder = engine._gpt2
+    ids = torch.tensor([engine.tokenizer(PROMPT * 2)["input_ids"]])
+    with torch.inference_mode():
+        exact = decoder.forward(ids, decoder.new_cache(1, ids.size(1)))
+        approx = decoder.forward(ids, decoder.new_cache(1, ids.size(1)), bf16=True)
+    assert approx.dtype == torch.float32
+    spread = exact.amax() - exact.amin()
+    assert (approx - exact).abs().amax() < 0.02 * spread
+    assert approx.argmax() == exact.argmax()
