@@ -1,7 +1,7 @@
 """Language server latency through a real client over stdio (issue 7).
 
 Builds a random checkpoint of the ``tiny`` preset (4 layers, 256 wide, its context of 256
-positions; ``--positions 1024`` for a longer one) and an 8k byte-level BPE, starts
+positions; ``--positions 1024`` for a longer one; ``--preset tiny-qwen`` for the Qwen3 blocks) and an 8k byte-level BPE, starts
 ``python -m codeparrot.lsp`` (default settings: int8 decoding steps on a CPU) as a subprocess,
 drives it with pygls' client and measures request-to-response latency of single-line
 ``textDocument/inlineCompletion`` at cursors in stdlib files:
@@ -82,8 +82,8 @@ def stdlib_texts() -> dict[str, str]:
     return {name: (root / name).read_text(encoding="utf-8") for name in STDLIB_FILES}
 
 
-def build_checkpoint(out: Path, texts: list[str], positions: int) -> Path:
-    """A random GPT-2 of the tiny preset, context ``positions``, with an 8k BPE."""
+def build_checkpoint(out: Path, texts: list[str], positions: int, preset: str = "tiny") -> Path:
+    """A random model of ``preset``, context ``positions``, with an 8k BPE."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -106,7 +106,7 @@ def build_checkpoint(out: Path, texts: list[str], positions: int) -> Path:
         unk_token="<|endoftext|>",
         model_max_length=1024,
     )
-    model = build_model("tiny", tokenizer, seed=0, n_positions=positions)
+    model = build_model(preset, tokenizer, seed=0, n_positions=positions)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -302,6 +302,7 @@ def main() -> None:
     parser.add_argument("--context-tokens", type=int, default=768, help="prompt budget")
     parser.add_argument("--positions", type=int, default=256, help="model context (tiny: 256)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--preset", default="tiny", help="model preset (tiny, tiny-qwen, ...)")
     parser.add_argument(
         "--compile",
         action="store_true",
@@ -320,9 +321,11 @@ def main() -> None:
     bursts = cursors(texts, args.bursts, args.seed + 1)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        ckpt = build_checkpoint(Path(tmp) / "tiny", list(texts.values()), args.positions)
+        ckpt = build_checkpoint(
+            Path(tmp) / args.preset, list(texts.values()), args.positions, args.preset
+        )
         print(
-            f"random tiny checkpoint (context {args.positions}) built in "
+            f"random {args.preset} checkpoint (context {args.positions}) built in "
             f"{time.perf_counter() - t0:.1f} s"
         )
         new, context = args.max_new_tokens, args.context_tokens
