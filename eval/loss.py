@@ -113,7 +113,7 @@ def checkpoint_loss(
     nats = 0.0
     with torch.inference_mode():
         for f in files:
-            ids = [eos, *tokenizer(f.text, add_special_tokens=False)["input_ids"]]
+            ids = [eos, *tokenizer(f.text, add_special_tokens=False, verbose=False)["input_ids"]]
             nats += document_nats(model, ids, context)
             tokens += len(ids) - 1
             chars += len(f.text)

@@ -1,0 +1,317 @@
+"""Recipe ablations at equal wall-clock on this machine (issue 20).
+
+Every run trains the quickstart's model on the quickstart's corpus and tokenizer (built once
+in ``--work``) from the same seed. Runs are budgeted in **steps**, so other work on the
+machine slows them without changing their results: the baseline (today's recipe: AdamW,
+cosine, no FIM) for 1x, 2x and 4x ``--steps``, each variant for 1x. A variant's held-out loss
+read on the baseline's loss-versus-log-steps line gives its worth in baseline steps; divided
+by its cost per step relative to the baseline's (``--stage calibrate``: short runs
+alternating in rounds, the only part that needs a quiet machine), that is its
+**compute-equivalent factor** at equal wall-clock: "worth N x the compute".
+
+Reported per run: held-out nats/char on the held-out packages (``codeparrot eval loss``),
+greedy line exact match (``codeparrot eval lines``), single-line infilling pass@1 and exact
+match on ``--infill`` seeded HumanEval infilling tasks (FIM runs with the suffix; the 1x
+baseline with the prefix alone, what a model without FIM can do).
+
+    .venv/bin/python bench/recipe.py --work runs/recipe --steps 150 --stage runs
+    OMP_WAIT_POLICY=ACTIVE .venv/bin/python bench/recipe.py --work runs/recipe --steps 150 --stage calibrate
+    .venv/bin/python bench/recipe.py --work runs/recipe --steps 150 --stage runs   # the table
+
+Finished runs are reused when the command is run again; results go to ``WORK/recipe.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# Run as a script, this folder comes first on sys.path; keep bench/eval.py from shadowing.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+
+# name -> TrainConfig changes against today's recipe (AdamW, cosine, no FIM).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "baseline": {},
+    "wsd": {"schedule": "wsd"},
+    "muon": {"optimizer": "muon"},
+    "muon-wsd": {"optimizer": "muon", "schedule": "wsd"},
+    "muon-wsd-lr3e-3": {"optimizer": "muon", "schedule": "wsd", "learning_rate": 3e-3},
+    "fim-context": {"fim_rate": 0.5, "fim_mode": "context"},
+    "fim-document": {"fim_rate": 0.5, "fim_mode": "document"},
+    "qwen": {"preset": "tiny-qwen"},
+    "qwen-muon-wsd": {"preset": "tiny-qwen", "optimizer": "muon", "schedule": "wsd"},
+    "muon-wsd-fim": {
+        "optimizer": "muon",
+        "schedule": "wsd",
+        "fim_rate": 0.5,
+        "fim_mode": "context",
+    },
+}
+
+
+def quickstart_defaults() -> Any:
+    try:
+        from codeparrot.quickstart.config import QuickstartConfig
+    except ImportError:
+        try:
+            from codeparrot.quickstart import QuickstartConfig
+        except ImportError:
+            from codeparrot.quickstart_cli import QuickstartConfig
+    return QuickstartConfig(output=Path("unused"))
+
+
+def prepare(work: Path, qs: Any) -> tuple[Path, Path]:
+    """The quickstart's corpus and tokenizer, built once in ``work``."""
+    from codeparrot.data import DataConfig, build_corpus
+    from codeparrot.tokenizer import TokenizerConfig, train_tokenizer
+
+    corpus, tokenizer = work / "corpus", work / "tokenizer"
+    if not (corpus / "manifest.json").exists():
+        build_corpus(DataConfig(output=corpus, max_files=qs.max_files, seed=qs.seed, force=True))
+    if not (tokenizer / "tokenizer.json").exists():
+        train_tokenizer(
+            TokenizerConfig(
+                data=corpus, output=tokenizer, vocab_size=qs.vocab_size,
+                files=qs.tokenizer_files, pre_tokenizer=qs.pre_tokenizer, overwrite=True,
+            )
+        )  # fmt: skip
+    return corpus, tokenizer
+
+
+def train_config(work: Path, corpus: Path, tokenizer: Path, qs: Any, name: str, steps: int,
+                 changes: dict[str, Any], **extra: Any) -> Any:  # fmt: skip
+    from codeparrot.training.config import TrainConfig
+
+    settings: dict[str, Any] = dict(
+        data=corpus, tokenizer=tokenizer, output=work / "runs" / name, preset=qs.preset,
+        n_positions=qs.n_positions, batch_size=qs.batch_size, compile=qs.compile,
+        pretokenized=qs.pretokenized, seed=qs.seed, max_steps=steps,
+        warmup_steps=min(100, steps // 10), eval_every=0, log_with="none", progress=False,
+        peak_tflops=1.0,
+    )  # fmt: skip
+    settings.update(changes)
+    settings.update(extra)
+    return TrainConfig(**settings)
+
+
+def share_tokens(work: Path, output: Path) -> None:
+    """Reuse the pretokenized corpus across runs (a run re-tokenizes only when its data
+    settings differ, e.g. document-level FIM): hard links from ``work/tokens``."""
+    import os
+
+    cache, target = work / "tokens", output / "tokens"
+    if target.exists():
+        if not cache.exists() and (target / "train.json").exists():
+            cache.mkdir(parents=True)
+            for f in target.iterdir():
+                os.link(f, cache / f.name)
+        return
+    if cache.exists():
+        target.mkdir(parents=True)
+        for f in cache.iterdir():
+            os.link(f, target / f.name)
+
+
+def calibrate(work: Path, corpus: Path, tokenizer: Path, qs: Any, names: list[str],
+              steps: int, rounds: int) -> dict[str, float]:  # fmt: skip
+    """Seconds per step of each variant: the median over alternating rounds of its per-step
+    throughput after 5 warm-up steps (compilation, first batches) in one run."""
+    import shutil
+
+    from codeparrot.training import train
+
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else list(reversed(names)):
+            cfg = train_config(
+                work, corpus, tokenizer, qs, f"calib-{name}", steps + 5, VARIANTS[name],
+                log_every=1,
+            )  # fmt: skip
+            shutil.rmtree(cfg.output, ignore_errors=True)
+            share_tokens(work, cfg.output)
+            train(cfg)
+            share_tokens(work, cfg.output)
+            records = [
+                json.loads(x) for x in (cfg.output / "metrics.jsonl").read_text().splitlines()
+            ]
+            rates = sorted(
+                r["tokens_per_s"] for r in records if "tokens_per_s" in r and r["step"] > 5
+            )
+            tokens_per_step = cfg.batch_size * (cfg.seq_length or 256)
+            times[name].append(tokens_per_step / rates[len(rates) // 2])
+            print(f"  calibration round {r + 1}: {name:18} {times[name][-1] * 1000:7.1f} ms/step")
+    return {name: sorted(v)[len(v) // 2] for name, v in times.items()}
+
+
+def score(checkpoint: Path, *, lines_n: int, infill_limit: int, fim: bool) -> dict[str, Any]:
+    from codeparrot.eval.lines import LinesConfig, evaluate_lines
+    from codeparrot.eval.loss import LossConfig, evaluate_loss
+
+    loss = evaluate_loss(LossConfig(checkpoints=(checkpoint,), max_files=60))["rows"][0]
+    lines = evaluate_lines(LinesConfig(checkpoint=checkpoint, n=lines_n))["scores"]
+    out = {
+        "nats_per_char": loss["nats_per_char"],
+        "bits_per_byte": loss["bits_per_byte"],
+        "line_exact_match": lines["all"]["exact_match"],
+        "line_edit_similarity": lines["all"]["edit_similarity"],
+    }
+    if fim and infill_limit:
+        out.update(infill_scores(checkpoint, infill_limit))
+    return out
+
+
+def infill_scores(checkpoint: Path, limit: int, *, suffix: bool = True) -> dict[str, Any]:
+    """Single-line infilling pass@1 (greedy) and exact match on ``limit`` seeded tasks.
+
+    ``suffix=False`` prompts with the prefix alone: what a model without FIM can do.
+    """
+    import random
+
+    from codeparrot.eval.execution import run_programs
+    from codeparrot.eval.infill import derive, exact_match, infill_program
+    from codeparrot.generation import Engine, GenerationConfig
+
+    engine = Engine.load(checkpoint)
+    tasks = derive("single-line")
+    tasks = random.Random(0).sample(tasks, min(limit, len(tasks)))
+    gen = GenerationConfig(max_new_tokens=48, temperature=0.0, stop=("\n",))
+    middles = []
+    for t in tasks:
+        kwargs = {"suffix": t["suffix"]} if suffix else {}
+        middles.append(engine.generate(t["prompt"], gen, **kwargs)[0].text + "\n")
+    verdicts = run_programs([infill_program(t, m) for t, m in zip(tasks, middles, strict=True)])
+    exact = sum(
+        exact_match(m, t["canonical_solution"]) for t, m in zip(tasks, middles, strict=True)
+    )
+    return {"infill_pass_at_1": sum(v.passed for v in verdicts) / len(tasks),
+            "infill_exact_match": exact / len(tasks)}  # fmt: skip
+
+
+def equivalent_factor(baseline: dict[int, float], steps: int, loss: float) -> float:
+    """How many times the baseline's compute reaches ``loss``, on its log-compute line."""
+    xs = [math.log2(s / steps) for s in sorted(baseline)]
+    ys = [baseline[s] for s in sorted(baseline)]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+    intercept = my - slope * mx
+    return 2 ** ((loss - intercept) / slope) if slope < 0 else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", type=Path, default=Path("runs/recipe"))
+    parser.add_argument("--steps", type=int, default=300, help="the baseline's 1x steps")
+    parser.add_argument("--variants", nargs="+", default=["muon-wsd", "fim-context"],
+                        choices=[v for v in VARIANTS if v != "baseline"])  # fmt: skip
+    parser.add_argument(
+        "--stage", choices=("all", "runs", "calibrate"), default="all",
+        help="runs: only the step-budgeted runs (load-proof); calibrate: only the speed "
+        "calibration (needs a quiet machine); all: both, then the table",
+    )  # fmt: skip
+    parser.add_argument("--calibration-steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--lines", type=int, default=200, help="eval lines per run")
+    parser.add_argument("--infill", type=int, default=300, help="infilling tasks per run")
+    parser.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, default=None,
+        help="torch.compile the training step (default: as the quickstart)",
+    )  # fmt: skip
+    args = parser.parse_args()
+
+    from codeparrot.io import provenance, write_json
+
+    qs = quickstart_defaults()
+    if args.compile is not None:
+        qs = qs.replace(compile=args.compile)
+    args.work.mkdir(parents=True, exist_ok=True)
+    corpus, tokenizer = prepare(args.work, qs)
+    calibration = args.work / "calibration.json"
+    if args.stage in ("all", "calibrate"):
+        names = ["baseline", *args.variants]
+        per_step = calibrate(
+            args.work, corpus, tokenizer, qs, names, args.calibration_steps, args.rounds
+        )
+        write_json(calibration, {"seconds_per_step": per_step, "compile": qs.compile})
+    if args.stage in ("all", "runs"):
+        results = run_all(args, qs, corpus, tokenizer)
+    if args.stage == "calibrate" or not calibration.exists():
+        return
+    per_step = json.loads(calibration.read_text())["seconds_per_step"]
+    report = summarise(results, per_step, args.steps, args.variants)
+    report["provenance"] = provenance(vars(args))
+    write_json(args.work / "recipe.json", report)
+    print_table(report)
+
+
+def run_all(args: argparse.Namespace, qs: Any, corpus: Path, tokenizer: Path) -> dict[str, Any]:
+    """The baseline at 1x, 2x, 4x steps and each variant at 1x, each scored (reused when done)."""
+    from codeparrot.io import write_json
+    from codeparrot.training import train
+
+    plan = [(f"baseline-{k}x", {}, k * args.steps) for k in (1, 2, 4)]
+    plan += [(name, VARIANTS[name], args.steps) for name in args.variants]
+    results: dict[str, Any] = {}
+    for name, changes, steps in plan:
+        cfg = train_config(args.work, corpus, tokenizer, qs, name, steps, changes)
+        done = cfg.output / "recipe_score.json"
+        if done.exists():
+            results[name] = json.loads(done.read_text())
+            continue
+        start = time.perf_counter()
+        share_tokens(args.work, cfg.output)
+        # a run trained before an interrupted scoring continues (and stops at once)
+        result = train(cfg.replace(resume=(cfg.output / "checkpoints").exists()))
+        fim = bool(changes.get("fim_rate"))
+        row = {"steps": steps, "changes": changes, "train_seconds": result.seconds,
+               "tokens_per_s": result.tokens_per_s, "valid_loss": result.eval_loss,
+               **score(cfg.output, lines_n=args.lines, infill_limit=args.infill, fim=fim)}  # fmt: skip
+        if not fim and args.infill and name == "baseline-1x":  # prefix-only, for FIM's gain
+            scores = infill_scores(cfg.output, args.infill, suffix=False)
+            row.update({f"prefix_only_{k}": v for k, v in scores.items()})
+        row["wall_seconds"] = time.perf_counter() - start
+        write_json(done, row)
+        results[name] = row
+        print(f"{name:18} steps {steps:5}  nats/char {row['nats_per_char']:.4f}  "
+              f"lines EM {100 * row['line_exact_match']:.1f}%", flush=True)  # fmt: skip
+    return results
+
+
+def summarise(
+    results: dict[str, Any], per_step: dict[str, float], steps: int, variants: list[str]
+) -> dict[str, Any]:
+    """Each variant's worth in baseline compute: in steps, and in wall-clock (steps / the
+    variant's cost per step relative to the baseline's, from the calibration)."""
+    baseline = {k * steps: results[f"baseline-{k}x"]["nats_per_char"] for k in (1, 2, 4)}
+    for name in variants:
+        in_steps = equivalent_factor(baseline, steps, results[name]["nats_per_char"])
+        cost = per_step[name] / per_step["baseline"]
+        results[name]["compute_equivalent_steps"] = in_steps
+        results[name]["cost_per_step"] = cost
+        results[name]["compute_equivalent"] = in_steps / cost
+    return {"seconds_per_step": per_step, "results": results}
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(f"\n{'run':18} {'steps':>6} {'ms/step':>8} {'nats/char':>10} {'x compute':>10} "
+          f"{'line EM':>8} {'infill p@1':>10}")  # fmt: skip
+    for name, row in report["results"].items():
+        key = name.split("-")[0] if name.startswith("baseline") else name
+        ms = 1000 * report["seconds_per_step"].get(key, float("nan"))
+        factor = row.get("compute_equivalent")
+        infill = row.get("infill_pass_at_1", row.get("prefix_only_infill_pass_at_1"))
+        print(f"{name:18} {row['steps']:6} {ms:8.1f} {row['nats_per_char']:10.4f} "
+              f"{factor if factor is not None else float('nan'):10.2f} "
+              f"{100 * row['line_exact_match']:7.1f}% "
+              f"{100 * infill if infill is not None else float('nan'):9.1f}%")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
