@@ -477,28 +477,7 @@ def build_server(config: LspConfig) -> CodeparrotServer:
         found = await ls.suggestion(params.text_document.uri, params.position)
         if found is None:
             return types.CompletionList(is_incomplete=True, items=[])
-        new_text = found.word + found.text
-        first_line = new_text.splitlines()[0] if new_text.strip() else new_text
-        label = first_line.strip() or new_text.strip()
-        if "\n" in found.text.replace("\r", "\n"):
-            label += " …"
-        item = types.CompletionItem(
-            label=label[:80],
-            kind=types.CompletionItemKind.Text,
-            detail="codeparrot",
-            documentation=types.MarkupContent(
-                kind=types.MarkupKind.Markdown, value=f"```python\n{new_text}\n```"
-            ),
-            filter_text=new_text,
-            sort_text="0",
-            insert_text_format=types.InsertTextFormat.PlainText,
-            text_edit=types.TextEdit(
-                range=types.Range(found.word_start, found.position), new_text=new_text
-            ),
-            preselect=True,
-            command=found.accept_command(),
-            data={"requestId": found.request_id},
-        )
+        item = completion_item(found)
         # incomplete: the client asks again as the user types, rather than filtering
         return types.CompletionList(is_incomplete=True, items=[item])
 
@@ -523,6 +502,32 @@ def build_server(config: LspConfig) -> CodeparrotServer:
         return {**ls.stats, "cacheHits": ls.cache.hits, "cacheEntries": len(ls.cache)}
 
     return server
+
+
+def completion_item(found: Any) -> types.CompletionItem:
+    """The completion-list item of a suggestion: the word under the cursor and the text."""
+    new_text = found.word + found.text
+    first_line = new_text.splitlines()[0] if new_text.strip() else new_text
+    label = first_line.strip() or new_text.strip()
+    if "\n" in found.text.replace("\r", "\n"):
+        label += " …"
+    return types.CompletionItem(
+        label=label[:80],
+        kind=types.CompletionItemKind.Text,
+        detail="codeparrot",
+        documentation=types.MarkupContent(
+            kind=types.MarkupKind.Markdown, value=f"```python\n{new_text}\n```"
+        ),
+        filter_text=new_text,
+        sort_text="0",
+        insert_text_format=types.InsertTextFormat.PlainText,
+        text_edit=types.TextEdit(
+            range=types.Range(found.word_start, found.position), new_text=new_text
+        ),
+        preselect=True,
+        command=found.accept_command(),
+        data={"requestId": found.request_id},
+    )
 
 
 def _suggestion_id(doc: Document, offset: int, text: str) -> str:
