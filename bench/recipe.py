@@ -92,6 +92,7 @@ def train_config(work: Path, corpus: Path, tokenizer: Path, qs: Any, name: str, 
         n_positions=qs.n_positions, batch_size=qs.batch_size, compile=qs.compile,
         pretokenized=qs.pretokenized, seed=qs.seed, max_steps=steps,
         warmup_steps=min(100, steps // 10), eval_every=0, log_with="none", progress=False,
+        optimizer="adamw", schedule="cosine", fim_rate=0.0,  # today's recipe, whatever the defaults
         peak_tflops=1.0,
     )  # fmt: skip
     settings.update(changes)
@@ -242,9 +243,13 @@ def main() -> None:
         write_json(calibration, {"seconds_per_step": per_step, "compile": qs.compile})
     if args.stage in ("all", "runs"):
         results = run_all(args, qs, corpus, tokenizer)
-    if args.stage == "calibrate" or not calibration.exists():
+    if args.stage == "calibrate":
         return
-    per_step = json.loads(calibration.read_text())["seconds_per_step"]
+    if calibration.exists():
+        per_step = json.loads(calibration.read_text())["seconds_per_step"]
+    else:  # the runs' own throughput (fair only when they ran on a quiet machine)
+        per_step = {name: run_seconds_per_step(args.work / "runs" / name) for name in results}
+        per_step["baseline"] = per_step["baseline-1x"]
     report = summarise(results, per_step, args.steps, args.variants)
     report["provenance"] = provenance(vars(args))
     write_json(args.work / "recipe.json", report)
@@ -282,6 +287,14 @@ def run_all(args: argparse.Namespace, qs: Any, corpus: Path, tokenizer: Path) ->
         print(f"{name:18} steps {steps:5}  nats/char {row['nats_per_char']:.4f}  "
               f"lines EM {100 * row['line_exact_match']:.1f}%", flush=True)  # fmt: skip
     return results
+
+
+def run_seconds_per_step(output: Path) -> float:
+    """Median seconds per step of a finished run, from its metrics (after 20 warm-up steps)."""
+    records = [json.loads(x) for x in (output / "metrics.jsonl").read_text().splitlines()]
+    rates = sorted(r["tokens_per_s"] for r in records if "tokens_per_s" in r and r["step"] > 20)
+    meta = json.loads((output / "codeparrot_checkpoint.json").read_text())
+    return meta["train_config"]["batch_size"] * meta["seq_length"] / rates[len(rates) // 2]
 
 
 def summarise(

@@ -88,6 +88,45 @@ MIXED_PRECISION = Declaration(
     "bf16", "autocast dtype (bf16 works on CPU)", choices=MIXED_PRECISIONS
 )
 TRACKER = Declaration("tensorboard", "experiment tracker", choices=TRACKERS)
+OPTIMIZERS = ("adamw", "muon")
+SCHEDULES = ("cosine", "wsd")
+OPTIMIZER = Declaration(
+    "adamw",
+    "adamw: AdamW on every parameter (the CodeParrot recipe); muon: Muon on the hidden "
+    "weight matrices and AdamW on embeddings, head, biases and norm gains",
+    choices=OPTIMIZERS,
+)
+SCHEDULE = Declaration(
+    "cosine",
+    "learning-rate schedule after the warmup: cosine to the floor, or wsd (stable at the "
+    "peak, then linear to the floor over the last --decay-fraction of the steps)",
+    choices=SCHEDULES,
+)
+
+# -- fill in the middle ----------------------------------------------------------------------
+
+# The measured default (BENCHMARKS.md, bench/recipe.py): the share of documents that new runs
+# train as fill-in-the-middle examples when their tokenizer has the sentinels.
+DEFAULT_FIM_RATE = 0.5
+FIM_MODES = ("document", "context")  # where the FIM transform applies: before or after packing
+FIM_RATE = Declaration(
+    None,
+    "share of training documents turned into fill-in-the-middle examples, whole before "
+    "packing (--fim-mode document) or as the pieces of each packed sequence (context); "
+    f"0: left to right only; default: {DEFAULT_FIM_RATE} when the tokenizer has the FIM "
+    "sentinels, else 0 (recorded with the run)",
+    ge=0,
+    le=1,
+)
+FIM_SPM_RATE = Declaration(
+    0.5, "share of the fill-in-the-middle examples laid out suffix-first (SPM), not PSM", ge=0, le=1
+)
+FIM_MODE = Declaration(
+    "context",
+    "apply fill-in-the-middle to each document before packing, or to each document piece "
+    "of a packed sequence after it (Bavarian et al. 2022 found context-level better)",
+    choices=FIM_MODES,
+)
 
 # -- data ----------------------------------------------------------------------------------
 

@@ -25,11 +25,16 @@ from typing import Any
 from codeparrot.config import Config, add_config_arguments, config_from_args, option
 from codeparrot.options import (
     BATCH_SIZE,
+    FIM_MODE,
+    FIM_RATE,
+    FIM_SPM_RATE,
     MAX_MINUTES,
     MAX_NEW_TOKENS,
     MAX_STEPS,
     N_POSITIONS,
+    OPTIMIZER,
     PRESET,
+    SCHEDULE,
     VOCAB_SIZE,
 )
 from codeparrot.tokenizer.config import vocab_size_problem
@@ -76,21 +81,13 @@ class QuickstartConfig(Config):
         "tokenize the corpus once into memmapped shards and train on randomly drawn windows "
         "(instead of streaming packed sequences through shuffle buffers)",
     )
-    fim_rate: float = option(
-        0.0,
-        "share of training documents turned into fill-in-the-middle examples (0: left to "
-        "right only); passed to `codeparrot train --fim-rate`",
-        ge=0,
-        le=1,
-    )
-    fim_spm_rate: float = option(
-        0.5, "share of the FIM examples in SPM (suffix-first) order", ge=0, le=1
-    )
-    fim_mode: str = option(
-        "context",
-        "apply FIM per document before packing or per document piece after it",
-        choices=("document", "context"),  # TrainConfig's FIM_MODES (the core imports no stage)
-    )
+    # bench/recipe.py: Muon + WSD reached in 150 steps the held-out loss that AdamW + cosine
+    # needs ~2.8x the steps for (~2.2x the wall-clock); BENCHMARKS.md, "Recipe".
+    optimizer: str = OPTIMIZER.field("muon")
+    schedule: str = SCHEDULE.field("wsd")
+    fim_rate: float | None = FIM_RATE.field()
+    fim_spm_rate: float = FIM_SPM_RATE.field()
+    fim_mode: str = FIM_MODE.field()
     eval_n: int = option(5, "HumanEval samples per problem (the reference uses 200)", ge=1)
     eval_limit: int | None = option(
         None, "only the first K HumanEval problems (default: all 164)", ge=1
@@ -201,6 +198,8 @@ def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
         max_minutes=cfg.max_minutes,
         compile=cfg.compile,
         pretokenized=cfg.pretokenized,
+        optimizer=cfg.optimizer,
+        schedule=cfg.schedule,
         fim_rate=cfg.fim_rate,
         fim_spm_rate=cfg.fim_spm_rate,
         fim_mode=cfg.fim_mode,

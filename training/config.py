@@ -9,22 +9,24 @@ from codeparrot.config import Config, option
 from codeparrot.options import (
     BATCH_SIZE,
     DROPOUT,
+    FIM_MODE,
+    FIM_RATE,
+    FIM_SPM_RATE,
     LEARNING_RATE,
     MAX_MINUTES,
     MAX_STEPS,
     MIN_LR_RATIO,
     MIXED_PRECISION,
     N_POSITIONS,
+    OPTIMIZER,
     PRESET,
+    SCHEDULE,
     SEQ_LENGTH,
     TRACKER,
     WARMUP_STEPS,
     WEIGHT_DECAY,
 )
 from codeparrot.options import PRESET_NAMES as PRESET_NAMES  # re-exported
-from codeparrot.training.optim_names import OPTIMIZERS, SCHEDULES
-
-FIM_MODES = ("document", "context")  # where the FIM transform applies: before or after packing
 
 # Fields that may change between an interrupted run and its --resume: budgets and logging.
 RESUMABLE_CHANGES = frozenset(
@@ -72,18 +74,8 @@ class TrainConfig(Config):
         help="peak learning rate (default: the preset's: tiny 2e-3, small 5e-4, large 2e-4; "
         "5e-4 with --init-from)",
     )
-    optimizer: str = option(
-        "adamw",
-        "adamw: AdamW on every parameter (the CodeParrot recipe); muon: Muon on the hidden "
-        "weight matrices and AdamW on embeddings, head, biases and norm gains",
-        choices=OPTIMIZERS,
-    )
-    schedule: str = option(
-        "cosine",
-        "learning-rate schedule after the warmup: cosine to the floor, or wsd (stable at the "
-        "peak, then linear to the floor over the last --decay-fraction of the steps)",
-        choices=SCHEDULES,
-    )
+    optimizer: str = OPTIMIZER.field()
+    schedule: str = SCHEDULE.field()
     decay_fraction: float = option(
         0.2, "wsd: share of --max-steps spent decaying to the floor", gt=0, le=1
     )
@@ -117,26 +109,9 @@ class TrainConfig(Config):
         "one long document do not fill whole batches (0: none; saved in each checkpoint)",
         ge=0,
     )
-    fim_rate: float = option(
-        0.0,
-        "share of training documents turned into fill-in-the-middle examples, whole before "
-        "packing (--fim-mode document) or as the pieces of each packed sequence (context); "
-        "0: left to right only; needs a tokenizer with the FIM sentinels",
-        ge=0,
-        le=1,
-    )
-    fim_spm_rate: float = option(
-        0.5,
-        "share of the fill-in-the-middle examples laid out suffix-first (SPM), not PSM",
-        ge=0,
-        le=1,
-    )
-    fim_mode: str = option(
-        "context",
-        "apply fill-in-the-middle to each document before packing, or to each document piece "
-        "of a packed sequence after it (Bavarian et al. 2022 found context-level better)",
-        choices=FIM_MODES,
-    )
+    fim_rate: float | None = FIM_RATE.field()
+    fim_spm_rate: float = FIM_SPM_RATE.field()
+    fim_mode: str = FIM_MODE.field()
     eval_every: int = option(
         500, "evaluate and save a checkpoint every N steps (0: only at the end)", ge=0
     )

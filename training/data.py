@@ -43,7 +43,7 @@ import numpy as np
 from codeparrot.errors import ConfigError, DataError
 from codeparrot.fim import FIM_MIDDLE, FIM_PAD, FIM_PREFIX, FIM_SUFFIX, PSM, SPM, FimTokens, layout
 from codeparrot.io import atomic_open, read_json, write_json
-from codeparrot.training.config import FIM_MODES
+from codeparrot.options import FIM_MODES
 
 TOKENIZE_BATCH = 64  # documents per tokenizer call
 

@@ -23,6 +23,7 @@ from typing import Any
 from codeparrot.errors import CheckpointError, ConfigError, DataError
 from codeparrot.io import provenance, read_json
 from codeparrot.launch import has_accelerator_device, launched_alone_for_several
+from codeparrot.options import DEFAULT_FIM_RATE
 from codeparrot.training.config import RESUMABLE_CHANGES, TrainConfig
 from codeparrot.training.data import (
     Batches,
@@ -302,7 +303,24 @@ def with_defaults(config: TrainConfig) -> TrainConfig:
     if config.learning_rate is None:
         lr = 5e-4 if config.init_from is not None else get_preset(config.preset).learning_rate
         config = dataclasses.replace(config, learning_rate=lr)
+    if config.fim_rate is None:
+        rate = DEFAULT_FIM_RATE if tokenizer_has_sentinels(tokenizer_dir(config)) else 0.0
+        config = dataclasses.replace(config, fim_rate=rate)
     return config
+
+
+def tokenizer_has_sentinels(directory: Path) -> bool:
+    """Whether the tokenizer in ``directory`` has the FIM sentinels (False if unreadable:
+    the tokenizer checks after this one say what is wrong)."""
+    from tokenizers import Tokenizer
+
+    from codeparrot.fim import FimTokens
+
+    try:
+        tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    except Exception:  # a missing or broken file: reported by load_tokenizer
+        return False
+    return FimTokens.from_tokenizer(tokenizer) is not None
 
 
 def setup(

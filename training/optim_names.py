@@ -1,4 +1,5 @@
-"""The optimizer and schedule names (standard library only: the config imports them)."""
+"""The optimizer and schedule names (declared with the shared settings)."""
 
-OPTIMIZERS: tuple[str, ...] = ("adamw", "muon")
-SCHEDULES: tuple[str, ...] = ("cosine", "wsd")
+from codeparrot.options import OPTIMIZERS, SCHEDULES
+
+__all__ = ["OPTIMIZERS", "SCHEDULES"]

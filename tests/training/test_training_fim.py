@@ -300,9 +300,21 @@ def test_fim_needs_a_tokenizer_with_sentinels(tmp_path, tiny_checkpoint):
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-def test_fim_settings_are_checked_and_off_by_default(tmp_path: Path):
-    config = TrainConfig(data=tmp_path, output=tmp_path / "run", tokenizer=tmp_path)
-    assert config.fim_rate == 0.0
+def test_fim_is_on_by_default_where_the_tokenizer_has_the_sentinels(
+    tmp_path: Path, fim_checkpoint, tiny_checkpoint
+):
+    from codeparrot.options import DEFAULT_FIM_RATE
+    from codeparrot.training.loop import with_defaults
+
+    with_sentinels = TrainConfig(data=tmp_path, output=tmp_path / "run", tokenizer=fim_checkpoint)
+    assert with_sentinels.fim_rate is None  # "the default", resolved and recorded per run
+    assert with_defaults(with_sentinels).fim_rate == DEFAULT_FIM_RATE > 0
+    without = TrainConfig(data=tmp_path, output=tmp_path / "run", tokenizer=tiny_checkpoint)
+    assert with_defaults(without).fim_rate == 0.0  # an older tokenizer keeps working
+    assert with_defaults(without.replace(fim_rate=0.0)).fim_rate == 0.0
+
+
+def test_fim_settings_are_checked(tmp_path: Path):
     with pytest.raises(ConfigError) as err:
         TrainConfig(
             data=tmp_path,
