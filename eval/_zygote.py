@@ -592,12 +592,18 @@ def build_root(libc, secret, checker, user_namespace):
         raise OSError(ctypes_errno(), "unshare(CLONE_NEWNS) failed")
     _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE)
     new = "/tmp"  # only in this process's private mount namespace
+    # Every source is held open before the staging tmpfs covers /tmp: a runtime or a package
+    # that lives under /tmp (a checkout or virtualenv there) would otherwise be hidden by it.
+    runtime = [(_hold(path), new + path, MS_NODEV) for path in runtime_paths()]
+    devices = [(_hold(path), new + path, 0) for path in DEVICES]
+    packages = [
+        (_hold(os.path.realpath(path)), f"{new}{CHECKER_SITE}/{name}", MS_NODEV)
+        for path, name in checker or ()
+    ]
     _mount(libc, b"tmpfs", new.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=755")
     stdlib = [p for p in sys.path if os.path.isdir(p)]
-    for path in runtime_paths():
-        _bind_read_only(libc, path, new + path, MS_NODEV)
-    for path in DEVICES:
-        _bind_read_only(libc, path, new + path, 0)
+    for held, target, flags in (*runtime, *devices):
+        _bind_read_only(libc, held, target, flags)
     for name in ("lib", "lib32", "lib64", "libx32"):  # the loader's default search path
         if os.path.islink("/" + name):
             os.symlink(os.readlink("/" + name), f"{new}/{name}")
@@ -614,11 +620,10 @@ def build_root(libc, secret, checker, user_namespace):
         if os.path.isdir(new + path):
             _mount(libc, b"tmpfs", (new + path).encode(), b"tmpfs", MS_READ_ONLY, b"size=4k")
     if checker:
-        site = new + CHECKER_SITE
         os.mkdir(new + "/checker")
         _mount(libc, b"tmpfs", (new + "/checker").encode(), b"tmpfs", 0, b"size=64k,mode=755")
-        for path, name in checker:
-            _bind_read_only(libc, os.path.realpath(path), f"{site}/{name}", MS_NODEV)
+        for held, target, flags in packages:
+            _bind_read_only(libc, held, target, flags)
         _remount_read_only(libc, new + "/checker", MS_NODEV)
     os.mkdir(new + "/.old")
     if libc.syscall(SYS_PIVOT_ROOT[os.uname().machine], new.encode(), b"/tmp/.old") != 0:
@@ -628,15 +633,24 @@ def build_root(libc, secret, checker, user_namespace):
         raise OSError(ctypes_errno(), "could not detach the host's root")
     os.rmdir("/.old")
     _remount_read_only(libc, "/", MS_NODEV)
+    for (fd, _is_dir), _target, _flags in (*runtime, *devices, *packages):
+        os.close(fd)
 
 
-def _bind_read_only(libc, source, target, flags):
-    if os.path.isdir(source):
+def _hold(path):
+    """An O_PATH descriptor of ``path`` (and whether it is a directory): bind-mounted later
+    through /proc/self/fd even if a mount has covered ``path`` by then."""
+    return os.open(path, os.O_PATH | os.O_CLOEXEC), os.path.isdir(path)
+
+
+def _bind_read_only(libc, held, target, flags):
+    fd, is_dir = held
+    if is_dir:
         os.makedirs(target, exist_ok=True)
     else:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         open(target, "a").close()
-    _mount(libc, source.encode(), target.encode(), None, MS_BIND | MS_REC)
+    _mount(libc, f"/proc/self/fd/{fd}".encode(), target.encode(), None, MS_BIND | MS_REC)
     _remount_read_only(libc, target, flags)
 
 

@@ -201,6 +201,22 @@ def test_the_checker_imports_numpy_and_the_sample_cannot(strong):
     assert not verdicts[3].passed and "PermissionError" in verdicts[3].result
 
 
+def test_a_checker_package_under_tmp_is_found(strong, tmp_path, monkeypatch):
+    """The root is staged on a tmpfs over /tmp: a package (or a checkout, or a virtualenv)
+    living under /tmp must still reach the checker (CI may check out under /tmp)."""
+    assert str(tmp_path).startswith("/tmp/")
+    package = tmp_path / "site" / "halver_pkg_xyz"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("def half(x):\n    return x / 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    test = "from halver_pkg_xyz import half\nassert f(4) == half(4)\n"
+    right = Program("def f(x):\n    return x / 2\n", test, "f")
+    verdicts = run_programs(
+        [right], workers=1, limits=Limits(checker_packages=("halver_pkg_xyz",)), isolation=strong
+    )
+    assert verdicts[0].passed, verdicts[0].result
+
+
 def test_an_unknown_checker_package_is_a_clear_error():
     with pytest.raises(SandboxError, match="'no_such_package_xyz'"):
         run_programs(
