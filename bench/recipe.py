@@ -51,17 +51,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "fim_rate": 0.5,
         "fim_mode": "context",
     },
+    "muon-wsd-fim-document": {
+        "optimizer": "muon",
+        "schedule": "wsd",
+        "fim_rate": 0.5,
+        "fim_mode": "document",
+    },
 }
 
 
 def quickstart_defaults() -> Any:
-    try:
-        from codeparrot.quickstart.config import QuickstartConfig
-    except ImportError:
-        try:
-            from codeparrot.quickstart import QuickstartConfig
-        except ImportError:
-            from codeparrot.quickstart_cli import QuickstartConfig
+    from codeparrot.quickstart.cli import QuickstartConfig
+
     return QuickstartConfig(output=Path("unused"))
 
 
@@ -217,6 +218,11 @@ def main() -> None:
         help="runs: only the step-budgeted runs (load-proof); calibrate: only the speed "
         "calibration (needs a quiet machine); all: both, then the table",
     )  # fmt: skip
+    parser.add_argument(
+        "--multiples", type=int, nargs="+", default=[1, 2, 4],
+        help="the baseline runs, in multiples of --steps (at least two; a variant beyond the "
+        "largest is read off the extended line)",
+    )  # fmt: skip
     parser.add_argument("--calibration-steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lines", type=int, default=200, help="eval lines per run")
@@ -226,6 +232,9 @@ def main() -> None:
         help="torch.compile the training step (default: as the quickstart)",
     )  # fmt: skip
     args = parser.parse_args()
+    if len(set(args.multiples)) < 2 or min(args.multiples) < 1:
+        parser.error("--multiples needs at least two different positive multiples")
+    args.multiples = sorted(set(args.multiples))
 
     from codeparrot.io import provenance, write_json
 
@@ -250,7 +259,7 @@ def main() -> None:
     else:  # the runs' own throughput (fair only when they ran on a quiet machine)
         per_step = {name: run_seconds_per_step(args.work / "runs" / name) for name in results}
         per_step["baseline"] = per_step["baseline-1x"]
-    report = summarise(results, per_step, args.steps, args.variants)
+    report = summarise(results, per_step, args.steps, args.variants, args.multiples)
     report["provenance"] = provenance(vars(args))
     write_json(args.work / "recipe.json", report)
     print_table(report)
@@ -261,7 +270,7 @@ def run_all(args: argparse.Namespace, qs: Any, corpus: Path, tokenizer: Path) ->
     from codeparrot.io import write_json
     from codeparrot.training import train
 
-    plan = [(f"baseline-{k}x", {}, k * args.steps) for k in (1, 2, 4)]
+    plan = [(f"baseline-{k}x", {}, k * args.steps) for k in args.multiples]
     plan += [(name, VARIANTS[name], args.steps) for name in args.variants]
     results: dict[str, Any] = {}
     for name, changes, steps in plan:
@@ -298,11 +307,15 @@ def run_seconds_per_step(output: Path) -> float:
 
 
 def summarise(
-    results: dict[str, Any], per_step: dict[str, float], steps: int, variants: list[str]
+    results: dict[str, Any],
+    per_step: dict[str, float],
+    steps: int,
+    variants: list[str],
+    multiples: list[int],
 ) -> dict[str, Any]:
     """Each variant's worth in baseline compute: in steps, and in wall-clock (steps / the
     variant's cost per step relative to the baseline's, from the calibration)."""
-    baseline = {k * steps: results[f"baseline-{k}x"]["nats_per_char"] for k in (1, 2, 4)}
+    baseline = {k * steps: results[f"baseline-{k}x"]["nats_per_char"] for k in multiples}
     for name in variants:
         in_steps = equivalent_factor(baseline, steps, results[name]["nats_per_char"])
         cost = per_step[name] / per_step["baseline"]
