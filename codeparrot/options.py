@@ -71,10 +71,10 @@ VOCAB_SIZE = Declaration(
 # -- optimisation --------------------------------------------------------------------------
 
 LEARNING_RATE = Declaration(None, "peak learning rate", gt=0)
-WARMUP_STEPS = Declaration(100, "linear warmup steps before the cosine decay", ge=0)
+WARMUP_STEPS = Declaration(100, "linear warmup steps before the schedule (cosine or WSD)", ge=0)
 MIN_LR_RATIO = Declaration(0.1, "final learning rate as a fraction of the peak", ge=0, le=1)
 WEIGHT_DECAY = Declaration(0.1, "AdamW weight decay (weights only, not biases or norms)", ge=0)
-MAX_STEPS = Declaration(1000, "optimizer steps; the cosine schedule ends here", ge=1)
+MAX_STEPS = Declaration(1000, "optimizer steps; the learning-rate schedule ends here", ge=1)
 MAX_MINUTES = Declaration(None, "stop training after this many minutes", gt=0)
 BATCH_SIZE = Declaration(8, "sequences per process per micro-batch", ge=1)
 SEQ_LENGTH = Declaration(None, "tokens per packed sequence (default: the model's context)", ge=2)

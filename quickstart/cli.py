@@ -68,7 +68,7 @@ class QuickstartConfig(Config):
         "token)",
         choices=PRE_TOKENIZERS,
     )
-    max_steps: int = MAX_STEPS.field(help="training steps (the cosine schedule ends here)")
+    max_steps: int = MAX_STEPS.field(help="training steps (the learning-rate schedule ends here)")
     batch_size: int = BATCH_SIZE.field(16, "sequences per training step")
     max_minutes: float = MAX_MINUTES.field(
         14.0, "stop training after this many minutes whatever the step"
