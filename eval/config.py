@@ -109,8 +109,10 @@ class GenerationOptions(TaskOptions):
         help="sampling temperature (the reference reports 0.2, also 0.6 and 0.8)"
     )
     top_p: float = TOP_P.field()
-    max_new_tokens: int = MAX_NEW_TOKENS.field(
-        256, "most new tokens per completion (the reference's 256)"
+    max_new_tokens: int | None = MAX_NEW_TOKENS.field(
+        None,
+        "most new tokens per completion (default: the reference's 256, or half the "
+        "model's context when that is less)",
     )
     seed: int = option(0, "base seed; each batch derives its own, recorded per sample")
     limit: int | None = option(None, "only the first K problems", ge=1)

@@ -44,6 +44,23 @@ def limits_of(config: ExecutionOptions) -> Limits:
     )
 
 
+REFERENCE_MAX_NEW_TOKENS = 256  # the CodeParrot / Codex evaluation's
+
+
+def with_max_new_tokens(config: GenerationOptions, engine: Any = None) -> Any:
+    """``config`` with ``max_new_tokens`` set: as given, or the reference's 256 capped at
+    half the model's context (a 256-token model would otherwise have no room for a prompt)."""
+    if config.max_new_tokens is not None:
+        return config
+    if engine is not None:
+        context = engine.context_length
+    else:
+        from codeparrot.models.checkpoint import context_length, read_model_config
+
+        context = context_length(read_model_config(config.checkpoint))
+    return config.replace(max_new_tokens=min(REFERENCE_MAX_NEW_TOKENS, max(1, context // 2)))
+
+
 def generation_settings(config: GenerationOptions) -> dict[str, Any]:
     """What must match for samples already on disk to be reused by a resumed run."""
     return {
@@ -157,6 +174,7 @@ def generate_samples(
     its own shard, and process 0 merges the shards in problem order: seeds depend on the
     problem and sample position only, so the file equals a one-process run's.
     """
+    config = with_max_new_tokens(config, engine)
     out = config.output_dir()
     path = out / "samples.jsonl"
     meta_path = out / "samples.meta.json"
@@ -267,6 +285,7 @@ def generate(
     config: GenerateConfig, *, engine: Any = None, progress: bool = True
 ) -> dict[str, Any]:
     """`eval generate`: completions into OUT/samples.jsonl; nothing is executed."""
+    config = with_max_new_tokens(config, engine)
     found = load_problem_set(config)
     problems = select_problems(found.problems, config.problem_ids, config.limit)
     path = generate_samples(config, problems, engine=engine, progress=progress)
@@ -367,6 +386,7 @@ def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -
             "eval humaneval runs in one process; under a launcher run `eval generate` "
             "(each process generates a shard), then `eval execute OUT/samples.jsonl`"
         )
+    config = with_max_new_tokens(config, engine)
     found = load_problem_set(config)
     problems = select_problems(found.problems, config.problem_ids, config.limit)
     path = generate_samples(config, problems, engine=engine, progress=progress)

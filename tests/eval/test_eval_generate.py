@@ -98,3 +98,20 @@ def test_humaneval_refuses_a_launcher_group(tiny_checkpoint, tmp_path, monkeypat
     assert main(argv) == 2  # a usage error, like other config errors
     assert "eval generate" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_default_max_new_tokens_fits_a_small_context(tiny_checkpoint, tmp_path, monkeypatch):
+    """With no --max-new-tokens, a model whose context is under 512 tokens (the quickstart's
+    is 256) gets half its context rather than an error: the reference's 256 would leave no
+    room for the prompt."""
+    from codeparrot.models.checkpoint import context_length, read_model_config
+
+    monkeypatch.delenv("CODEPARROT_ALLOW_CODE_EXECUTION", raising=False)
+    context = context_length(read_model_config(tiny_checkpoint))
+    assert context < 512  # the fixture is what this test is about
+    out = tmp_path / "gen"
+    argv = ["eval", "generate", "--checkpoint", str(tiny_checkpoint), "--output", str(out),
+            "--n", "1", "--batch-size", "1", "--limit", "1", "--temperature", "0"]  # fmt: skip
+    assert main(argv) == 0
+    meta = json.loads((out / "samples.meta.json").read_text())
+    assert meta["generation"]["max_new_tokens"] == context // 2
