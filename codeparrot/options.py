@@ -128,6 +128,30 @@ FIM_MODE = Declaration(
     choices=FIM_MODES,
 )
 
+# -- editor prompts (the language server's, and eval lines, which asks as it does) -----------
+
+CONTEXT_TOKENS = Declaration(
+    768,
+    "token budget of the prompt (the text before the cursor, nearest lines kept); at most "
+    "what the model's context leaves after the new tokens",
+    ge=16,
+    le=32768,
+)
+FIM_SUFFIX_SHARE = Declaration(
+    0.25,
+    "with FIM: the most of the prompt budget the suffix window may take (whole lines after "
+    "the cursor; the prefix gets the rest)",
+    ge=0.0,
+    le=0.9,
+)
+WORKSPACE_SHARE = Declaration(
+    0.0,
+    "the most of the prompt budget that snippets of other files may take (`# Path:` comment "
+    "blocks of the lines most like the code before the cursor); 0 leaves them out",
+    ge=0.0,
+    le=0.5,
+)
+
 # -- data ----------------------------------------------------------------------------------
 
 WORKERS = Declaration(0, "worker processes for building the corpus (0: all cores)", ge=0)

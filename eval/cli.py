@@ -142,11 +142,18 @@ def run_lines(args: argparse.Namespace) -> int:
     config = config_from_args(LinesConfig, args)
     with tqdm(total=config.n, desc="completing", unit="line") as bar:
         summary = evaluate_lines(config, progress=bar.update)
-    print(f"{summary['files']} held-out files ({summary['data']}); fim: {summary.get('fim')}")
+    prompt = summary["prompt"]
+    print(
+        f"{summary['files']} held-out files ({summary['data']}); fim: {summary.get('fim')}; "
+        f"suffix share {prompt['suffix_share']}; workspace share {prompt['workspace_share']}; "
+        f"prompt budget {summary.get('prompt_budget')} tokens; repetition filter: "
+        f"{'on' if prompt['repetition_filter'] else 'off'}"
+    )
     for kind, s in summary["scores"].items():
         print(
             f"{kind:10} n={s['n']:4}  exact match {100 * s['exact_match']:5.1f}%  "
-            f"edit similarity {100 * s['edit_similarity']:5.1f}%"
+            f"edit similarity {100 * s['edit_similarity']:5.1f}%  "
+            f"repetitive raw {s['repetitive_raw']:3}  shown {s['repetitive_shown']:3}"
         )
     return 0
 

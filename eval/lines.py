@@ -3,29 +3,51 @@
 Lines are drawn with a seed from files the model never trained on (see
 :mod:`codeparrot.eval.heldout`). Half are asked at the line's start (the cursor after the
 indentation, the rest of the line to write), half in the middle (the cursor at a random
-character of the line's text). The prompt is the file before the cursor; with a checkpoint
-that has fill-in-the-middle sentinels the rest of the file after the line is the suffix.
-Decoding is greedy and stops at the end of the line. Scores: exact match of the line's rest
-(trailing spaces ignored) and edit similarity (1 - Levenshtein distance / longer length).
+character of the line's text). The document is the file without the rest of that line.
+
+The prompt is the language server's (:func:`codeparrot.prompting.build_prompt`): the same
+window before the cursor, the same budget for this checkpoint (``--context-tokens`` and
+``--max-new-tokens`` as the editor's defaults), with a fill-in-the-middle checkpoint whole
+lines after the cursor within ``--suffix-share`` of it, and with ``--workspace-share`` > 0
+snippets of the other files of the same folder (in name order, standing for "most recently
+edited first"). Decoding is greedy and stops at the end of the line. The first line is cut
+by the editor's repetition filter (:func:`codeparrot.generation.repetition.cut_repetition`
+with the text before the cursor, as the server's post-processing calls it) before it is
+scored, as the editor would show it (``--no-repetition-filter``: score the raw line).
+
+Scores: exact match of the line's rest (trailing spaces ignored), edit similarity
+(1 - Levenshtein distance / longer length), and how many suggestions are degenerate
+repetition raw and as shown.
 """
 
 from __future__ import annotations
 
+import posixpath
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from codeparrot import prompting
 from codeparrot.config import Config, option
 from codeparrot.eval.heldout import HELDOUT_DATA, HeldoutFile, describe, read_heldout
+from codeparrot.generation.repetition import cut_repetition, is_repetitive
 from codeparrot.io import atomic_directory, atomic_open, provenance, write_json
-from codeparrot.options import MAX_NEW_TOKENS, QUANTIZE_WEIGHTS
+from codeparrot.options import (
+    CONTEXT_TOKENS,
+    FIM_SUFFIX_SHARE,
+    MAX_NEW_TOKENS,
+    QUANTIZE_WEIGHTS,
+    WORKSPACE_SHARE,
+)
 
 LINE_START = "line_start"
 MID_LINE = "mid_line"
 KINDS = (LINE_START, MID_LINE)
 MIN_LINE_CHARS = 4
+# The language server reads this many characters after the cursor (its --suffix-chars).
+SUFFIX_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -37,9 +59,32 @@ class LinesConfig(Config):
     n: int = option(200, "lines to complete (half at a line's start, half mid-line)", ge=2)
     seed: int = option(0, "seed of the line draw")
     max_new_tokens: int = MAX_NEW_TOKENS.field(
-        48, "most tokens per completion (at most the language server's 512)", le=512
+        32,
+        "most tokens per completion; with --context-tokens it sets the prompt budget, as in "
+        "the language server (whose single-line default this is)",
+        le=512,
     )
-    fim: bool = option(True, "send the rest of the file as the suffix when the checkpoint can")
+    context_tokens: int = CONTEXT_TOKENS.field(
+        help="token budget of the prompt, as the language server's --context-tokens: at most "
+        "what the model's context leaves after the new tokens"
+    )
+    fim: bool = option(
+        True, "send whole lines after the cursor as the suffix when the checkpoint can"
+    )
+    suffix_share: float = FIM_SUFFIX_SHARE.field(
+        help="with FIM: the most of the prompt budget the suffix may take (whole lines after "
+        "the cursor), as the language server's --fim-suffix-share; 0: the prefix alone"
+    )
+    workspace_share: float = WORKSPACE_SHARE.field(
+        help="the most of the prompt budget for snippets of the other files of the completed "
+        "file's folder (taken in name order as the editor's most recently edited first), as "
+        "the language server's --workspace-share"
+    )
+    repetition_filter: bool = option(
+        True,
+        "cut degenerate repetition from each suggestion before scoring it, as the editor "
+        "shows it (--no-repetition-filter: score the raw line)",
+    )
     output: Path | None = option(None, "write lines.jsonl and summary.json into this folder")
     quantize: str = QUANTIZE_WEIGHTS.field("auto", "decoding steps (as the language server)")
 
@@ -108,15 +153,82 @@ def first_line(text: str) -> str:
     return text.split("\n", 1)[0].rstrip()
 
 
-def score(tasks: Sequence[LineTask], completions: Sequence[str]) -> dict[str, Any]:
-    """Exact match and edit similarity per kind and overall."""
+def editor_window(task: LineTask, context_tokens: int) -> tuple[str, str]:
+    """(text before, text after) the cursor as the language server reads them from the
+    document (the file without the rest of the line) for a ``context_tokens`` prompt."""
+    chars = prompting.window_chars(context_tokens)
+    start = prompting.window_start(
+        task.prefix, len(task.prefix), chars, grid=prompting.PROMPT_QUANTUM
+    )
+    return task.prefix[start:], task.suffix[:SUFFIX_CHARS]
+
+
+def workspace_documents(files: Sequence[HeldoutFile], name: str) -> list[tuple[str, str]]:
+    """``(name, text)`` of the other files in ``name``'s folder, in name order (standing for
+    the editor's "most recently edited first")."""
+    folder = posixpath.dirname(name)
+    return [
+        (f.name, f.text)
+        for f in sorted(files, key=lambda f: f.name)
+        if f.name != name and posixpath.dirname(f.name) == folder
+    ]
+
+
+def editor_prompt(
+    task: LineTask,
+    config: LinesConfig,
+    count_tokens: prompting.CountTokens,
+    budget: int,
+    fim: bool,
+    others: Sequence[tuple[str, str]] = (),
+) -> tuple[str, str | None]:
+    """(prompt, suffix or ``None``) the language server would send for ``task``."""
+    before, after = editor_window(task, config.context_tokens)
+    return prompting.build_prompt(
+        count_tokens,
+        before,
+        after,
+        budget,
+        suffix_share=config.suffix_share,
+        fim=fim,
+        others=others if config.workspace_share > 0 else (),
+        workspace_share=config.workspace_share,
+    )
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A suggestion's first line raw and as the editor shows it, and whether each is
+    degenerate repetition (:func:`codeparrot.generation.repetition.is_repetitive`)."""
+
+    raw: str
+    shown: str
+    repetitive_raw: bool
+    repetitive_shown: bool
+
+
+def shown_line(task: LineTask, completion: str, context_tokens: int, filtered: bool) -> Shown:
+    """The first line of ``completion`` through the editor's repetition filter: called as
+    the language server's post-processing calls it, with the cursor's line before it and
+    the text before the cursor above it (``filtered=False``: the raw line)."""
+    raw = first_line(completion)
+    above, _ = editor_window(task, context_tokens)
+    head = above.rsplit("\n", 1)[-1]
+    shown = cut_repetition(raw, head, above) if filtered else raw
+    return Shown(raw, shown, is_repetitive(raw, head, above), is_repetitive(shown, head, above))
+
+
+def score(tasks: Sequence[LineTask], shown: Sequence[Shown]) -> dict[str, Any]:
+    """Exact match, edit similarity and repetitive suggestions per kind and overall."""
     rows = []
-    for task, completion in zip(tasks, completions, strict=True):
-        got = first_line(completion)
+    for task, s in zip(tasks, shown, strict=True):
+        target = task.target.rstrip()
         rows.append({
             "kind": task.kind,
-            "exact": got == task.target.rstrip(),
-            "similarity": edit_similarity(got, task.target.rstrip()),
+            "exact": s.shown == target,
+            "similarity": edit_similarity(s.shown, target),
+            "repetitive_raw": s.repetitive_raw,
+            "repetitive_shown": s.repetitive_shown,
         })  # fmt: skip
     summary: dict[str, Any] = {}
     for kind in (*KINDS, "all"):
@@ -126,26 +238,41 @@ def score(tasks: Sequence[LineTask], completions: Sequence[str]) -> dict[str, An
                 "n": len(group),
                 "exact_match": sum(r["exact"] for r in group) / len(group),
                 "edit_similarity": sum(r["similarity"] for r in group) / len(group),
+                "repetitive_raw": sum(r["repetitive_raw"] for r in group),
+                "repetitive_shown": sum(r["repetitive_shown"] for r in group),
             }
     return summary
 
 
-def engine_completer(config: LinesConfig) -> tuple[Callable[[LineTask], str], dict[str, Any]]:
-    """Greedy completion of one task with the checkpoint, and what it used."""
+def engine_completer(
+    config: LinesConfig, files: Sequence[HeldoutFile]
+) -> tuple[Callable[[LineTask], str], dict[str, Any]]:
+    """Greedy completion of one task with the checkpoint and the editor's prompt, and the
+    settings it used."""
     from codeparrot.generation import Engine, GenerationConfig
 
     engine = Engine.load(config.checkpoint, quantize=config.quantize)
     fim = bool(config.fim and getattr(engine, "fim", None) is not None)
-    gen = GenerationConfig(
-        max_new_tokens=config.max_new_tokens, temperature=0.0, n=1, seed=0, stop=("\n",)
+    budget, max_new = prompting.prompt_budget(
+        engine.context_length, config.context_tokens, config.max_new_tokens
     )
+    gen = GenerationConfig(max_new_tokens=max_new, temperature=0.0, n=1, seed=0, stop=("\n",))
 
     def complete(task: LineTask) -> str:
-        if fim:
-            return engine.generate(task.prefix, gen, suffix=task.suffix)[0].text
-        return engine.generate(task.prefix, gen)[0].text
+        others = workspace_documents(files, task.file) if config.workspace_share > 0 else ()
+        prompt, suffix = editor_prompt(task, config, engine.count_tokens, budget, fim, others)
+        if suffix is None:
+            return engine.generate(prompt or engine.tokenizer.eos_token or "\n", gen)[0].text
+        return engine.generate(prompt, gen, suffix=suffix)[0].text
 
-    return complete, {"fim": fim, "quantize": config.quantize}
+    used = {
+        "fim": fim,
+        "quantize": config.quantize,
+        "prompt_budget": budget,
+        "max_new_tokens": max_new,
+        "context_length": engine.context_length,
+    }
+    return complete, used
 
 
 def evaluate_lines(
@@ -158,31 +285,41 @@ def evaluate_lines(
     tasks = pick_lines(files, config.n, config.seed)
     used: dict[str, Any] = {}
     if complete is None:
-        complete, used = engine_completer(config)
-    completions = []
+        complete, used = engine_completer(config, files)
+    shown = []
     for task in tasks:
-        completions.append(complete(task))
+        shown.append(
+            shown_line(task, complete(task), config.context_tokens, config.repetition_filter)
+        )
         if progress is not None:
             progress(1)
     summary = {
-        "scores": score(tasks, completions),
+        "scores": score(tasks, shown),
         "data": str(config.data) if config.data else "held-out packages",
         **describe(files),
+        "prompt": {
+            "suffix_share": config.suffix_share,
+            "workspace_share": config.workspace_share,
+            "workspace_documents": "the other files of the completed file's folder, in name "
+            "order as most recently edited first",
+            "context_tokens": config.context_tokens,
+            "repetition_filter": config.repetition_filter,
+        },
         **used,
         "provenance": provenance(config),
     }
     if config.output is not None:
-        _write(config.output, tasks, completions, summary)
+        _write(config.output, tasks, shown, summary)
     return summary
 
 
-def _write(out: Path, tasks: Sequence[LineTask], completions: Sequence[str], summary: dict) -> None:
+def _write(out: Path, tasks: Sequence[LineTask], shown: Sequence[Shown], summary: dict) -> None:
     import json
 
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(out, overwrite=True) as tmp:
         with atomic_open(tmp / "lines.jsonl") as fh:
-            for task, completion in zip(tasks, completions, strict=True):
+            for task, s in zip(tasks, shown, strict=True):
                 record = {k: v for k, v in asdict(task).items() if k not in ("prefix", "suffix")}
-                fh.write(json.dumps({**record, "completion": first_line(completion)}) + "\n")
+                fh.write(json.dumps({**record, **asdict(s)}) + "\n")
         write_json(tmp / "summary.json", summary)

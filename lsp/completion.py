@@ -12,16 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from codeparrot import prompting
 from codeparrot.lsp.config import LspConfig
-from codeparrot.lsp.context import workspace_snippets
-from codeparrot.lsp.documents import Window, fit_prefix, fit_suffix
+from codeparrot.lsp.documents import Window
 from codeparrot.lsp.postprocess import indent_width, postprocess
 
 if TYPE_CHECKING:
     from codeparrot.generation import Engine
 
-# Prompt starts move in steps of this many characters (see fit_prefix, cursor_window).
-PROMPT_QUANTUM = 64
 # Ends of a block the model may run into (besides a dedent, detected while streaming).
 MULTILINE_STOPS = ("\n\n\n", "\nclass ", "\ndef ", "\nif __name__")
 
@@ -39,10 +37,10 @@ class Outcome:
 
 
 def prompt_budget(engine: Engine, config: LspConfig, multiline: bool) -> tuple[int, int]:
-    """(prompt tokens, new tokens) that fit in the model's context."""
+    """(prompt tokens, new tokens) that fit in the model's context
+    (:func:`codeparrot.prompting.prompt_budget`)."""
     new = config.multiline_max_new_tokens if multiline else config.max_new_tokens
-    new = min(new, max(1, engine.context_length // 2))
-    return min(config.context_tokens, engine.context_length - new - 1), new
+    return prompting.prompt_budget(engine.context_length, config.context_tokens, new)
 
 
 def suggest(
@@ -64,13 +62,7 @@ def suggest(
         return None
     multiline = base_indent is not None
     budget, max_new = prompt_budget(engine, config, multiline)
-    snippets = ""
-    if config.workspace_share > 0 and others:
-        room = int(budget * config.workspace_share)
-        snippets = workspace_snippets(window.prefix, others, room, engine.count_tokens)
-        budget -= engine.count_tokens(snippets) if snippets else 0
-    prompt, suffix = fim_prompt(engine, window, config, budget)
-    prompt = snippets + prompt
+    prompt, suffix = fim_prompt(engine, window, config, budget, others)
     if suffix is None and not prompt:
         # an empty document (or cursor at its start): start from end-of-text
         prompt = engine.tokenizer.eos_token or "\n"
@@ -110,22 +102,30 @@ def suggest(
 
 
 def fim_prompt(
-    engine: Engine, window: Window, config: LspConfig, budget: int
+    engine: Engine,
+    window: Window,
+    config: LspConfig,
+    budget: int,
+    others: Sequence[tuple[str, str]] = (),
 ) -> tuple[str, str | None]:
     """(prefix, suffix) of the prompt within ``budget`` tokens; suffix ``None``: prefix only.
 
-    With a FIM checkpoint (and ``config.fim``) the suffix window takes whole lines after
-    the cursor, at most ``fim_suffix_share`` of the budget, and the prefix the rest; a
-    checkpoint without the sentinels, or nothing but blanks after the cursor, gets the
-    prefix alone.
+    :func:`codeparrot.prompting.build_prompt` with the editor's settings: workspace
+    snippets of ``others`` within ``workspace_share`` of the budget; with a FIM checkpoint
+    (and ``config.fim``) the suffix window takes whole lines after the cursor, at most
+    ``fim_suffix_share`` of the rest, and the prefix the remainder; a checkpoint without the
+    sentinels, or nothing but blanks after the cursor, gets the prefix alone.
     """
-    suffix = None
-    if config.fim and getattr(engine, "fim", None) is not None and window.suffix.strip():
-        room = int(budget * config.fim_suffix_share)
-        suffix = fit_suffix(window.suffix, room, engine.count_tokens) or None
-    used = engine.count_tokens(suffix) if suffix else 0
-    prefix = fit_prefix(window.prefix, budget - used, engine.count_tokens, quantum=PROMPT_QUANTUM)
-    return prefix, suffix
+    return prompting.build_prompt(
+        engine.count_tokens,
+        window.prefix,
+        window.suffix,
+        budget,
+        suffix_share=config.fim_suffix_share,
+        fim=config.fim and getattr(engine, "fim", None) is not None,
+        others=others,
+        workspace_share=config.workspace_share,
+    )
 
 
 def _block_ended(text: str, base: int | None) -> bool:

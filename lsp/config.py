@@ -19,7 +19,16 @@ from typing import Any
 
 from codeparrot.config import Config, option
 from codeparrot.errors import ConfigError
-from codeparrot.options import DEVICE, MAX_NEW_TOKENS, QUANTIZE_WEIGHTS, TEMPERATURE, TOP_P
+from codeparrot.options import (
+    CONTEXT_TOKENS,
+    DEVICE,
+    FIM_SUFFIX_SHARE,
+    MAX_NEW_TOKENS,
+    QUANTIZE_WEIGHTS,
+    TEMPERATURE,
+    TOP_P,
+    WORKSPACE_SHARE,
+)
 
 # Fields an editor may set at run time (the transport is fixed once the server runs).
 EDITOR_SETTINGS = (
@@ -69,12 +78,7 @@ class LspConfig(Config):
         ge=0,
         le=5000,
     )
-    context_tokens: int = option(
-        768,
-        "token budget of the prompt (the text before the cursor, nearest lines kept)",
-        ge=16,
-        le=32768,
-    )
+    context_tokens: int = CONTEXT_TOKENS.field()
     suffix_chars: int = option(
         2000,
         "characters after the cursor read for post-processing and, with a FIM "
@@ -86,20 +90,11 @@ class LspConfig(Config):
         "fill in the middle: when the checkpoint has the FIM sentinels, the prompt holds the "
         "text after the cursor too (a checkpoint without them completes the prefix alone)",
     )
-    fim_suffix_share: float = option(
-        0.25,
-        "with FIM: the most of the prompt budget the suffix window may take (whole lines "
-        "after the cursor; the prefix gets the rest)",
-        ge=0.0,
-        le=0.9,
-    )
-    workspace_share: float = option(
-        0.0,
-        "the most of the prompt budget that snippets of other open documents may take "
+    fim_suffix_share: float = FIM_SUFFIX_SHARE.field()
+    workspace_share: float = WORKSPACE_SHARE.field(
+        help="the most of the prompt budget that snippets of other open documents may take "
         "(`# Path:` comment blocks of the lines most like the code before the cursor); 0, "
         "the default, leaves them out: no gain has been measured yet",
-        ge=0.0,
-        le=0.5,
     )
     cache_size: int = option(128, "completions kept in the LRU cache (0 disables it)", ge=0)
     multiline: bool = option(

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
+
+from codeparrot.prompting import window_start
 
 UTF8 = "utf-8"
 UTF16 = "utf-16"
@@ -186,81 +187,14 @@ def cursor_window(
     The prefix starts at a line start when one is in reach (models see whole lines).
     With a ``grid``, the start is first moved back to a multiple of ``grid`` in the
     document, so that it stays put while the user types: successive prompts then share
-    their beginning, which the engine's prompt cache reuses.
+    their beginning, which the engine's prompt cache reuses
+    (:func:`codeparrot.prompting.window_start`).
     """
     text = doc.text
     offset = max(0, min(offset, len(text)))
-    lo = max(0, offset - prefix_chars)
-    lo -= lo % max(1, grid)
-    if lo > 0:
-        cut = text.find("\n", lo, offset)
-        if cut != -1:
-            lo = cut + 1
+    lo = window_start(text, offset, prefix_chars, grid)
     prefix = normalise_newlines(text[lo:offset])
     suffix = normalise_newlines(text[offset : offset + suffix_chars])
     head = prefix.rsplit("\n", 1)[-1]
     tail = suffix.split("\n", 1)[0]
     return Window(prefix, suffix, head, tail, offset, doc.eol)
-
-
-# Code runs ~3-4 characters per token; 8 leaves room for long whitespace-heavy tokens.
-GUESS_CHARS_PER_TOKEN = 8
-
-
-def _cut(prefix: str, lo: int, quantum: int) -> str:
-    """``prefix`` from the first line start at or after ``lo`` rounded up to ``quantum``."""
-    lo = min(-(-lo // quantum) * quantum, len(prefix) - 1)
-    cut = prefix.find("\n", lo)
-    return prefix[cut + 1 :] if cut != -1 and cut + 1 < len(prefix) else prefix[lo:]
-
-
-def fit_suffix(suffix: str, budget: int, count_tokens: Callable[[str], int]) -> str:
-    """The most whole lines at the start of ``suffix`` within ``budget`` tokens.
-
-    The first line is the rest of the cursor's line; when even it is over the budget the
-    suffix is left out (``""``) rather than cut inside a line (or a token).
-    """
-    if budget <= 0 or not suffix:
-        return ""
-    if count_tokens(suffix) <= budget:
-        return suffix
-    ends = [i + 1 for i, ch in enumerate(suffix) if ch == "\n"]
-    lo, hi = 0, len(ends)  # how many lines fit (heads grow with the count)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if count_tokens(suffix[: ends[mid - 1]]) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    return suffix[: ends[lo - 1]] if lo else ""
-
-
-def fit_prefix(
-    prefix: str, budget: int, count_tokens: Callable[[str], int], quantum: int = 1
-) -> str:
-    """An end of ``prefix`` within ``budget`` tokens, cut at a line start if possible.
-
-    Tokenizes a few candidates, never the whole document: the caller passes a window.
-    Cuts are made at multiples of ``quantum`` characters from the start of ``prefix`` (then
-    the next line start), so that typing at the end rarely moves the start. A window far
-    longer than the budget is first cut to its last ``budget * GUESS_CHARS_PER_TOKEN``
-    characters when those alone hold at least ``budget`` tokens (tokenizing a few thousand
-    characters less is a few milliseconds of every request).
-    """
-    guess = budget * GUESS_CHARS_PER_TOKEN
-    if budget > 0 and len(prefix) > 2 * guess:
-        tail = _cut(prefix, len(prefix) - guess, quantum)
-        if count_tokens(tail) >= budget:
-            prefix = tail
-    for _ in range(8):
-        n = count_tokens(prefix)
-        if n <= budget:
-            return prefix
-        # drop a proportional share of the text (a little more, to converge fast)
-        keep = int(len(prefix) * budget / n * 0.95)
-        if keep <= 0:
-            return ""
-        prefix = _cut(prefix, len(prefix) - keep, quantum)
-    while prefix and count_tokens(prefix) > budget:
-        prefix = prefix[max(1, len(prefix) // 8) :]
-    return prefix

@@ -38,11 +38,12 @@ from pygls.protocol.language_server import lsp_method
 from codeparrot import __version__
 from codeparrot.errors import CodeparrotError
 from codeparrot.lsp.cache import PREFIX_KEY, SuggestionCache
-from codeparrot.lsp.completion import PROMPT_QUANTUM, Outcome, suggest
+from codeparrot.lsp.completion import Outcome, suggest
 from codeparrot.lsp.config import LspConfig, apply_settings
 from codeparrot.lsp.documents import UTF16, Document, Position, Window, cursor_window
 from codeparrot.lsp.postprocess import block_indent
 from codeparrot.lsp.stats import StatsRecorder, default_stats_file
+from codeparrot.prompting import PROMPT_QUANTUM, window_chars
 
 logger = logging.getLogger("codeparrot.lsp")
 
@@ -281,7 +282,7 @@ class CodeparrotServer(LanguageServer):
         window = cursor_window(
             doc,
             offset,
-            max(4 * PREFIX_KEY, config.context_tokens * 8),
+            window_chars(config.context_tokens),
             config.suffix_chars,
             grid=PROMPT_QUANTUM,
         )

@@ -166,6 +166,10 @@ SHARED_BY_NAME = {
     "weight_decay": "WEIGHT_DECAY",
     "dropout": "DROPOUT",
     "seq_length": "SEQ_LENGTH",
+    "context_tokens": "CONTEXT_TOKENS",
+    "fim_suffix_share": "FIM_SUFFIX_SHARE",
+    "suffix_share": "FIM_SUFFIX_SHARE",
+    "workspace_share": "WORKSPACE_SHARE",
 }
 # Of those, the ones no stage may narrow: a value valid in one stage is valid in all.
 SAME_EVERYWHERE = {
@@ -277,6 +281,7 @@ def test_shared_settings_keep_their_single_declaration_in_every_stage():
             if f.name in SAME_EVERYWHERE:
                 assert bounds == declared.bounds, f"{where} narrows a setting shared as is"
     assert seen >= {"TEMPERATURE", "TOP_P", "QUANTIZE_WEIGHTS", "DTYPE", "PRESET"}
+    assert seen >= {"CONTEXT_TOKENS", "FIM_SUFFIX_SHARE", "WORKSPACE_SHARE"}
 
 
 def test_the_sampling_bounds_are_the_engines_everywhere():

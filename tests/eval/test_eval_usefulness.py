@@ -92,7 +92,10 @@ def test_the_same_seed_picks_the_same_lines_and_an_oracle_scores_100(heldout):
         assert FILES[t.file].endswith(t.suffix)
     config = LinesConfig(checkpoint=Path("unused"), data=heldout, n=6, seed=3)
     oracle = evaluate_lines(config, complete=lambda t: t.target + "\nmore text")
-    assert oracle["scores"]["all"] == {"n": 6, "exact_match": 1.0, "edit_similarity": 1.0}
+    assert oracle["scores"]["all"] == {
+        "n": 6, "exact_match": 1.0, "edit_similarity": 1.0,
+        "repetitive_raw": 0, "repetitive_shown": 0,
+    }  # fmt: skip
     wrong = evaluate_lines(config, complete=lambda t: t.target[:-1])
     assert wrong["scores"]["all"]["exact_match"] == 0.0
     assert 0.5 < wrong["scores"]["all"]["edit_similarity"] < 1.0
@@ -119,12 +122,24 @@ def test_lines_through_the_cli_with_a_checkpoint(tiny_checkpoint, heldout, tmp_p
         "4",
         "--output",
         str(out),
+        "--suffix-share",
+        "0.1",
+        "--workspace-share",
+        "0.2",
+        "--no-repetition-filter",
     ]
     assert main(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["scores"]["all"]["n"] == 4 and summary["fim"] is False
-    assert len((out / "lines.jsonl").read_text().splitlines()) == 4
-    assert "exact match" in capsys.readouterr().out
+    assert summary["prompt"]["suffix_share"] == 0.1
+    assert summary["prompt"]["workspace_share"] == 0.2
+    assert summary["prompt"]["repetition_filter"] is False
+    # the language server's budget for this 256-token checkpoint: 256 - 32 new - 1
+    assert summary["prompt_budget"] == 223
+    records = [json.loads(x) for x in (out / "lines.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and all(r["raw"] == r["shown"] for r in records)
+    printed = capsys.readouterr().out
+    assert "exact match" in printed and "repetitive raw" in printed
 
 
 def test_bad_inputs_name_the_input_and_write_nothing(tiny_checkpoint, heldout, tmp_path):

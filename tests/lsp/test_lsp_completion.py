@@ -99,7 +99,7 @@ def test_empty_document_prompt(engine):
 
 
 def test_typing_keeps_the_prompt_start_so_the_engine_reuses_it(engine):
-    from codeparrot.lsp.completion import PROMPT_QUANTUM
+    from codeparrot.prompting import PROMPT_QUANTUM
 
     spy = Spy(engine)
     config = LspConfig(max_new_tokens=2, context_tokens=4096)

@@ -9,9 +9,9 @@ from lsprotocol import types
 
 from codeparrot.generation import Engine
 from codeparrot.lsp.config import LspConfig
-from codeparrot.lsp.context import workspace_snippets
 from codeparrot.lsp.documents import Document
 from codeparrot.lsp.server import build_server
+from codeparrot.prompting import workspace_snippets
 
 HELPERS = (
     "import math\n\n\n"

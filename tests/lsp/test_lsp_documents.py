@@ -13,11 +13,11 @@ from codeparrot.lsp.documents import (
     Document,
     Position,
     cursor_window,
-    fit_prefix,
     index_to_units,
     line_starts,
     units_to_index,
 )
+from codeparrot.prompting import fit_prefix
 
 ENCODINGS = (UTF8, UTF16, UTF32)
 # text with the characters that break position code: astral emoji, CJK, accents,

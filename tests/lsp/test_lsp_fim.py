@@ -11,8 +11,9 @@ from lsprotocol import types
 
 from codeparrot.generation import Engine
 from codeparrot.lsp.config import LspConfig
-from codeparrot.lsp.documents import Document, fit_suffix
+from codeparrot.lsp.documents import Document
 from codeparrot.lsp.server import build_server
+from codeparrot.prompting import fit_suffix
 
 FILE = (
     "import os\n\n\n"
