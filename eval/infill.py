@@ -78,8 +78,14 @@ def derive(kind: str, problems: dict[str, dict[str, Any]] | None = None) -> list
 
 
 def infill_program(task: dict[str, Any], middle: str) -> Program:
-    """The check of one middle: ``prompt + middle + suffix`` run against the task's test."""
+    """The check of one middle: ``prompt + middle + suffix`` run against the task's test.
+
+    The masked part is whole lines, so a middle that does not end its last line (generation
+    stopped at a line break, which the completion leaves out) gets the line break back.
+    """
     entry = task["entry_point"]
+    if middle and not middle.endswith("\n"):
+        middle += "\n"
     return Program(
         program=task["prompt"] + middle + task["suffix"],
         test=task["test"] + f"\n\ncheck({entry})\n",

@@ -172,6 +172,10 @@ TASKS: dict[str, Task] = {
             None,
             (*HUMANEVAL_KEYS, "suffix"),
             _infill("single-line"),
+            # the middle is one line: generation stops at its end, as InCoder's and
+            # Sourcegraph's single-line evaluations truncate (a small model rarely writes
+            # end-of-text itself and would run to --max-new-tokens)
+            stop=("\n",),
             infill=True,
             uses_humaneval=True,
         ),

@@ -82,6 +82,19 @@ def test_ground_truth_middles_pass_and_empty_ones_mostly_fail(single, multi):
     assert sum(v.passed for v in empty) <= len(tasks) // 4
 
 
+def test_single_line_middles_stop_at_the_line_end_and_keep_their_line(single):
+    """Single-line tasks stop generating at a line break, which the completion leaves out;
+    the program still puts the suffix on its own line, so the true line without its line
+    break passes."""
+    from codeparrot.eval.tasks import get_task
+
+    assert get_task("infill-single-line").stop_sequences() == ("\n",)
+    tasks = random.Random(1).sample(single, 10)
+    programs = [infill_program(t, t["canonical_solution"].rstrip("\n")) for t in tasks]
+    verdicts = run_programs(programs, isolation=detect_isolation(), workers=8)
+    assert [t["task_id"] for t, v in zip(tasks, verdicts, strict=True) if not v.passed] == []
+
+
 def test_exact_match_ignores_only_trailing_whitespace():
     reference = "        total += k\n"
     assert exact_match("        total += k", reference)
