@@ -72,6 +72,9 @@ def generation_settings(config: GenerationOptions) -> dict[str, Any]:
         "seed": config.seed,
         "batch_size": config.batch_size,
         "prompt": PROMPT_FORM,
+        # a task's stop sequences may change between versions: samples made with others
+        # are not silently mixed in on resume
+        "stop": list(get_task(config.task).stop_sequences()),
     }
 
 

@@ -115,3 +115,20 @@ def test_default_max_new_tokens_fits_a_small_context(tiny_checkpoint, tmp_path, 
     assert main(argv) == 0
     meta = json.loads((out / "samples.meta.json").read_text())
     assert meta["generation"]["max_new_tokens"] == context // 2
+
+
+def test_samples_made_with_other_stop_sequences_are_not_resumed(tiny_checkpoint, tmp_path):
+    """A samples file from a version whose task stopped elsewhere is refused, not mixed in."""
+    from codeparrot.errors import DataError
+
+    problems = select_problems(load_problems(), limit=1)
+    config = GenerateConfig(checkpoint=tiny_checkpoint, output=tmp_path, n=1, batch_size=1,
+                            max_new_tokens=4, temperature=0.0)  # fmt: skip
+    generate_samples(config, problems, progress=False)
+    meta_path = tmp_path / "samples.meta.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["generation"]["stop"]  # HumanEval's stop sequences are recorded
+    meta["generation"]["stop"] = ["\n"]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="stop"):
+        generate_samples(config.replace(n=2), problems, progress=False)
