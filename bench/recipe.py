@@ -266,12 +266,16 @@ def main() -> None:
 
 
 def run_all(args: argparse.Namespace, qs: Any, corpus: Path, tokenizer: Path) -> dict[str, Any]:
-    """The baseline at 1x, 2x, 4x steps and each variant at 1x, each scored (reused when done)."""
+    """The baseline at each multiple of the steps and each variant at 1x, each scored
+    (reused when done)."""
     from codeparrot.io import write_json
     from codeparrot.training import train
 
-    plan = [(f"baseline-{k}x", {}, k * args.steps) for k in args.multiples]
+    # the cheapest comparison first: the 1x baseline and the variants, then the longer runs
+    first, *longer = args.multiples
+    plan = [(f"baseline-{first}x", {}, first * args.steps)]
     plan += [(name, VARIANTS[name], args.steps) for name in args.variants]
+    plan += [(f"baseline-{k}x", {}, k * args.steps) for k in longer]
     results: dict[str, Any] = {}
     for name, changes, steps in plan:
         cfg = train_config(args.work, corpus, tokenizer, qs, name, steps, changes)
