@@ -116,6 +116,12 @@ class GenerationOptions(TaskOptions):
     )
     seed: int = option(0, "base seed; each batch derives its own, recorded per sample")
     limit: int | None = option(None, "only the first K problems", ge=1)
+    sample: int | None = option(
+        None,
+        "a random K of the problems, drawn with --seed and kept in order (a representative "
+        "subset; --limit takes the first K)",
+        ge=1,
+    )
     problem_ids: tuple[str, ...] = option(
         (), "only these task ids (e.g. HumanEval/0 HumanEval/1)", flag="--problems"
     )

@@ -23,9 +23,15 @@ def load_problems(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
 
 
 def select_problems(
-    problems: dict[str, dict[str, Any]], ids: tuple[str, ...] = (), limit: int | None = None
+    problems: dict[str, dict[str, Any]],
+    ids: tuple[str, ...] = (),
+    limit: int | None = None,
+    *,
+    sample: int | None = None,
+    seed: int = 0,
 ) -> dict[str, dict[str, Any]]:
-    """The problems named in ``ids`` (all when empty), at most ``limit`` of them, in order."""
+    """The problems named in ``ids`` (all when empty), then a seeded random ``sample`` of
+    them (kept in order), then at most ``limit`` of them, in order."""
     if ids:
         unknown = [i for i in ids if i not in problems]
         if unknown:
@@ -33,6 +39,11 @@ def select_problems(
         chosen = {i: problems[i] for i in ids}
     else:
         chosen = dict(problems)
+    if sample is not None and sample < len(chosen):
+        import random
+
+        keep = set(random.Random(seed).sample(list(chosen), sample))
+        chosen = {k: v for k, v in chosen.items() if k in keep}
     if limit is not None:
         chosen = dict(list(chosen.items())[:limit])
     return chosen

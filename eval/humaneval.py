@@ -290,7 +290,9 @@ def generate(
     """`eval generate`: completions into OUT/samples.jsonl; nothing is executed."""
     config = with_max_new_tokens(config, engine)
     found = load_problem_set(config)
-    problems = select_problems(found.problems, config.problem_ids, config.limit)
+    problems = select_problems(
+        found.problems, config.problem_ids, config.limit, sample=config.sample, seed=config.seed
+    )
     path = generate_samples(config, problems, engine=engine, progress=progress)
     samples = read_samples(path, problems)
     return {
@@ -391,7 +393,9 @@ def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -
         )
     config = with_max_new_tokens(config, engine)
     found = load_problem_set(config)
-    problems = select_problems(found.problems, config.problem_ids, config.limit)
+    problems = select_problems(
+        found.problems, config.problem_ids, config.limit, sample=config.sample, seed=config.seed
+    )
     path = generate_samples(config, problems, engine=engine, progress=progress)
     samples = read_samples(path, problems)
     # A file grown by an earlier run with a larger --n keeps its first n samples per task.

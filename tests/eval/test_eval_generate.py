@@ -132,3 +132,15 @@ def test_samples_made_with_other_stop_sequences_are_not_resumed(tiny_checkpoint,
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(DataError, match="stop"):
         generate_samples(config.replace(n=2), problems, progress=False)
+
+
+def test_a_seeded_sample_of_problems_is_spread_and_repeatable():
+    """--sample K draws K problems across the set (not the first K), the same for a seed."""
+    problems = load_problems()
+    drawn = select_problems(problems, sample=10, seed=3)
+    assert len(drawn) == 10
+    assert drawn == select_problems(problems, sample=10, seed=3)
+    assert drawn != select_problems(problems, sample=10, seed=4)
+    assert list(drawn) != list(problems)[:10]
+    order = list(problems)
+    assert [order.index(t) for t in drawn] == sorted(order.index(t) for t in drawn)
