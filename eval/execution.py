@@ -75,7 +75,7 @@ def run_programs(
     verdicts: list[Verdict | None] = [None] * len(programs)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm.autonotebook import tqdm  # tqdm.auto would import asyncio too
 
         bar = tqdm(total=len(programs), desc="executing", unit="sample")
     lock = threading.Lock()

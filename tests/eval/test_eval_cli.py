@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,6 +106,27 @@ def test_execute_scores_and_writes_results(tmp_path, problems, capsys, monkeypat
     assert len(summary["input_errors"]) == 5
     assert summary["isolation"]["mode"] in ("root", "userns", "none")
     assert "provenance" in summary
+
+
+def test_execute_loads_no_ml_library_nor_other_subcommand(tmp_path, problems):
+    """Scoring a samples file needs neither torch nor transformers nor datasets, nor the
+    modules of the other subcommands: the CLI imports only the one it runs."""
+    path = tmp_path / "s.jsonl"
+    write_samples(path, problems)
+    code = (
+        "import sys\n"
+        "from codeparrot.cli import main\n"
+        f"assert main(['eval', 'execute', {str(path)!r}, '--workers', '1']) == 0\n"
+        "loaded = ('torch', 'transformers', 'datasets', 'accelerate', 'numpy', 'matplotlib',\n"
+        "          'codeparrot.training', 'codeparrot.generation', 'codeparrot.quickstart')\n"
+        "print([m for m in loaded if m in sys.modules])\n"
+    )
+    env = os.environ | {"CODEPARROT_ALLOW_CODE_EXECUTION": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+    assert "pass@1: 50.00%" in out.stdout
 
 
 def test_config_problems_name_flags():

@@ -43,3 +43,26 @@ def test_closing_stops_the_zygote():
     proc = box._proc
     box.close()
     assert proc.poll() is not None
+
+
+@pytest.mark.parametrize("mode", ["root", "userns", "none"])
+def test_samples_of_one_zygote_do_not_share_state(mode):
+    """The zygote imports common modules once; every sample still starts from a clean
+    copy: its own random seed, and nothing a previous sample changed."""
+    if mode not in {"none", detect_isolation().mode}:
+        pytest.skip(f"mode {mode} is not the one that works here")
+    program = (
+        "import random, typing, math\n"
+        "seen = getattr(math, 'seen_by_an_earlier_sample', False)\n"
+        "math.seen_by_an_earlier_sample = True\n"
+        "def f():\n    return (random.random(), seen)\n"
+    )
+    values = set()
+    with Sandbox(Isolation(mode), slot=5) as box:
+        for _ in range(3):
+            verdict = box.run(program, "value, seen = f()\nassert False, (value, seen)", "f")
+            assert verdict.result.startswith("failed: AssertionError ("), verdict.result
+            value, seen = verdict.result.removeprefix("failed: AssertionError ")[1:-1].split(", ")
+            assert seen == "False"
+            values.add(value)
+    assert len(values) == 3
