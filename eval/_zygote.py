@@ -6,11 +6,12 @@ in length-prefixed frames. In the namespaced modes Z first builds, once, a root 
 holds only the Python runtime (read-only) and pivots into it (``build_root``). Z itself
 never runs sample code; per sample it forks:
 
-    zygote Z ── X (unshare PID|NS|IPC|UTS) ── A: checker, PID 1 of a fresh PID
-                                                 namespace, private /proc, tmpfs /tmp
-                                                 and /dev/shm, own IPC objects
-                                               └─ B: the sample, unprivileged uid,
-                                                  rlimits, seccomp, stdio → /dev/null
+    zygote Z ── A: checker, PID 1 of a fresh PID namespace (unshare NS|IPC|UTS):
+                private /proc, tmpfs /tmp and /dev/shm, own IPC objects
+              └─ B: the sample, unprivileged uid, rlimits, seccomp, stdio → /dev/null
+
+(Z re-enters its own PID namespace after each fork. In mode userns it may not, and an
+intermediate X between Z and A unshares PID|NS|IPC|UTS instead.)
 
 B runs ``prompt + completion`` and then only answers call requests from A over two
 pipes, with values in a strict plain-data encoding. A runs the trusted test code with
@@ -733,26 +734,19 @@ def run_one(header, program, libc, mode, slot, context):
     job_r, job_w = os.pipe()
     res_r, res_w = os.pipe()
     start = time.monotonic()
-    x = os.fork()
-    if x == 0:  # X
+    x = _fork_into_new_pid_namespace(libc, context["pid_ns"]) if mode == "root" else os.fork()
+    if x == 0:  # A, or in mode userns X
         try:
             os.close(job_w)
             os.close(res_r)
-            devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1):
-                os.dup2(devnull, fd)
+            if mode == "root":
+                os.close(context["pid_ns"])
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if mode != "none" and libc.unshare(NAMESPACES) != 0:
+            if mode == "userns":
+                run_intermediate(program, limits, mode, slot, libc, job_r, res_w, workdir)
+            if mode == "root" and libc.unshare(NAMESPACES & ~CLONE_NEWPID) != 0:
                 os._exit(71)
-            a = os.fork()
-            if a == 0:  # A
-                libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-                job = {"program": program}
-                run_checker(job, limits, mode, slot, libc, job_r, res_w, workdir)
-            os.close(job_r)
-            os.close(res_w)
-            _, status = os.waitpid(a, 0)
-            os._exit(0 if status == 0 else 72)
+            run_checker({"program": program}, limits, mode, slot, libc, job_r, res_w, workdir)
         finally:
             os._exit(73)
     os.close(job_r)
@@ -762,11 +756,11 @@ def run_one(header, program, libc, mode, slot, context):
     verdict = _exchange(job_w, res_r, b"".join(b"%010d" % len(p) + p for p in rest), deadline)
     if verdict is None:
         verdict = "timed out"
-        os.kill(x, signal.SIGKILL)  # A dies with X (PDEATHSIG), and its namespace with A
+        os.kill(x, signal.SIGKILL)  # A's namespace dies with A (and A with X: PDEATHSIG)
     duration = time.monotonic() - start
-    # X exits once A is reaped, and A (PID 1 of the sample's namespace) is reaped only
-    # after every process left in that namespace is dead: waiting for X means nothing
-    # the sample started is still alive when the verdict is reported.
+    # A (PID 1 of the sample's namespace) is reaped only after every process left in
+    # that namespace is dead, and X exits once A is reaped: waiting for A (or X) means
+    # nothing the sample started is still alive when the verdict is reported.
     if not _reap(x, time.monotonic() + 2.0):
         os.kill(x, signal.SIGKILL)
         os.waitpid(x, 0)
@@ -775,6 +769,45 @@ def run_one(header, program, libc, mode, slot, context):
 
         shutil.rmtree(workdir, ignore_errors=True)
     return verdict, duration
+
+
+def _fork_into_new_pid_namespace(libc, own_pid_namespace):
+    """fork(), the child being PID 1 of a new PID namespace, while Z stays in its own.
+
+    unshare(CLONE_NEWPID) moves only Z's future children; setns to the descriptor of its
+    own namespace, held from start-up, undoes that once the child exists, so that the
+    next sample gets a new namespace as well. (Mode root only: in mode userns Z may not
+    enter the host's PID namespace, which the initial user namespace owns, and an
+    intermediate process X does the unsharing instead.)
+    """
+    if libc.unshare(CLONE_NEWPID) != 0:
+        raise OSError(ctypes_errno(), "unshare(CLONE_NEWPID) failed")
+    pid = -1
+    try:
+        pid = os.fork()
+    finally:
+        if pid != 0 and libc.setns(own_pid_namespace, CLONE_NEWPID) != 0:
+            # Z's next child would be born into this sample's namespace: stop here, the
+            # harness restarts the worker.
+            raise OSError(ctypes_errno(), "setns back into the zygote's PID namespace failed")
+    return pid
+
+
+def run_intermediate(program, limits, mode, slot, libc, job_fd, res_fd, workdir):
+    """X (mode userns): never returns. Makes the sample's namespaces and forks A into them."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):  # the harness's pipes stay Z's alone
+        os.dup2(devnull, fd)
+    if libc.unshare(NAMESPACES) != 0:
+        os._exit(71)
+    a = os.fork()
+    if a == 0:  # A
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        run_checker({"program": program}, limits, mode, slot, libc, job_fd, res_fd, workdir)
+    os.close(job_fd)
+    os.close(res_fd)
+    _, status = os.waitpid(a, 0)
+    os._exit(0 if status == 0 else 72)
 
 
 class _Alarm(Exception):
@@ -861,7 +894,7 @@ def warm_up(libc):
     import gc
 
     compile("", "<zygote>", "exec")
-    for name in ("prctl", "unshare", "umount2", "sethostname", "syscall", "mount"):
+    for name in ("prctl", "unshare", "setns", "umount2", "sethostname", "syscall", "mount"):
         getattr(libc, name)
     for name in PRELOADED:
         __import__(name)
@@ -875,6 +908,8 @@ def main():
     mode, slot, config = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     join_cgroups(config["cgroups"])
     namespaces = {kind: os.stat(f"/proc/self/ns/{kind}").st_ino for kind in ("ipc", "uts")}
+    # Mode root: Z's own PID namespace, to return to after forking each sample's checker.
+    pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) if mode == "root" else -1
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -882,7 +917,7 @@ def main():
     libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
     # What every sample's processes need from Z: the checker's sys.path, the seccomp
     # filter, and Z's namespaces (a sample's must differ).
-    context = {"seccomp": prepare_seccomp(), "namespaces": namespaces}
+    context = {"seccomp": prepare_seccomp(), "namespaces": namespaces, "pid_ns": pid_ns}
     checker = sorted({os.path.dirname(path) for path, _ in config["checker"]})
     if mode != "none":
         build_root(libc, config["secret"], config["checker"], mode == "userns")

@@ -47,7 +47,7 @@ class ExecutionOptions(TaskOptions):
     )
     workers: int | None = option(
         None,
-        "samples executed at once (default: 8 x CPU cores; most time is kernel latency)",
+        "samples executed at once (default: 3 x CPU cores)",
         ge=1,
         le=256,
     )

@@ -27,7 +27,7 @@ Args:
     predictions: list of candidates for each problem, each a list of program strings.
     references: one test program per problem (e.g. "assert add(2, 3) == 5").
     k: the k values of pass@k (default [1, 10, 100]; only k <= candidates are reported).
-    num_workers: candidates executed at once (default: 8 x CPU cores).
+    num_workers: candidates executed at once (default: 3 x CPU cores).
     timeout: seconds per candidate (default 3.0).
 Returns:
     pass_at_k: dict {"pass@k": mean over problems}.
