@@ -252,7 +252,8 @@ def engine_completer(
     from codeparrot.generation import Engine, GenerationConfig
 
     engine = Engine.load(config.checkpoint, quantize=config.quantize)
-    fim = bool(config.fim and getattr(engine, "fim", None) is not None)
+    # a suffix can be sent: asked for, given room, and the checkpoint has the sentinels
+    fim = config.fim and config.suffix_share > 0 and getattr(engine, "fim", None) is not None
     budget, max_new = prompting.prompt_budget(
         engine.context_length, config.context_tokens, config.max_new_tokens
     )
