@@ -97,6 +97,12 @@ class QuickstartConfig(Config):
         "most new tokens per HumanEval completion (the reference's 256 needs a context of "
         "more than 256 tokens: the small and large presets)",
     )
+    infill_sample: int = option(
+        200,
+        "single-line infilling tasks scored after HumanEval (a seeded sample of the 1,033; "
+        "greedy, prefix + suffix; 0 skips it; only for a model trained with FIM)",
+        ge=0,
+    )
     allow_code_execution: bool = option(
         False,
         "run the model's HumanEval completions in the sandbox (also "
@@ -270,11 +276,60 @@ def step_eval(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, Any
     }
 
 
+INFILL_MAX_NEW_TOKENS = 64  # a single line; generation stops at its end
+
+
+def _infill_config(cfg: QuickstartConfig) -> Any:
+    from codeparrot.eval.config import HumanEvalConfig
+
+    return HumanEvalConfig(
+        checkpoint=cfg.model_dir,
+        task="infill-single-line",
+        n=1,
+        batch_size=1,
+        temperature=0.0,
+        sample=cfg.infill_sample or None,
+        max_new_tokens=INFILL_MAX_NEW_TOKENS,
+        seed=cfg.seed,
+        ks=(1,),
+        allow_code_execution=True,
+    )
+
+
+def trained_with_fim(model_dir: Path) -> bool:
+    """Whether the checkpoint was trained with fill-in-the-middle examples."""
+    meta = model_dir / "codeparrot_checkpoint.json"
+    if not meta.is_file():
+        return False
+    rate = json.loads(meta.read_text()).get("train_config", {}).get("fim_rate")
+    return bool(rate)
+
+
+def step_infill(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, Any]:
+    import shutil
+
+    from codeparrot.eval.humaneval import run
+
+    if not trained_with_fim(cfg.model_dir):
+        return {"skipped": "the model was trained without fill-in-the-middle (--fim-rate 0)"}
+    report_dir = _infill_config(cfg).output_dir()
+    if not interrupted and report_dir.exists():
+        shutil.rmtree(report_dir)
+    summary = run(_infill_config(cfg))
+    return {
+        "pass_at_1": summary["pass_at_k"]["pass@1"],
+        "exact_match": summary.get("exact_match"),
+        "tasks": summary["problems"],
+        "report": str(report_dir),
+    }
+
+
 STEPS = (
     ("corpus", "Building the corpus", step_corpus, _data_config),
     ("tokenizer", "Training the tokenizer", step_tokenizer, _tokenizer_config),
     ("train", "Pretraining the model", step_train, _train_config),
     ("eval", "Scoring HumanEval in the sandbox", step_eval, _eval_config),
+    ("infill", "Scoring single-line infilling in the sandbox", step_infill, _infill_config),
 )
 
 
@@ -309,7 +364,11 @@ def run_quickstart(cfg: QuickstartConfig, log: Any = print) -> dict[str, Any]:
     redo_rest = cfg.force
     total = len(STEPS)
     for number, (name, title, func, config_of) in enumerate(STEPS, start=1):
-        if name == "eval" and not execution_allowed(cfg):
+        if name == "infill" and not cfg.infill_sample:
+            log(f"[{number}/{total}] {title}: skipped (--infill-sample 0).")
+            steps.pop(name, None)
+            continue
+        if name in ("eval", "infill") and not execution_allowed(cfg):
             log(
                 f"[{number}/{total}] {title}: skipped. HumanEval runs model-written code; "
                 "pass --allow-code-execution (or set CODEPARROT_ALLOW_CODE_EXECUTION=1) "
@@ -350,6 +409,7 @@ def _output_of(cfg: QuickstartConfig, name: str) -> Path:
         "tokenizer": cfg.tokenizer_dir,
         "train": cfg.model_dir,
         "eval": cfg.model_dir / "humaneval",
+        "infill": cfg.model_dir / "infill-single-line",
     }[name]
 
 
@@ -403,6 +463,18 @@ def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
         )
     else:
         lines.append("HumanEval   not run (pass --allow-code-execution to score it in the sandbox)")
+    if "infill" in steps:
+        f = steps["infill"]["facts"]
+        if "skipped" in f:
+            lines.append(f"infilling   not run: {f['skipped']}")
+        else:
+            exact = (
+                "" if f["exact_match"] is None else f", exact match {100 * f['exact_match']:.1f}%"
+            )
+            lines.append(
+                f"infilling   single-line pass@1 {100 * f['pass_at_1']:.1f}%{exact} on "
+                f"{f['tasks']:,} of OpenAI's 1,033 tasks (prefix + suffix in, greedy)"
+            )
     ckpt = shlex.quote(str(cfg.model_dir))
     lines += [
         "",

@@ -38,6 +38,7 @@ def _args(output: Path, source: Path, *extra: str) -> list[str]:
         "--eval-n", "2",
         "--eval-limit", "1",
         "--eval-max-new-tokens", "16",
+        "--infill-sample", "2",
         "--no-compile",
         *extra,
     ]  # fmt: skip
@@ -47,15 +48,20 @@ def test_quickstart_runs_every_step_then_reuses_them(tmp_path, source_tree, caps
     out = tmp_path / "run"
     assert main(_args(out, source_tree, "--allow-code-execution")) == 0
     printed = capsys.readouterr().out
-    assert "[4/4] Scoring HumanEval in the sandbox ..." in printed
+    assert "[4/5] Scoring HumanEval in the sandbox ..." in printed
     assert "pass@1" in printed and "codeparrot app --checkpoint" in printed
     assert "nats/char)" in printed  # a loss comparable across tokenizers
+    # trained with FIM by default (the tokenizer has the sentinels): infilling is scored
+    assert "[5/5] Scoring single-line infilling in the sandbox ..." in printed
+    assert "single-line pass@1" in printed and "on 2 of OpenAI's 1,033 tasks" in printed
 
     state = json.loads((out / "quickstart.json").read_text())
-    assert set(state["steps"]) == {"corpus", "tokenizer", "train", "eval"}
+    assert set(state["steps"]) == {"corpus", "tokenizer", "train", "eval", "infill"}
     assert state["steps"]["train"]["facts"]["step"] == 3
     summary = json.loads((out / "model" / "humaneval" / "summary.json").read_text())
     assert summary["samples"] == 2
+    infill = json.loads((out / "model" / "infill-single-line" / "summary.json").read_text())
+    assert infill["samples"] == 2 and "exact_match" in infill
     # the checkpoint is usable by the inference engine
     from codeparrot.generation import Engine, GenerationConfig
 
@@ -65,13 +71,13 @@ def test_quickstart_runs_every_step_then_reuses_them(tmp_path, source_tree, caps
     # A second run reuses every step.
     assert main(_args(out, source_tree, "--allow-code-execution")) == 0
     printed = capsys.readouterr().out
-    assert printed.count(": reusing ") == 4
+    assert printed.count(": reusing ") == 5
 
     # Changing a training setting redoes training and what depends on it, not the corpus.
     assert main(_args(out, source_tree, "--max-steps", "4")) == 0
     printed = capsys.readouterr().out
-    assert "[1/4] Building the corpus: reusing" in printed
-    assert "[3/4] Pretraining the model ..." in printed
+    assert "[1/5] Building the corpus: reusing" in printed
+    assert "[3/5] Pretraining the model ..." in printed
     assert "skipped. HumanEval runs model-written code" in printed
 
 
