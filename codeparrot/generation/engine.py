@@ -9,9 +9,13 @@ candidates; GPT-2 checkpoints use the lean forward of :mod:`codeparrot.generatio
 any other causal LM the ``transformers`` forward. Text is detokenized incrementally
 (only the new token's bytes), so a step costs the same at token 5 and token 500.
 
-Token healing (on by default): the prompt's last token is taken off and the first new
-token may be any token whose text starts with it. A prompt cut at a line break, or in the
-middle of a word, otherwise ends on a token that rarely ended such text in training.
+Token healing (on by default): the prompt's last token is taken off and the new tokens
+must write its text again before anything else: the first may be any token whose text
+starts with it, or one whose text it starts with (then the next must go on with the rest,
+and so on). A prompt cut at a line break, or in the middle of a word, otherwise ends on a
+token that rarely ended such text in training; and the usual tokens of what follows may
+split the healed text differently (a line's indentation ``"\n    "`` is one token at the
+end of a prompt, but ``"\n   "`` + ``" return"`` in the middle of code).
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class _Candidate:
     stop_at: int | None = None  # character index where the text ends
     heal_len: int = 0  # characters of a healed prompt's last token, decoded with the ids
     skip: int = 0  # of those, characters not yet dropped from the streamed text
+    heal_rest: str = ""  # of those, text the next tokens must still write
 
 
 @dataclass
@@ -182,7 +187,9 @@ class Engine:
         # see compile_steps: set once the compile has finished, well or not
         self.steps_compiled = threading.Event()
         self.compile_error: BaseException | None = None
-        self._table: tuple[list[str], list[int]] | None = None  # see _token_table
+        self._table: tuple[list[str], list[int], dict[str, list[int]]] | None = (
+            None  # see _token_table
+        )
         self._table_lock = threading.Lock()
 
     def _enable_int8(self) -> None:
@@ -497,7 +504,8 @@ class Engine:
         return self._stream(ids, truncated, config, cancel, healed)
 
     def _heal(self, ids: list[int]) -> tuple[str, list[int]] | None:
-        """(text of the prompt's last token, ids of every token starting with it), or None.
+        """(text of the prompt's last token, ids of the tokens a first new token may be),
+        or None.
 
         None when healing does not apply: a one-token prompt, a special token, or a
         token that is not text on its own (part of a UTF-8 character).
@@ -507,16 +515,25 @@ class Engine:
         text = self.tokenizer.decode(ids[-1:], skip_special_tokens=False)
         if not text or "\ufffd" in text:
             return None
-        texts, order = self._token_table()
-        lo = bisect.bisect_left(texts, text)
-        hi = lo
-        while hi < len(texts) and texts[hi].startswith(text):
-            hi += 1
-        allowed = [order[i] for i in range(lo, hi)]
+        allowed = self._healing_ids(text)
         return (text, allowed) if allowed else None
 
-    def _token_table(self) -> tuple[list[str], list[int]]:
-        """Decoded text of every ordinary token, sorted, and the ids in that order (cached)."""
+    def _healing_ids(self, rest: str) -> list[int]:
+        """Ordinary tokens that go on writing ``rest``: those whose text starts with it,
+        and those whose text is a shorter start of it (the next token writes the rest)."""
+        texts, order, by_text = self._token_table()
+        lo = bisect.bisect_left(texts, rest)
+        hi = lo
+        while hi < len(texts) and texts[hi].startswith(rest):
+            hi += 1
+        allowed = [order[i] for i in range(lo, hi)]
+        for k in range(1, len(rest)):
+            allowed.extend(by_text.get(rest[:k], ()))
+        return allowed
+
+    def _token_table(self) -> tuple[list[str], list[int], dict[str, list[int]]]:
+        """Decoded text of every ordinary token, sorted, the ids in that order, and the
+        ids of each text (cached)."""
         with self._table_lock:
             if self._table is None:
                 special = set(self.tokenizer.all_special_ids)
@@ -526,7 +543,10 @@ class Engine:
                     for i in range(self.vocab_size)
                     if i not in special
                 )
-                self._table = ([t for t, _ in pairs], [i for _, i in pairs])
+                by_text: dict[str, list[int]] = {}
+                for t, i in pairs:
+                    by_text.setdefault(t, []).append(i)
+                self._table = ([t for t, _ in pairs], [i for _, i in pairs], by_text)
             return self._table
 
     def _stream(
@@ -542,6 +562,9 @@ class Engine:
 
         run = self._start(ids, truncated, config, healed)
         logits = self._prefill(run.step, healed)
+        if healed is not None:
+            for c in run.cands:
+                c.heal_rest = healed[0]
         active = list(range(config.n))  # candidate index of each row still in the batch
         reason = "length"
         for _ in range(config.max_new_tokens):
@@ -569,6 +592,7 @@ class Engine:
                 if len(keep_rows) < len(next_ids):
                     next_ids = run.step.keep(keep_rows, next_ids)
                 logits = run.step.decode(next_ids)
+                logits = self._mask_healing(logits, [run.cands[i] for i in active])
         for i in active:
             yield self._finish(run, i, reason)
 
@@ -615,11 +639,29 @@ class Engine:
                 logits = logits + mask
         return logits
 
+    def _mask_healing(self, logits: Any, cands: list[_Candidate]) -> Any:
+        """Rows of candidates still writing a healed prompt's end keep only the tokens
+        that go on with it."""
+        import torch
+
+        rows = [r for r, c in enumerate(cands) if c.heal_rest]
+        if not rows:
+            return logits
+        mask = torch.zeros_like(logits)
+        for r in rows:
+            mask[r] = float("-inf")
+            mask[r, torch.tensor(self._healing_ids(cands[r].heal_rest), device=mask.device)] = 0
+        return logits + mask
+
     def _advance(self, run: _Run, i: int, tok: int) -> tuple[StreamEvent | None, bool]:
         """Give candidate ``i`` its next token: (event to yield or None, finished?)."""
         c = run.cands[i]
         if tok in run.ends:
             return self._finish(run, i, "eos"), True
+        if c.heal_rest:
+            piece = self.tokenizer.decode([tok], skip_special_tokens=False)
+            done = piece.startswith(c.heal_rest) or not c.heal_rest.startswith(piece)
+            c.heal_rest = "" if done else c.heal_rest[len(piece) :]
         c.ids.append(tok)
         before = len(c.text)
         self._append_text(c, tok)

@@ -223,7 +223,9 @@ def test_token_healing_backs_up_one_token_and_constrains_the_first(engine):
     assert last == engine.tokenizer.decode(ids[-1:]) and prompt.endswith(last)
     texts = {i: engine.tokenizer.decode([i]) for i in range(engine.vocab_size)}
     special = set(engine.tokenizer.all_special_ids)
-    assert set(allowed) == {i for i, t in texts.items() if t.startswith(last) and i not in special}
+    starts = {i for i, t in texts.items() if t.startswith(last) and i not in special}
+    shorter = {i for i, t in texts.items() if t and last.startswith(t) and len(t) < len(last)}
+    assert set(allowed) == starts | (shorter - special)
     assert ids[-1] in allowed
     # greedy: the first token is the most likely *allowed* one after the shorter prompt,
     # and the returned text continues the prompt (the healed start is not repeated)
@@ -238,6 +240,43 @@ def test_token_healing_backs_up_one_token_and_constrains_the_first(engine):
     assert engine._heal(ids[:1]) is None
     (plain,) = engine.generate(prompt, config.replace(heal=False))
     assert plain.new_tokens == 6
+
+
+def test_healing_lets_the_usual_split_of_the_healed_text_through(engine, monkeypatch):
+    """A prompt ending in a line's indentation ends on one whitespace token, but code
+    splits that text differently (GPT-2: "\n   " + " return"). Healing allows a shorter
+    start of the healed text too, and then makes the next tokens write the rest: every
+    sample writes the healed text again before anything else, and the returned text is
+    exactly what follows it."""
+    texts = {i: engine.tokenizer.decode([i]) for i in range(engine.vocab_size)}
+    vocab = set(texts.values())
+    prompt = last = None
+    for ending in ("\n        ", "\n    ", "        ", "    ", "\n  ", "  "):
+        ids = engine.tokenizer(PROMPT + ending, add_special_tokens=False)["input_ids"]
+        tail = texts[ids[-1]]
+        if len(tail) > 1 and any(tail[:k] in vocab for k in range(1, len(tail))):
+            prompt, last = PROMPT + ending, tail
+            break
+    assert prompt is not None, "the fixture's tokenizer has no multi-character whitespace token"
+    written: dict[int, list[int]] = {}
+    advance = engine._advance
+
+    def recording(run, i, tok):
+        written.setdefault(i, []).append(tok)
+        return advance(run, i, tok)
+
+    monkeypatch.setattr(engine, "_advance", recording)
+    config = GenerationConfig(temperature=1.5, n=16, seed=3, max_new_tokens=8, stop_at_eos=False)
+    completions = engine.generate(prompt, config)
+    shorter_first = 0
+    for i, c in enumerate(completions):
+        whole = engine.tokenizer.decode(written[i])
+        # (a sample may run out of new tokens while still writing it)
+        assert whole.startswith(last) or last.startswith(whole), (last, whole)
+        # (bytes of a character cut off by the last token are left out of the text)
+        assert c.text.rstrip("\ufffd") == whole[len(last) :].rstrip("\ufffd")
+        shorter_first += len(texts[written[i][0]]) < len(last)
+    assert shorter_first > 0  # the shorter start was taken, and healed further
 
 
 @pytest.mark.slow
