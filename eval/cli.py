@@ -3,9 +3,36 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from codeparrot.config import add_config_arguments, config_from_args
 from codeparrot.eval.config import ExecuteConfig, GenerateConfig, HumanEvalConfig, InfillConfig
+
+
+def _usefulness_configs() -> tuple[type, type]:
+    from codeparrot.eval.lines import LinesConfig
+    from codeparrot.eval.loss import LossConfig
+
+    return LossConfig, LinesConfig
+
+
+def _subcommands() -> list[tuple[str, str, type, Callable[[argparse.Namespace], int], tuple]]:
+    """(name, help, config class, function, positional fields) of each `eval` command."""
+    loss_config, lines_config = _usefulness_configs()
+    return [
+        ("humaneval", "generate with a checkpoint, execute, report pass@k",
+         HumanEvalConfig, run_humaneval, ()),
+        ("infill", "HumanEval infilling with a FIM checkpoint: pass@1 and exact match",
+         InfillConfig, run_infill, ()),
+        ("generate", "generate completions only (no code execution; resumable; data-parallel)",
+         GenerateConfig, run_generate, ()),
+        ("execute", "score an existing samples file (task_id, completion per line) of a --task",
+         ExecuteConfig, run_execute, ("samples",)),
+        ("loss", "held-out nats/char and bits/byte of checkpoints side by side",
+         loss_config, run_loss, ("checkpoints",)),
+        ("lines", "greedy line completion on held-out files: exact match, edit similarity",
+         lines_config, run_lines, ("checkpoint",)),
+    ]  # fmt: skip
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,56 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(see docs/threat-model.md).",
     )
     sub = parser.add_subparsers(dest="eval_command", metavar="EVAL_COMMAND", required=True)
-    humaneval = sub.add_parser(
-        "humaneval",
-        help="generate with a checkpoint, execute, report pass@k",
-        description=HumanEvalConfig.__doc__,
-    )
-    add_config_arguments(humaneval, HumanEvalConfig)
-    humaneval.set_defaults(func=run_humaneval)
-    infill = sub.add_parser(
-        "infill",
-        help="HumanEval infilling with a FIM checkpoint: pass@1 and exact match",
-        description=InfillConfig.__doc__,
-    )
-    add_config_arguments(infill, InfillConfig)
-    infill.set_defaults(func=run_infill)
-    generate = sub.add_parser(
-        "generate",
-        help="generate completions only (no code execution; resumable; data-parallel)",
-        description=GenerateConfig.__doc__,
-    )
-    add_config_arguments(generate, GenerateConfig)
-    generate.set_defaults(func=run_generate)
-    execute = sub.add_parser(
-        "execute",
-        help="score an existing samples file (task_id, completion per line) of a --task",
-        description=ExecuteConfig.__doc__,
-    )
-    add_config_arguments(execute, ExecuteConfig, positional=("samples",))
-    execute.set_defaults(func=run_execute)
-    register_usefulness(sub)
-
-
-def register_usefulness(sub: argparse._SubParsersAction) -> None:
-    """`eval loss` and `eval lines`: metrics a small model moves."""
-    from codeparrot.eval.lines import LinesConfig
-    from codeparrot.eval.loss import LossConfig
-
-    loss = sub.add_parser(
-        "loss",
-        help="held-out nats/char and bits/byte of checkpoints side by side",
-        description=LossConfig.__doc__,
-    )
-    add_config_arguments(loss, LossConfig, positional=("checkpoints",))
-    loss.set_defaults(func=run_loss)
-    lines = sub.add_parser(
-        "lines",
-        help="greedy line completion on held-out files: exact match, edit similarity",
-        description=LinesConfig.__doc__,
-    )
-    add_config_arguments(lines, LinesConfig, positional=("checkpoint",))
-    lines.set_defaults(func=run_lines)
+    for name, help_text, config_class, func, positional in _subcommands():
+        command = sub.add_parser(name, help=help_text, description=config_class.__doc__)
+        add_config_arguments(command, config_class, positional=positional)
+        command.set_defaults(func=func)
 
 
 def _print_errors(summary: dict) -> None:
@@ -145,7 +126,7 @@ def run_lines(args: argparse.Namespace) -> int:
     prompt = summary["prompt"]
     print(
         f"{summary['files']} held-out files ({summary['data']}); fim: {summary.get('fim')}; "
-        f"suffix share {prompt['suffix_share']}; workspace share {prompt['workspace_share']}; "
+        f"suffix share {prompt['suffix_share']} ({prompt.get('fim_order', 'psm')}); workspace share {prompt['workspace_share']}; "
         f"prompt budget {summary.get('prompt_budget')} tokens; repetition filter: "
         f"{'on' if prompt['repetition_filter'] else 'off'}"
     )
