@@ -128,6 +128,16 @@ FIM_MODE = Declaration(
     choices=FIM_MODES,
 )
 
+# spm by measurement (BENCHMARKS.md, "Fill in the middle"): on held-out lines the quickstart
+# model completes as well with the suffix in SPM order as with the prefix alone, and far
+# worse in PSM order, where the middle must be written after the suffix.
+FIM_ORDER = Declaration(
+    "spm",
+    "fill in the middle (a prompt with a suffix): spm puts the suffix first so that the "
+    "prefix runs straight into the middle, psm the prefix first",
+    choices=("psm", "spm"),  # codeparrot.fim.ORDERS
+)
+
 # -- editor prompts (the language server's, and eval lines, which asks as it does) -----------
 
 CONTEXT_TOKENS = Declaration(

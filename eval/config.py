@@ -8,7 +8,7 @@ from pathlib import Path
 
 from codeparrot.config import Config, option
 from codeparrot.eval.tasks import TASK_NAMES
-from codeparrot.options import CANDIDATES, DEVICE, MAX_NEW_TOKENS, TEMPERATURE, TOP_P
+from codeparrot.options import CANDIDATES, DEVICE, FIM_ORDER, MAX_NEW_TOKENS, TEMPERATURE, TOP_P
 
 SANDBOX_MODES = ("root", "userns", "none")
 
@@ -113,6 +113,10 @@ class GenerationOptions(TaskOptions):
         None,
         "most new tokens per completion (default: the reference's 256, or half the "
         "model's context when that is less)",
+    )
+    fim_order: str = FIM_ORDER.field(
+        help="infilling tasks: psm (prefix, suffix, middle) or spm (suffix, then the prefix "
+        "running straight into the middle)"
     )
     seed: int = option(0, "base seed; each batch derives its own, recorded per sample")
     limit: int | None = option(None, "only the first K problems", ge=1)

@@ -75,6 +75,7 @@ def generation_settings(config: GenerationOptions) -> dict[str, Any]:
         # a task's stop sequences may change between versions: samples made with others
         # are not silently mixed in on resume
         "stop": list(get_task(config.task).stop_sequences()),
+        **({"fim_order": config.fim_order} if get_task(config.task).infill else {}),
     }
 
 
@@ -258,6 +259,7 @@ def _generate_into(
                     stop=task.stop_sequences(),
                     seed=seed,
                     heal=True,
+                    fim_order=config.fim_order,
                 )
                 extra = {"suffix": problem["suffix"]} if task.infill else {}
                 for c in engine.generate(problem["prompt"], gen, **extra):

@@ -36,6 +36,7 @@ from codeparrot.generation.repetition import cut_repetition, is_repetitive
 from codeparrot.io import atomic_directory, atomic_open, provenance, write_json
 from codeparrot.options import (
     CONTEXT_TOKENS,
+    FIM_ORDER,
     FIM_SUFFIX_SHARE,
     MAX_NEW_TOKENS,
     QUANTIZE_WEIGHTS,
@@ -74,6 +75,10 @@ class LinesConfig(Config):
     suffix_share: float = FIM_SUFFIX_SHARE.field(
         help="with FIM: the most of the prompt budget the suffix may take (whole lines after "
         "the cursor), as the language server's --fim-suffix-share; 0: the prefix alone"
+    )
+    fim_order: str = FIM_ORDER.field(
+        help="with a suffix: psm (prefix, suffix, middle) or spm (suffix, then the prefix "
+        "running straight into the middle), as the language server's --fim-order"
     )
     workspace_share: float = WORKSPACE_SHARE.field(
         help="the most of the prompt budget for snippets of the other files of the completed "
@@ -257,7 +262,10 @@ def engine_completer(
     budget, max_new = prompting.prompt_budget(
         engine.context_length, config.context_tokens, config.max_new_tokens
     )
-    gen = GenerationConfig(max_new_tokens=max_new, temperature=0.0, n=1, seed=0, stop=("\n",))
+    gen = GenerationConfig(
+        max_new_tokens=max_new, temperature=0.0, n=1, seed=0, stop=("\n",),
+        fim_order=config.fim_order,
+    )  # fmt: skip
 
     def complete(task: LineTask) -> str:
         others = workspace_documents(files, task.file) if config.workspace_share > 0 else ()
@@ -300,6 +308,7 @@ def evaluate_lines(
         **describe(files),
         "prompt": {
             "suffix_share": config.suffix_share,
+            "fim_order": config.fim_order,
             "workspace_share": config.workspace_share,
             "workspace_documents": "the other files of the completed file's folder, in name "
             "order as most recently edited first",

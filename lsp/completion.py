@@ -73,6 +73,7 @@ def suggest(
         top_p=config.top_p,
         seed=0,
         stop=MULTILINE_STOPS if multiline else ("\n",),
+        fim_order=config.fim_order,
     )
     raw = ""
     finish = "length"

@@ -22,6 +22,7 @@ from codeparrot.errors import ConfigError
 from codeparrot.options import (
     CONTEXT_TOKENS,
     DEVICE,
+    FIM_ORDER,
     FIM_SUFFIX_SHARE,
     MAX_NEW_TOKENS,
     QUANTIZE_WEIGHTS,
@@ -44,6 +45,7 @@ EDITOR_SETTINGS = (
     "multiline",
     "fim",
     "fim_suffix_share",
+    "fim_order",
     "workspace_share",
 )
 
@@ -91,6 +93,7 @@ class LspConfig(Config):
         "text after the cursor too (a checkpoint without them completes the prefix alone)",
     )
     fim_suffix_share: float = FIM_SUFFIX_SHARE.field()
+    fim_order: str = FIM_ORDER.field()
     workspace_share: float = WORKSPACE_SHARE.field(
         help="the most of the prompt budget that snippets of other open documents may take "
         "(`# Path:` comment blocks of the lines most like the code before the cursor); 0, "
@@ -220,6 +223,10 @@ def _coerce(name: str, value: Any) -> Any:
     if name == "fim":
         if not isinstance(value, bool):
             raise TypeError(name)
+        return value
+    if name == "fim_order":
+        if value not in FIM_ORDER.choices:
+            raise ValueError(name)
         return value
     if name in ("temperature", "top_p", "fim_suffix_share", "workspace_share"):
         if isinstance(value, bool):

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
-from codeparrot.fim import ORDERS, PSM
 from codeparrot.options import (
     CANDIDATES,
     DEVICE,
     DTYPE,
     DTYPES,
+    FIM_ORDER,
     LOAD_QUANTIZE,
     MAX_NEW_TOKENS,
     QUANTIZE,
@@ -47,12 +47,7 @@ class GenerationConfig(Config):
         "be any token that starts with that text (a prompt ending in a line break or half a "
         "word otherwise ends on a token the model rarely saw there)",
     )
-    fim_order: str = option(
-        PSM,
-        "fill in the middle (a prompt with a suffix): psm puts the prefix first, spm the "
-        "suffix first so that the prefix runs straight into the middle",
-        choices=ORDERS,
-    )
+    fim_order: str = FIM_ORDER.field()
 
     def problems(self) -> list[str]:
         return ["--stop strings must not be empty"] if "" in self.stop else []

@@ -85,6 +85,10 @@ def test_editor_settings_in_any_spelling():
         apply_settings(LspConfig(), {"maxTokens": "many"})
     with pytest.raises(ConfigError):
         apply_settings(LspConfig(), {"temperature": -1})
+    config, _ = apply_settings(LspConfig(), {"fimOrder": "psm"})
+    assert config.fim_order == "psm"
+    with pytest.raises(ConfigError, match="fim_order"):
+        apply_settings(LspConfig(), {"fimOrder": "middle-first"})
     assert settings_update("nonsense")[0] == {}
     assert settings_update(None) == ({}, [])
 

@@ -66,7 +66,10 @@ def engine_calls(monkeypatch) -> list[dict]:
     real = Engine.stream
 
     def spy(self, prompt, config, cancel=None, **kwargs):
-        calls.append({"prompt": prompt, "suffix": kwargs.get("suffix"), "fim": self.fim})
+        calls.append(
+            {"prompt": prompt, "suffix": kwargs.get("suffix"), "fim": self.fim,
+             "order": config.fim_order}
+        )  # fmt: skip
         return real(self, prompt, config, cancel, **kwargs)
 
     monkeypatch.setattr(Engine, "stream", spy)
@@ -97,6 +100,11 @@ def test_a_fim_checkpoint_gets_the_suffix(fim_checkpoint, engine_calls):
     assert line_start["suffix"].endswith("\n")  # whole lines
     assert mid_line["prompt"].endswith("    return ")
     assert mid_line["suffix"].startswith("os.path.join(*parts)\n")
+    # suffix first by default (the order measured best), PSM when the editor asks
+    assert line_start["order"] == mid_line["order"] == "spm"
+    engine_calls.clear()
+    ask(fim_checkpoint, [(5, 11)], fim_order="psm")
+    assert engine_calls[0]["order"] == "psm"
 
 
 def test_the_suffix_window_keeps_to_its_share_of_the_budget(fim_checkpoint, engine_calls):
