@@ -24,6 +24,7 @@ from __future__ import annotations
 import keyword
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
 CountTokens = Callable[[str], int]
@@ -164,9 +165,19 @@ def workspace_snippets(
 ) -> str:
     """Comment blocks from ``others`` (``(uri, text)``, most recently edited first) like
     the end of ``prefix``, within ``budget`` tokens; ``""`` when none is alike or fits."""
+    return "".join(snippet_blocks(prefix, others, budget, count_tokens))
+
+
+def snippet_blocks(
+    prefix: str,
+    others: Sequence[tuple[str, str]],
+    budget: int,
+    count_tokens: CountTokens,
+) -> list[str]:
+    """The comment blocks of :func:`workspace_snippets`, one per snippet, best first."""
     query = identifiers("\n".join(prefix.split("\n")[-QUERY_LINES:]))
     if not query or budget <= 0:
-        return ""
+        return []
     scored = []
     for rank, (uri, text) in enumerate(others):
         if len(text) > MAX_DOCUMENT_CHARS or "\x00" in text:
@@ -188,10 +199,50 @@ def workspace_snippets(
         if used + cost <= budget:
             blocks.append(block)
             used += cost
-    return "".join(blocks)
+    return blocks
 
 
 # -- the prompt ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PromptParts:
+    """A prompt in its parts: the workspace snippets (one comment block each), the text
+    before the cursor, the suffix (``None``: complete the prefix alone)."""
+
+    snippets: tuple[str, ...]
+    prefix: str
+    suffix: str | None
+
+    @property
+    def text(self) -> str:
+        """The prompt before the suffix: the snippets, then the text before the cursor."""
+        return "".join(self.snippets) + self.prefix
+
+
+def prompt_parts(
+    count_tokens: CountTokens,
+    before: str,
+    after: str,
+    budget: int,
+    *,
+    suffix_share: float,
+    fim: bool = True,
+    others: Sequence[tuple[str, str]] = (),
+    workspace_share: float = 0.0,
+) -> PromptParts:
+    """The parts of :func:`build_prompt`'s prompt (see there)."""
+    snippets: list[str] = []
+    if workspace_share > 0 and others:
+        room = int(budget * workspace_share)
+        snippets = snippet_blocks(before, others, room, count_tokens)
+        budget -= count_tokens("".join(snippets)) if snippets else 0
+    suffix = None
+    if fim and after.strip():
+        suffix = fit_suffix(after, int(budget * suffix_share), count_tokens) or None
+    used = count_tokens(suffix) if suffix else 0
+    prefix = fit_prefix(before, budget - used, count_tokens, quantum=PROMPT_QUANTUM)
+    return PromptParts(tuple(snippets), prefix, suffix)
 
 
 def build_prompt(
@@ -214,14 +265,8 @@ def build_prompt(
     with the sentinels) and something but blanks after the cursor, the suffix takes whole
     lines of ``after``, at most ``suffix_share`` of what is left, and the prefix the rest.
     """
-    snippets = ""
-    if workspace_share > 0 and others:
-        room = int(budget * workspace_share)
-        snippets = workspace_snippets(before, others, room, count_tokens)
-        budget -= count_tokens(snippets) if snippets else 0
-    suffix = None
-    if fim and after.strip():
-        suffix = fit_suffix(after, int(budget * suffix_share), count_tokens) or None
-    used = count_tokens(suffix) if suffix else 0
-    prefix = fit_prefix(before, budget - used, count_tokens, quantum=PROMPT_QUANTUM)
-    return snippets + prefix, suffix
+    parts = prompt_parts(
+        count_tokens, before, after, budget, suffix_share=suffix_share, fim=fim,
+        others=others, workspace_share=workspace_share,
+    )  # fmt: skip
+    return parts.text, parts.suffix

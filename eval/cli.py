@@ -126,7 +126,8 @@ def run_lines(args: argparse.Namespace) -> int:
     prompt = summary["prompt"]
     print(
         f"{summary['files']} held-out files ({summary['data']}); fim: {summary.get('fim')}; "
-        f"suffix share {prompt['suffix_share']} ({prompt.get('fim_order', 'psm')}); workspace share {prompt['workspace_share']}; "
+        f"suffix share {prompt['suffix_share']} ({prompt.get('fim_order', 'psm')}); workspace share {prompt['workspace_share']} "
+        f"({prompt['workspace']}); "
         f"prompt budget {summary.get('prompt_budget')} tokens; repetition filter: "
         f"{'on' if prompt['repetition_filter'] else 'off'}"
     )
@@ -134,7 +135,8 @@ def run_lines(args: argparse.Namespace) -> int:
         print(
             f"{kind:10} n={s['n']:4}  exact match {100 * s['exact_match']:5.1f}%  "
             f"edit similarity {100 * s['edit_similarity']:5.1f}%  "
-            f"repetitive raw {s['repetitive_raw']:3}  shown {s['repetitive_shown']:3}"
+            f"repetitive raw {s['repetitive_raw']:3}  shown {s['repetitive_shown']:3}  "
+            f"with snippets {s['prompts_with_snippets']:4}"
         )
     return 0
 

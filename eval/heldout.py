@@ -141,17 +141,22 @@ def _extract_wheels(wheels: Path, out: Path) -> int:
 
 
 def read_heldout(
-    data: Path | None, *, max_files: int | None = None, seed: int = 0
+    data: Path | None,
+    *,
+    max_files: int | None = None,
+    seed: int = 0,
+    corpus_splits: Sequence[str] = ("valid",),
 ) -> list[HeldoutFile]:
     """The held-out files: ``data`` (a folder of .py files or a corpus), or the default set.
 
-    With ``max_files`` a seeded sample of that many files, in a stable order.
+    A corpus folder is read from its ``corpus_splits`` (the held-out ``valid`` split by
+    default). With ``max_files`` a seeded sample of that many files, in a stable order.
     """
     root = data if data is not None else fetch_heldout()
     if not root.exists():
         raise DataError(f"held-out data {root}: no such file or directory")
     if (root / "manifest.json").is_file() and (root / "valid").is_dir():
-        files = _corpus_files(root / "valid")
+        files = [f for split in corpus_splits for f in _corpus_files(root / split)]
     else:
         files = _folder_files(root)
     if not files:
@@ -176,9 +181,9 @@ def _folder_files(root: Path) -> list[HeldoutFile]:
     return out
 
 
-def _corpus_files(valid: Path) -> list[HeldoutFile]:
+def _corpus_files(split_dir: Path) -> list[HeldoutFile]:
     out = []
-    for shard in sorted(valid.glob("*.jsonl.gz")):
+    for shard in sorted(split_dir.glob("*.jsonl.gz")):
         try:
             with gzip.open(shard, "rt", encoding="utf-8") as fh:
                 for line in fh:

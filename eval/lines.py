@@ -10,14 +10,17 @@ window before the cursor, the same budget for this checkpoint (``--context-token
 ``--max-new-tokens`` as the editor's defaults), with a fill-in-the-middle checkpoint whole
 lines after the cursor within ``--suffix-share`` of it, and with ``--workspace-share`` > 0
 snippets of the other files of the same folder (in name order, standing for "most recently
-edited first"). Decoding is greedy and stops at the end of the line. The first line is cut
+edited first"): the other held-out files, or with ``--workspace DIR`` the files of DIR, so
+that held-out files can be completed with the rest of their repository open (a fine-tune's
+``corpus`` as both ``--data`` and ``--workspace``: its valid files completed, every other
+file of the repository as workspace). Decoding is greedy and stops at the end of the line. The first line is cut
 by the editor's repetition filter (:func:`codeparrot.generation.repetition.cut_repetition`
 with the text before the cursor, as the server's post-processing calls it) before it is
 scored, as the editor would show it (``--no-repetition-filter``: score the raw line).
 
 Scores: exact match of the line's rest (trailing spaces ignored), edit similarity
-(1 - Levenshtein distance / longer length), and how many suggestions are degenerate
-repetition raw and as shown.
+(1 - Levenshtein distance / longer length), how many suggestions are degenerate
+repetition raw and as shown, and how many prompts held a workspace snippet.
 """
 
 from __future__ import annotations
@@ -84,6 +87,13 @@ class LinesConfig(Config):
         help="the most of the prompt budget for snippets of the other files of the completed "
         "file's folder (taken in name order as the editor's most recently edited first), as "
         "the language server's --workspace-share"
+    )
+    workspace: Path | None = option(
+        None,
+        "the files the workspace snippets come from, matched to the completed file by folder "
+        "(path under this folder as under --data; the completed file itself left out): a "
+        "folder of .py files or a corpus folder (all its splits); default: the --data files",
+        metavar="DIR",
     )
     repetition_filter: bool = option(
         True,
@@ -188,8 +198,21 @@ def editor_prompt(
     others: Sequence[tuple[str, str]] = (),
 ) -> tuple[str, str | None]:
     """(prompt, suffix or ``None``) the language server would send for ``task``."""
+    parts = editor_prompt_parts(task, config, count_tokens, budget, fim, others)
+    return parts.text, parts.suffix
+
+
+def editor_prompt_parts(
+    task: LineTask,
+    config: LinesConfig,
+    count_tokens: prompting.CountTokens,
+    budget: int,
+    fim: bool,
+    others: Sequence[tuple[str, str]] = (),
+) -> prompting.PromptParts:
+    """:func:`editor_prompt` in its parts (the snippets apart)."""
     before, after = editor_window(task, config.context_tokens)
-    return prompting.build_prompt(
+    return prompting.prompt_parts(
         count_tokens,
         before,
         after,
@@ -202,6 +225,17 @@ def editor_prompt(
 
 
 @dataclass(frozen=True)
+class Completion:
+    """A completer's text and how many workspace snippets its prompt held."""
+
+    text: str
+    snippets: int = 0
+
+
+Completer = Callable[[LineTask], str | Completion]
+
+
+@dataclass(frozen=True)
 class Shown:
     """A suggestion's first line raw and as the editor shows it, and whether each is
     degenerate repetition (:func:`codeparrot.generation.repetition.is_repetitive`)."""
@@ -210,21 +244,30 @@ class Shown:
     shown: str
     repetitive_raw: bool
     repetitive_shown: bool
+    snippets: int = 0
 
 
-def shown_line(task: LineTask, completion: str, context_tokens: int, filtered: bool) -> Shown:
+def shown_line(
+    task: LineTask, completion: str | Completion, context_tokens: int, filtered: bool
+) -> Shown:
     """The first line of ``completion`` through the editor's repetition filter: called as
     the language server's post-processing calls it, with the cursor's line before it and
     the text before the cursor above it (``filtered=False``: the raw line)."""
-    raw = first_line(completion)
+    if isinstance(completion, str):
+        completion = Completion(completion)
+    raw = first_line(completion.text)
     above, _ = editor_window(task, context_tokens)
     head = above.rsplit("\n", 1)[-1]
     shown = cut_repetition(raw, head, above) if filtered else raw
-    return Shown(raw, shown, is_repetitive(raw, head, above), is_repetitive(shown, head, above))
+    return Shown(
+        raw, shown, is_repetitive(raw, head, above), is_repetitive(shown, head, above),
+        completion.snippets,
+    )  # fmt: skip
 
 
 def score(tasks: Sequence[LineTask], shown: Sequence[Shown]) -> dict[str, Any]:
-    """Exact match, edit similarity and repetitive suggestions per kind and overall."""
+    """Exact match, edit similarity, repetitive suggestions and prompts with a workspace
+    snippet per kind and overall."""
     rows = []
     for task, s in zip(tasks, shown, strict=True):
         target = task.target.rstrip()
@@ -234,6 +277,7 @@ def score(tasks: Sequence[LineTask], shown: Sequence[Shown]) -> dict[str, Any]:
             "similarity": edit_similarity(s.shown, target),
             "repetitive_raw": s.repetitive_raw,
             "repetitive_shown": s.repetitive_shown,
+            "snippets": s.snippets,
         })  # fmt: skip
     summary: dict[str, Any] = {}
     for kind in (*KINDS, "all"):
@@ -245,15 +289,16 @@ def score(tasks: Sequence[LineTask], shown: Sequence[Shown]) -> dict[str, Any]:
                 "edit_similarity": sum(r["similarity"] for r in group) / len(group),
                 "repetitive_raw": sum(r["repetitive_raw"] for r in group),
                 "repetitive_shown": sum(r["repetitive_shown"] for r in group),
+                "prompts_with_snippets": sum(r["snippets"] > 0 for r in group),
             }
     return summary
 
 
 def engine_completer(
-    config: LinesConfig, files: Sequence[HeldoutFile]
-) -> tuple[Callable[[LineTask], str], dict[str, Any]]:
-    """Greedy completion of one task with the checkpoint and the editor's prompt, and the
-    settings it used."""
+    config: LinesConfig, workspace: Sequence[HeldoutFile]
+) -> tuple[Completer, dict[str, Any]]:
+    """Greedy completion of one task with the checkpoint and the editor's prompt (snippets
+    of the ``workspace`` files of the task's folder), and the settings it used."""
     from codeparrot.generation import Engine, GenerationConfig
 
     engine = Engine.load(config.checkpoint, quantize=config.quantize)
@@ -267,12 +312,15 @@ def engine_completer(
         fim_order=config.fim_order,
     )  # fmt: skip
 
-    def complete(task: LineTask) -> str:
-        others = workspace_documents(files, task.file) if config.workspace_share > 0 else ()
-        prompt, suffix = editor_prompt(task, config, engine.count_tokens, budget, fim, others)
+    def complete(task: LineTask) -> Completion:
+        others = workspace_documents(workspace, task.file) if config.workspace_share > 0 else ()
+        parts = editor_prompt_parts(task, config, engine.count_tokens, budget, fim, others)
+        prompt, suffix = parts.text, parts.suffix
         if suffix is None:
-            return engine.generate(prompt or engine.tokenizer.eos_token or "\n", gen)[0].text
-        return engine.generate(prompt, gen, suffix=suffix)[0].text
+            out = engine.generate(prompt or engine.tokenizer.eos_token or "\n", gen)
+        else:
+            out = engine.generate(prompt, gen, suffix=suffix)
+        return Completion(out[0].text, len(parts.snippets))
 
     used = {
         "fim": fim,
@@ -286,7 +334,7 @@ def engine_completer(
 
 def evaluate_lines(
     config: LinesConfig,
-    complete: Callable[[LineTask], str] | None = None,
+    complete: Completer | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Draw the lines, complete each (``complete``: default the checkpoint, greedy), score."""
@@ -294,7 +342,7 @@ def evaluate_lines(
     tasks = pick_lines(files, config.n, config.seed)
     used: dict[str, Any] = {}
     if complete is None:
-        complete, used = engine_completer(config, files)
+        complete, used = engine_completer(config, workspace_files(config, files))
     shown = []
     for task in tasks:
         shown.append(
@@ -310,6 +358,7 @@ def evaluate_lines(
             "suffix_share": config.suffix_share,
             "fim_order": config.fim_order,
             "workspace_share": config.workspace_share,
+            "workspace": str(config.workspace) if config.workspace else "the --data files",
             "workspace_documents": "the other files of the completed file's folder, in name "
             "order as most recently edited first",
             "context_tokens": config.context_tokens,
@@ -321,6 +370,14 @@ def evaluate_lines(
     if config.output is not None:
         _write(config.output, tasks, shown, summary)
     return summary
+
+
+def workspace_files(config: LinesConfig, files: Sequence[HeldoutFile]) -> Sequence[HeldoutFile]:
+    """The files workspace snippets come from: ``--workspace`` (a corpus: all its splits),
+    or the completed ``files`` themselves."""
+    if config.workspace is None:
+        return files
+    return read_heldout(config.workspace, corpus_splits=("train", "valid"))
 
 
 def _write(out: Path, tasks: Sequence[LineTask], shown: Sequence[Shown], summary: dict) -> None:

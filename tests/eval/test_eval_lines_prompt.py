@@ -8,14 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from codeparrot.eval.heldout import HeldoutFile
+from codeparrot.eval.heldout import HeldoutFile, read_heldout
 from codeparrot.eval.lines import (
+    Completion,
     LinesConfig,
     LineTask,
     editor_prompt,
     evaluate_lines,
+    score,
     shown_line,
     workspace_documents,
+    workspace_files,
 )
 from codeparrot.generation.repetition import is_repetitive
 from codeparrot.lsp.completion import fim_prompt, prompt_budget
@@ -129,3 +132,73 @@ def test_a_degenerate_suggestion_is_counted_raw_and_not_shown(tmp_path: Path):
     shown = shown_line(task, ".polys.polys", 768, filtered=True)
     assert shown.repetitive_raw and shown.shown == ""
     assert not is_repetitive(shown.shown, "x = sympy.polys.polys", task.prefix)
+
+
+def write_corpus(root: Path, splits: dict[str, list[tuple[str, str]]]) -> Path:
+    """A corpus folder as ``codeparrot data build`` writes it: ``(path, text)`` per split."""
+    import gzip
+
+    root.mkdir(parents=True)
+    (root / "manifest.json").write_text("{}")
+    for split, files in splits.items():
+        (root / split).mkdir()
+        with gzip.open(root / split / "shard-00000.jsonl.gz", "wt", encoding="utf-8") as fh:
+            for path, text in files:
+                fh.write(json.dumps({"repo_name": "me/repo", "path": path, "content": text}) + "\n")
+    return root
+
+
+HELD_OUT = "from pkg.helpers import compute_total\n\n" + "".join(
+    f"total_{i} = compute_total(items_{i}, tax_rate)\n" for i in range(40)
+)
+
+
+def test_a_fine_tunes_held_out_files_are_completed_with_the_rest_of_the_repository(
+    tiny_checkpoint, tmp_path: Path
+):
+    corpus = write_corpus(
+        tmp_path / "corpus",
+        {
+            "train": [("pkg/helpers.py", HELPERS), ("other/far.py", FILES[2].text)],
+            "valid": [("pkg/main.py", HELD_OUT)],
+        },
+    )
+    held_out = read_heldout(corpus)
+    assert [f.name for f in held_out] == ["me/repo/pkg/main.py"]  # --data: the valid split
+    # by default the workspace is the held-out files, so a lone held-out file has none
+    assert (
+        workspace_documents(
+            workspace_files(LinesConfig(checkpoint=CKPT), held_out), "me/repo/pkg/main.py"
+        )
+        == []
+    )
+    config = LinesConfig(checkpoint=CKPT, data=corpus, workspace=corpus, workspace_share=0.5)
+    workspace = workspace_files(config, held_out)
+    # every split; the completed file itself and other folders left out
+    assert workspace_documents(workspace, "me/repo/pkg/main.py") == [
+        ("me/repo/pkg/helpers.py", HELPERS)
+    ]
+    with_workspace = evaluate_lines(
+        config.replace(checkpoint=tiny_checkpoint, n=6, max_new_tokens=2, output=tmp_path / "o")
+    )
+    assert with_workspace["prompt"]["workspace"] == str(corpus)
+    assert with_workspace["scores"]["all"]["prompts_with_snippets"] == 6
+    records = [json.loads(x) for x in (tmp_path / "o" / "lines.jsonl").read_text().splitlines()]
+    assert all(r["snippets"] >= 1 for r in records)
+    alone = evaluate_lines(
+        config.replace(checkpoint=tiny_checkpoint, n=6, max_new_tokens=2, workspace=None)
+    )
+    assert alone["scores"]["all"]["prompts_with_snippets"] == 0
+
+
+def test_prompts_with_snippets_are_counted_per_kind():
+    kinds = ("line_start", "mid_line", "line_start", "mid_line")
+    tasks = [LineTask("pkg/m.py", i + 2, k, "x = 1\n", "y = 2", "") for i, k in enumerate(kinds)]
+    completions = [Completion("y = 2", 0), Completion("y = 2", 1), Completion("y = 2", 2), "y = 2"]
+    shown = [shown_line(t, c, 768, True) for t, c in zip(tasks, completions, strict=True)]
+    assert [s.snippets for s in shown] == [0, 1, 2, 0]  # a plain string: no snippet known
+    scores = score(tasks, shown)
+    assert scores["line_start"]["prompts_with_snippets"] == 1
+    assert scores["mid_line"]["prompts_with_snippets"] == 1
+    assert scores["all"]["prompts_with_snippets"] == 2
+    assert scores["all"]["exact_match"] == 1.0
