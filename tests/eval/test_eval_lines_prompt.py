@@ -166,12 +166,8 @@ def test_a_fine_tunes_held_out_files_are_completed_with_the_rest_of_the_reposito
     held_out = read_heldout(corpus)
     assert [f.name for f in held_out] == ["me/repo/pkg/main.py"]  # --data: the valid split
     # by default the workspace is the held-out files, so a lone held-out file has none
-    assert (
-        workspace_documents(
-            workspace_files(LinesConfig(checkpoint=CKPT), held_out), "me/repo/pkg/main.py"
-        )
-        == []
-    )
+    default = workspace_files(LinesConfig(checkpoint=CKPT), held_out)
+    assert workspace_documents(default, "me/repo/pkg/main.py") == []
     config = LinesConfig(checkpoint=CKPT, data=corpus, workspace=corpus, workspace_share=0.5)
     workspace = workspace_files(config, held_out)
     # every split; the completed file itself and other folders left out
