@@ -94,7 +94,7 @@ def test_the_same_seed_picks_the_same_lines_and_an_oracle_scores_100(heldout):
     oracle = evaluate_lines(config, complete=lambda t: t.target + "\nmore text")
     assert oracle["scores"]["all"] == {
         "n": 6, "exact_match": 1.0, "edit_similarity": 1.0,
-        "repetitive_raw": 0, "repetitive_shown": 0,
+        "repetitive_raw": 0, "repetitive_shown": 0, "prompts_with_snippets": 0,
     }  # fmt: skip
     wrong = evaluate_lines(config, complete=lambda t: t.target[:-1])
     assert wrong["scores"]["all"]["exact_match"] == 0.0
