@@ -62,6 +62,9 @@ def window_start(text: str, offset: int, prefix_chars: int, grid: int = 1) -> in
     return lo
 
 
+FIM_SENTINEL_TOKENS = 3  # <fim_prefix>, <fim_suffix>, <fim_middle> (codeparrot.fim.layout)
+
+
 def prompt_budget(context_length: int, context_tokens: int, max_new_tokens: int) -> tuple[int, int]:
     """(prompt tokens, new tokens) that fit in a model's context of ``context_length``.
 
@@ -240,7 +243,9 @@ def prompt_parts(
     suffix = None
     if fim and after.strip():
         suffix = fit_suffix(after, int(budget * suffix_share), count_tokens) or None
-    used = count_tokens(suffix) if suffix else 0
+    # a prompt with a suffix also holds the three FIM sentinels, of which the budget's one
+    # spare token covers one: without the other two the engine would cut another line
+    used = count_tokens(suffix) + FIM_SENTINEL_TOKENS - 1 if suffix else 0
     prefix = fit_prefix(before, budget - used, count_tokens, quantum=PROMPT_QUANTUM)
     return PromptParts(tuple(snippets), prefix, suffix)
 

@@ -25,7 +25,8 @@ def test_the_suffix_takes_at_most_its_share_in_whole_lines_and_the_prefix_the_re
     one_more = AFTER[: AFTER.index("\n", len(suffix)) + 1]
     assert count(one_more) > int(200 * share)  # as many lines as fit
     assert BEFORE.endswith(prefix) and prefix.startswith("value_")  # cut at a line start
-    assert count(prefix) + count(suffix) <= 200
+    # with the three FIM sentinels, within the budget and its one spare token
+    assert count(prefix) + count(suffix) + 3 <= 200 + 1
     # the prefix fills the rest, but for its start's 64-character step and a line
     assert count(prefix) > 200 - count(suffix) - 32
 
@@ -67,3 +68,12 @@ def test_the_window_starts_on_the_grid_then_at_a_line_start():
     # typing at the end does not move it
     assert window_start(text + "abc", len(text) + 3, 1000, grid=64) == start
     assert window_start(text, 50, 1000) == 0
+
+
+def test_a_prompt_with_a_suffix_leaves_room_for_the_three_sentinels():
+    """Prefix + suffix + <fim_prefix> <fim_suffix> <fim_middle> fit the budget (and its one
+    spare token) at every budget, so the engine never cuts another line of the prefix."""
+    for budget in range(40, 400, 7):
+        prefix, suffix = build_prompt(count, BEFORE, AFTER, budget, suffix_share=0.25)
+        assert suffix is not None
+        assert count(prefix) + count(suffix) + 3 <= budget + 1
