@@ -81,8 +81,8 @@ class QuickstartConfig(Config):
         "tokenize the corpus once into memmapped shards and train on randomly drawn windows "
         "(instead of streaming packed sequences through shuffle buffers)",
     )
-    # bench/recipe.py: Muon + WSD reached in 150 steps the held-out loss that AdamW + cosine
-    # needs ~2.8x the steps for (~2.2x the wall-clock); BENCHMARKS.md, "Recipe".
+    # bench/recipe.py: at this budget (1,000 steps) Muon + WSD + FIM reaches the held-out loss
+    # that AdamW + cosine needs ~2.2x the steps (~2.0x the wall-clock) for; BENCHMARKS.md.
     optimizer: str = OPTIMIZER.field("muon")
     schedule: str = SCHEDULE.field("wsd")
     fim_rate: float | None = FIM_RATE.field()
