@@ -11,6 +11,7 @@ head, fused AdamW, the model compiled). The bf16 matmul peak is measured in the 
 and achieved FLOP/s reported against it.
 
     .venv/bin/python bench/train.py [--steps 12] [--rounds 3] [--no-compile] [--no-peer]
+        [--optimizer adamw|muon]
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def peer_step_fn():
     return step
 
 
-def ours_step_fn(workdir: Path, compile: bool):
+def ours_step_fn(workdir: Path, compile: bool, optimizer: str = "adamw"):
     from codeparrot.training import TrainConfig
     from codeparrot.training.loop import _train_step, setup
 
@@ -168,6 +169,7 @@ def ours_step_fn(workdir: Path, compile: bool):
         batch_size=BATCH,
         mixed_precision="bf16",
         compile=compile,
+        optimizer=optimizer,
         log_with="none",
         peak_tflops=1.0,
         progress=False,
@@ -190,6 +192,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps (compilation)")
     parser.add_argument("--no-compile", dest="compile", action="store_false")
     parser.add_argument(
+        "--optimizer",
+        choices=("adamw", "muon"),
+        default="adamw",
+        help="our step's optimizer (muon: the quickstart's default, Muon on the hidden "
+        "matrices); the baseline and the peer keep AdamW",
+    )
+    parser.add_argument(
         "--no-peer", dest="peer", action="store_false", help="skip the nanoGPT-style peer"
     )
     args = parser.parse_args()
@@ -198,7 +207,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        ours, run = ours_step_fn(Path(tmp), args.compile)
+        ours, run = ours_step_fn(Path(tmp), args.compile, args.optimizer)
         print(
             f"setup {time.perf_counter() - t0:.0f} s; warming up (compile={args.compile})",
             flush=True,
@@ -238,7 +247,8 @@ def main() -> None:
             f"\nshape: n_layer 4, n_head 4, n_embd 256, vocab {VOCAB}, block {BLOCK}, batch {BATCH}"
         )
         print(
-            f"ours: setup + {args.warmup} warm-up steps (compile={args.compile}) took {setup_s:.0f} s"
+            f"ours ({args.optimizer}): setup + {args.warmup} warm-up steps "
+            f"(compile={args.compile}) took {setup_s:.0f} s"
         )
         print(
             f"plain fp32 HF loop : {base_tps:8,.0f} tokens/s  {base_tps * fpt / 1e9:6.1f} GFLOP/s"

@@ -49,3 +49,67 @@ class MuonWithAdamW(torch.optim.Optimizer):
         for name, o in self.inner.items():
             o.load_state_dict(state_dict[name])
         self.param_groups = self._groups()
+
+
+def _orthogonalize(updates: torch.Tensor, coefficients: tuple[float, float, float], steps: int,
+                   eps: float) -> torch.Tensor:  # fmt: skip
+    """Newton-Schulz orthogonalization of a stack of equal-shape matrices at once.
+
+    The same iteration as ``torch.optim.Muon`` (bf16, the wide orientation, each matrix scaled
+    to Frobenius norm at most 1, then ``steps`` quintic iterations), batched: one ``baddbmm``
+    per product instead of one small ``addmm`` per matrix.
+    """
+    a, b, c = coefficients
+    x = updates.bfloat16()
+    tall = x.size(-2) > x.size(-1)
+    if tall:
+        x = x.mT
+    x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.mT
+        gram = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)
+        x = torch.baddbmm(x, gram, x, beta=a)
+    return x.mT if tall else x
+
+
+class BatchedMuon(torch.optim.Muon):
+    """``torch.optim.Muon``, stepping the matrices of one shape together.
+
+    The update is torch's (momentum with Nesterov, the Newton-Schulz orthogonalization, decoupled
+    weight decay, the shape's learning-rate adjustment); the state is torch's too (one
+    ``momentum_buffer`` per matrix), so checkpoints load in either. A transformer's blocks repeat
+    a few shapes, so the step runs a few batched products instead of many small ones.
+    """
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params: list[torch.Tensor] = []
+            grads: list[torch.Tensor] = []
+            bufs: list[torch.Tensor] = []
+            self._init_group(group, params, grads, bufs)
+            if params:
+                self._step_group(group, params, grads, bufs)
+        return loss
+
+    def _step_group(self, group: dict[str, Any], params: list[torch.Tensor],
+                    grads: list[torch.Tensor], bufs: list[torch.Tensor]) -> None:  # fmt: skip
+        from torch.optim._muon import _adjust_lr
+
+        momentum, lr = group["momentum"], float(group["lr"])
+        torch._foreach_lerp_(bufs, grads, 1 - momentum)
+        updates = torch._foreach_lerp(grads, bufs, momentum) if group["nesterov"] else bufs
+        torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
+        by_shape: dict[tuple[int, ...], list[int]] = {}
+        for i, p in enumerate(params):
+            by_shape.setdefault(tuple(p.shape), []).append(i)
+        for shape, index in by_shape.items():
+            stacked = torch.stack([updates[i] for i in index])
+            ortho = _orthogonalize(stacked, group["ns_coefficients"], group["ns_steps"],
+                                   group["eps"])  # fmt: skip
+            step = -_adjust_lr(lr, group["adjust_lr_fn"], torch.Size(shape))
+            torch._foreach_add_([params[i] for i in index], list(ortho.unbind(0)), alpha=step)

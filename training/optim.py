@@ -114,7 +114,7 @@ def build_optimizer(
     """The optimizer ``name`` over ``model``'s trainable parameters."""
     import torch
 
-    from codeparrot.training.muon import MuonWithAdamW
+    from codeparrot.training.muon import BatchedMuon, MuonWithAdamW
 
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
@@ -125,7 +125,7 @@ def build_optimizer(
     matrices = [p for n, p in named if is_hidden_matrix(n, p, model)]
     rest = [(n, p) for n, p in named if not is_hidden_matrix(n, p, model)]
     adamw = torch.optim.AdamW(adamw_groups(rest, weight_decay), lr=lr, betas=betas, **fast)
-    muon = torch.optim.Muon(
+    muon = BatchedMuon(
         matrices, lr=lr, weight_decay=weight_decay, momentum=muon_momentum,
         adjust_lr_fn="match_rms_adamw",
     )  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import torch
 
 from codeparrot.training import train
 from codeparrot.training.optim import build_optimizer, lr_factor
@@ -57,3 +58,34 @@ def test_muon_trains_and_resumes_bitwise(tmp_path, corpus, tiny_checkpoint):  # 
     train(tiny_config(corpus, tiny_checkpoint, tmp_path / "adamw"))
     c = read_weights(tmp_path / "adamw")
     assert any(not a[k].equal(c[k]) for k in a)  # the optimizer really changed the run
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_batched_muon_steps_exactly_as_torch_muon(nesterov):
+    """The batched step is torch's Muon, bit for bit, and their checkpoints load in either."""
+    from codeparrot.training.muon import BatchedMuon
+
+    shapes = [(16, 48), (48, 16), (16, 48), (16, 16), (48, 16)]
+
+    def make(cls):
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(*s) * 0.02) for s in shapes]
+        kwargs = dict(lr=1e-2, weight_decay=0.1, nesterov=nesterov, adjust_lr_fn="match_rms_adamw")
+        return params, cls(params, **kwargs)
+
+    ours, batched = make(BatchedMuon)
+    ref, reference = make(torch.optim.Muon)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        for a, b in zip(ours, ref, strict=True):
+            a.grad = torch.randn(a.shape, generator=gen)
+            b.grad = a.grad.clone()
+        batched.step()
+        reference.step()
+    for a, b in zip(ours, ref, strict=True):
+        assert torch.equal(a, b)
+    reloaded = BatchedMuon(ref, lr=1e-2)
+    reloaded.load_state_dict(reference.state_dict())
+    assert torch.equal(
+        reloaded.state[ref[0]]["momentum_buffer"], reference.state[ref[0]]["momentum_buffer"]
+    )
