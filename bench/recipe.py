@@ -322,23 +322,27 @@ def summarise(
     baseline = {k * steps: results[f"baseline-{k}x"]["nats_per_char"] for k in multiples}
     for name in variants:
         in_steps = equivalent_factor(baseline, steps, results[name]["nats_per_char"])
-        cost = per_step[name] / per_step["baseline"]
         results[name]["compute_equivalent_steps"] = in_steps
+        if name not in per_step or "baseline" not in per_step:
+            continue  # not calibrated yet: worth in steps only (``--stage calibrate`` adds it)
+        cost = per_step[name] / per_step["baseline"]
         results[name]["cost_per_step"] = cost
         results[name]["compute_equivalent"] = in_steps / cost
     return {"seconds_per_step": per_step, "results": results}
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"\n{'run':18} {'steps':>6} {'ms/step':>8} {'nats/char':>10} {'x compute':>10} "
-          f"{'line EM':>8} {'infill p@1':>10}")  # fmt: skip
+    print(f"\n{'run':18} {'steps':>6} {'ms/step':>8} {'nats/char':>10} {'x steps':>8} "
+          f"{'x wall':>7} {'line EM':>8} {'infill p@1':>10}")  # fmt: skip
     for name, row in report["results"].items():
         key = name.split("-")[0] if name.startswith("baseline") else name
         ms = 1000 * report["seconds_per_step"].get(key, float("nan"))
+        in_steps = row.get("compute_equivalent_steps")
         factor = row.get("compute_equivalent")
         infill = row.get("infill_pass_at_1", row.get("prefix_only_infill_pass_at_1"))
         print(f"{name:18} {row['steps']:6} {ms:8.1f} {row['nats_per_char']:10.4f} "
-              f"{factor if factor is not None else float('nan'):10.2f} "
+              f"{in_steps if in_steps is not None else float('nan'):8.2f} "
+              f"{factor if factor is not None else float('nan'):7.2f} "
               f"{100 * row['line_exact_match']:7.1f}% "
               f"{100 * infill if infill is not None else float('nan'):9.1f}%")  # fmt: skip
 
