@@ -40,7 +40,7 @@ class ModelCard:
     eval_loss: float | None = None
     perplexity: float | None = None
     context_length: int | None = None
-    fill_in_the_middle: bool | None = None  # the tokenizer has the FIM sentinels
+    fill_in_the_middle: bool | None = None  # FIM sentinels, and a model trained on them
     pass_at_k: dict[str, float] = field(default_factory=dict)
     humaneval: dict[str, Any] | None = None
     humaneval_plot: Path | None = None
@@ -173,7 +173,7 @@ def read_model_card(path: str | Path) -> ModelCard:
         eval_loss=_num(facts.get("eval_loss")),
         perplexity=_num(facts.get("perplexity")),
         context_length=context,
-        fill_in_the_middle=has_fim_sentinels(path),
+        fill_in_the_middle=_fills_in(path, facts),
         pass_at_k=pass_at_k,
         humaneval=humaneval,
         humaneval_plot=plot if plot.is_file() else None,
@@ -182,6 +182,14 @@ def read_model_card(path: str | Path) -> ModelCard:
         metrics=metrics,
         problems=tuple(problems),
     )
+
+
+def _fills_in(path: Path, facts: dict[str, Any]) -> bool | None:
+    """The tokenizer has the sentinels and the model learnt them (as far as the files say)."""
+    from codeparrot.models.checkpoint import trained_to_infill
+
+    sentinels = has_fim_sentinels(path)
+    return False if sentinels and trained_to_infill(facts) is False else sentinels
 
 
 def has_fim_sentinels(path: Path) -> bool | None:

@@ -149,8 +149,9 @@ FILLS_IN = (
     "and this code."
 )
 NO_SENTINELS = (
-    "⚠️ This checkpoint has no fill-in-the-middle sentinels (`<fim_prefix>`, `<fim_suffix>`, "
-    "`<fim_middle>`): the code after the cursor is not used, the candidates continue the "
+    "⚠️ This checkpoint cannot fill in the middle: no fill-in-the-middle sentinels "
+    "(`<fim_prefix>`, `<fim_suffix>`, `<fim_middle>`) in its tokenizer, or a model trained "
+    "without them. The code after the cursor is not used, the candidates continue the "
     "prompt alone."
 )
 

@@ -100,7 +100,8 @@ class CompletionService:
         if request.suffix is not None and self.engine.fim is None:
             raise bad(
                 "suffix: this checkpoint cannot fill in the middle (its tokenizer has no "
-                "<fim_prefix>/<fim_suffix>/<fim_middle> tokens); send the prompt alone.",
+                "<fim_prefix>/<fim_suffix>/<fim_middle> tokens, or its model was trained "
+                "without them); send the prompt alone.",
                 "suffix",
             )
         return request

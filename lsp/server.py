@@ -371,8 +371,8 @@ class CodeparrotServer(LanguageServer):
         if config.fim and getattr(engine, "fim", None) is None and not self._fim_notice_logged:
             self._fim_notice_logged = True
             logger.info(
-                "%s has no fill-in-the-middle sentinels: prompts hold the text before the "
-                "cursor only",
+                "%s cannot fill in the middle (no fill-in-the-middle sentinels, or a model "
+                "trained without them): prompts hold the text before the cursor only",
                 self._engine_path,
             )
         if config.compile and engine.can_compile_steps and not engine.steps_compiled.is_set():

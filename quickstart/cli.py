@@ -298,11 +298,9 @@ def _infill_config(cfg: QuickstartConfig) -> Any:
 
 def trained_with_fim(model_dir: Path) -> bool:
     """Whether the checkpoint was trained with fill-in-the-middle examples."""
-    meta = model_dir / "codeparrot_checkpoint.json"
-    if not meta.is_file():
-        return False
-    rate = json.loads(meta.read_text()).get("train_config", {}).get("fim_rate")
-    return bool(rate)
+    from codeparrot.models.checkpoint import read_checkpoint_meta, trained_to_infill
+
+    return bool(trained_to_infill(read_checkpoint_meta(model_dir)))
 
 
 def step_infill(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, Any]:

@@ -807,6 +807,7 @@ def save_checkpoint(run: Run, eval_loss: float | None, train_loss: float | None)
             "eval_loss": eval_loss,
             "perplexity": None if eval_loss is None else perplexity(eval_loss),
             "train_config": cfg.to_dict(),
+            "fim_trained": learnt_fim(cfg),
             "provenance": provenance(cfg, world_size=acc.num_processes),
         }
         model = acc.unwrap_model(run.model)
@@ -818,6 +819,19 @@ def save_checkpoint(run: Run, eval_loss: float | None, train_loss: float | None)
         _prune(root, cfg.keep_checkpoints)
     acc.wait_for_everyone()
     return final
+
+
+def learnt_fim(cfg: TrainConfig) -> bool:
+    """Whether the saved model learnt fill-in-the-middle: this run trained with FIM examples,
+    or the checkpoint it started from had (a foreign one: if its tokenizer has the sentinels)."""
+    from codeparrot.models.checkpoint import read_checkpoint_meta, trained_to_infill
+
+    if cfg.fim_rate:
+        return True
+    if cfg.init_from is None:
+        return False
+    base = trained_to_infill(read_checkpoint_meta(cfg.init_from))
+    return tokenizer_has_sentinels(Path(cfg.init_from)) if base is None else base
 
 
 def _prune(root: Path, keep: int) -> None:

@@ -140,6 +140,7 @@ class Engine:
         lean_gpt2: bool = True,
         decode_threads: int | None = None,
         quantize: str = "none",
+        infills: bool | None = None,
     ) -> None:
         """Wrap a loaded model; :meth:`load` is the usual way in.
 
@@ -151,6 +152,9 @@ class Engine:
         ``decode_threads``: intra-op threads for the one-token steps (``None``: torch's
         setting). The prompt always uses torch's setting. A step is a few dozen small
         kernels; on a busy machine a second thread mostly waits for its turn.
+        ``infills``: whether the model learnt fill-in-the-middle (None: it did if its
+        tokenizer has the sentinels). A model that did not is never sent a suffix
+        (:attr:`fim` is None) even when its tokenizer has the sentinels.
         ``quantize``: ``"int8"`` runs the one-token steps on int8 weight-only copies of
         the matrices (GPT-2 or Qwen3 checkpoints on a CPU): ~2.3x faster steps, logits within
         ~1% (prompts keep full precision). ``"none"``: the model's own weights.
@@ -168,8 +172,10 @@ class Engine:
         )
         eos = tokenizer.eos_token_id
         self.eos_token_id: int | None = int(eos) if eos is not None else None
-        # the fill-in-the-middle sentinels, or None: a suffix needs them
-        self.fim: FimTokens | None = FimTokens.from_tokenizer(tokenizer)
+        # the tokenizer's fill-in-the-middle sentinels (never text, they end a completion),
+        # and the same where the model learnt to use them, else None: a suffix needs them
+        self.sentinels: FimTokens | None = FimTokens.from_tokenizer(tokenizer)
+        self.fim: FimTokens | None = self.sentinels if infills is not False else None
         # the lean decoder of GPT-2 or Qwen3 checkpoints (codeparrot.generation.lean)
         self._gpt2 = lean_decoder(model) if lean_gpt2 else None
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -278,7 +284,7 @@ class Engine:
         """
         import torch
 
-        from codeparrot.models.checkpoint import load_checkpoint
+        from codeparrot.models.checkpoint import load_checkpoint, trained_to_infill
 
         if dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -288,7 +294,7 @@ class Engine:
             )
         path = Path(path)
         # every check (config, no custom code, weights complete, EOS, vocabulary, context)
-        model, tokenizer, _meta = load_checkpoint(path, attn_implementation=None)
+        model, tokenizer, meta = load_checkpoint(path, attn_implementation=None)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
             model.to(device)
@@ -316,6 +322,7 @@ class Engine:
             bf16_prefill=bf16_prefill,
             decode_threads=1 if on_cpu else None,
             quantize=quantize,
+            infills=trained_to_infill(meta),
         )
 
     # -- prompts ---------------------------------------------------------------------
@@ -364,11 +371,16 @@ class Engine:
 
     def _require_fim(self) -> FimTokens:
         if self.fim is None:
+            why = (
+                "its tokenizer has no fill-in-the-middle sentinels (<fim_prefix>, "
+                "<fim_middle>, <fim_suffix>, <fim_pad>)"
+                if self.sentinels is None
+                else "it was trained without fill-in-the-middle examples (fim_rate 0), "
+                "though its tokenizer has the sentinels"
+            )
             raise CheckpointError(
-                f"checkpoint {self.path or 'in memory'}: its tokenizer has no "
-                "fill-in-the-middle sentinels (<fim_prefix>, <fim_middle>, <fim_suffix>, "
-                "<fim_pad>), so it cannot complete with a suffix; complete the prefix alone "
-                "or use a checkpoint trained with FIM"
+                f"checkpoint {self.path or 'in memory'}: {why}, so it cannot complete with a "
+                "suffix; complete the prefix alone or use a checkpoint trained with FIM"
             )
         return self.fim
 
@@ -537,7 +549,7 @@ class Engine:
         with self._table_lock:
             if self._table is None:
                 special = set(self.tokenizer.all_special_ids)
-                special |= self.fim.ids if self.fim is not None else set()
+                special |= self.sentinels.ids if self.sentinels is not None else set()
                 pairs = sorted(
                     (self.tokenizer.decode([i], skip_special_tokens=False), i)
                     for i in range(self.vocab_size)
@@ -703,7 +715,7 @@ class Engine:
 
     def _end_ids(self, config: GenerationConfig) -> frozenset[int]:
         """Tokens that end a candidate: end-of-text, and any FIM sentinel (never text)."""
-        ends = set(self.fim.ids) if self.fim is not None else set()
+        ends = set(self.sentinels.ids) if self.sentinels is not None else set()
         if config.stop_at_eos and self.eos_token_id is not None:
             ends.add(self.eos_token_id)
         return frozenset(ends)

@@ -173,6 +173,32 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def trained_to_infill(meta: dict[str, Any], *, _depth: int = 0) -> bool | None:
+    """Did the checkpoint learn to fill in the middle? None when its metadata cannot say.
+
+    A tokenizer may carry the FIM sentinels while the model never trained on them (``train
+    --fim-rate 0``); such a model must be prompted with the prefix alone. The answer is the
+    metadata's ``fim_trained`` (written since it was added: this run or the checkpoint it
+    started from trained with FIM examples), else the run's own ``fim_rate`` or that of the
+    checkpoint it started from; None for a checkpoint without our metadata (a foreign one,
+    whose tokenizer's sentinels decide).
+    """
+    if "fim_trained" in meta:
+        return bool(meta["fim_trained"])
+    cfg = meta.get("train_config")
+    if not isinstance(cfg, dict) or "fim_rate" not in cfg:
+        return None
+    if cfg["fim_rate"]:
+        return True
+    base = cfg.get("init_from")
+    if base and _depth < 8:
+        try:
+            return trained_to_infill(read_checkpoint_meta(base), _depth=_depth + 1) or False
+        except CheckpointError:
+            return False
+    return False
+
+
 def validate_checkpoint(
     path: str | Path, tokenizer: Any | None = None, *, seq_length: int | None = None
 ) -> dict[str, Any]:

@@ -142,6 +142,17 @@ def test_the_model_card_reads_the_sentinels_from_the_tokenizer(tmp_path, added, 
     assert read_model_card(tmp_path).fill_in_the_middle is expected
 
 
+@pytest.mark.parametrize(("fim_rate", "expected"), [(0.0, False), (0.5, True)])
+def test_the_model_card_says_no_infill_for_a_model_trained_without_fim(
+    tmp_path, fim_rate, expected
+):
+    added = [{"content": s, "special": True} for s in SENTINELS]
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"added_tokens": added}))
+    facts = {"train_config": {"fim_rate": fim_rate}}
+    (tmp_path / "codeparrot_checkpoint.json").write_text(json.dumps(facts))
+    assert read_model_card(tmp_path).fill_in_the_middle is expected
+
+
 @pytest.fixture(scope="module")
 def fim_checkpoint(tmp_path_factory):
     """The engine tests' checkpoint that learnt one snippet in both FIM layouts."""

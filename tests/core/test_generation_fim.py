@@ -169,3 +169,40 @@ def test_healing_backs_up_the_prefix_only_where_it_runs_into_the_middle(fim_chec
     assert healed is None
     _ids, _t, healed = engine._infill_prompt(PREFIX, SUFFIX, GenerationConfig(heal=False))
     assert healed is None
+
+
+def _with_meta(src: Path, dst: Path, meta: dict) -> Path:
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    (dst / "codeparrot_checkpoint.json").write_text(json.dumps(meta))
+    return dst
+
+
+def test_a_model_trained_without_fim_gets_no_suffix_despite_the_sentinels(fim_checkpoint, tmp_path):
+    """A tokenizer with the sentinels is not enough: `train --fim-rate 0` never taught the
+    model what they mean, so the engine refuses a suffix (and the editor sends none)."""
+    plain = _with_meta(fim_checkpoint, tmp_path / "plain", {"train_config": {"fim_rate": 0.0}})
+    engine = Engine.load(plain, device="cpu")
+    assert engine.sentinels is not None and engine.fim is None
+    with pytest.raises(CodeparrotError, match="trained without fill-in-the-middle"):
+        engine.generate(PREFIX, GREEDY, suffix=SUFFIX)
+    # the sentinels still end a completion and are never written as text
+    assert engine._end_ids(GREEDY) >= engine.sentinels.ids
+    trained = _with_meta(fim_checkpoint, tmp_path / "fim", {"train_config": {"fim_rate": 0.5}})
+    assert Engine.load(trained, device="cpu").fim is not None
+
+
+def test_what_a_checkpoint_learnt_is_read_from_its_metadata(tmp_path):
+    from codeparrot.models.checkpoint import trained_to_infill
+
+    assert trained_to_infill({}) is None  # foreign: the tokenizer decides
+    assert trained_to_infill({"fim_trained": False, "train_config": {"fim_rate": 0.5}}) is False
+    assert trained_to_infill({"train_config": {"fim_rate": 0.5}}) is True
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "codeparrot_checkpoint.json").write_text('{"fim_trained": true}')
+    tuned = {"train_config": {"fim_rate": 0.0, "init_from": str(base)}}
+    assert trained_to_infill(tuned) is True  # fine-tuned without FIM keeps what it learnt
+    assert trained_to_infill({"train_config": {"fim_rate": 0.0, "init_from": None}}) is False

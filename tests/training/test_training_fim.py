@@ -327,3 +327,21 @@ def test_fim_settings_are_checked(tmp_path: Path):
     message = str(err.value)
     for flag in ("--fim-rate must be in [0, 1], got 1.5", "--fim-spm-rate", "--fim-mode"):
         assert flag in message
+
+
+def test_the_checkpoint_records_whether_its_model_learnt_fim(tmp_path, fim_checkpoint):
+    """The engine reads this to decide whether a suffix may be sent (a tokenizer with the
+    sentinels is not enough); fine-tuning without FIM keeps what the base model learnt."""
+    from codeparrot.models.checkpoint import read_checkpoint_meta
+
+    corpus = write_corpus(tmp_path / "corpus", DOCS, DOCS)
+    short = {"max_steps": 2, "eval_every": 2}
+    train(tiny_config(corpus, fim_checkpoint, tmp_path / "fim", init_from=None, **short))
+    train(tiny_config(corpus, fim_checkpoint, tmp_path / "plain", init_from=None, fim_rate=0.0,
+                      **short))  # fmt: skip
+    tuned = tiny_config(corpus, tmp_path / "fim", tmp_path / "tuned", fim_rate=0.0, **short)
+    train(tuned)
+    learnt = {
+        k: read_checkpoint_meta(tmp_path / k)["fim_trained"] for k in ("fim", "plain", "tuned")
+    }
+    assert learnt == {"fim": True, "plain": False, "tuned": True}
