@@ -12,6 +12,14 @@ from typing import Any
 import torch
 
 
+def _evaluate(closure: Any) -> Any:
+    """An optimizer's closure, evaluated with gradients on (None without one)."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
 class MuonWithAdamW(torch.optim.Optimizer):
     """``torch.optim.Muon`` and ``torch.optim.AdamW`` over disjoint parameters, as one."""
 
@@ -26,10 +34,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _evaluate(closure)
         for o in self.inner.values():
             o.step()
         return loss
@@ -83,10 +88,7 @@ class BatchedMuon(torch.optim.Muon):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _evaluate(closure)
         for group in self.param_groups:
             params: list[torch.Tensor] = []
             grads: list[torch.Tensor] = []
