@@ -26,7 +26,10 @@ The server runs with its defaults (eager decoding steps); ``--compile`` measures
 the background compile of the decoding step instead (``--compile-wait S`` to let it finish
 before the warm requests).
 
-    .venv/bin/python bench/lsp.py [--requests 60] [--bursts 30] [--compile]
+``--checkpoint DIR`` measures a trained checkpoint instead (with a FIM model the server's
+prompts hold the lines after the cursor too: every document keeps the rest of its file).
+
+    .venv/bin/python bench/lsp.py [--requests 60] [--bursts 30] [--compile] [--checkpoint DIR]
 """
 
 from __future__ import annotations
@@ -304,6 +307,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--preset", default="tiny", help="model preset (tiny, tiny-qwen, ...)")
     parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="a trained checkpoint instead of the random one (the quickstart's model: its "
+        "FIM prompts, suggestions that end where a trained model ends them)",
+    )
+    parser.add_argument(
         "--compile",
         action="store_true",
         help="start the server with --compile (background compile of the decoding step)",
@@ -321,13 +331,17 @@ def main() -> None:
     bursts = cursors(texts, args.bursts, args.seed + 1)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        ckpt = build_checkpoint(
-            Path(tmp) / args.preset, list(texts.values()), args.positions, args.preset
-        )
-        print(
-            f"random {args.preset} checkpoint (context {args.positions}) built in "
-            f"{time.perf_counter() - t0:.1f} s"
-        )
+        if args.checkpoint is not None:
+            ckpt = args.checkpoint
+            print(f"checkpoint {ckpt}")
+        else:
+            ckpt = build_checkpoint(
+                Path(tmp) / args.preset, list(texts.values()), args.positions, args.preset
+            )
+            print(
+                f"random {args.preset} checkpoint (context {args.positions}) built in "
+                f"{time.perf_counter() - t0:.1f} s"
+            )
         new, context = args.max_new_tokens, args.context_tokens
         base_ms, base_cpu = baseline(ckpt, texts, points, new, context, args.compile)
         results, _, stats = asyncio.run(
@@ -338,7 +352,7 @@ def main() -> None:
         _, typing, _ = asyncio.run(run_server(ckpt, texts, points, [], new, context, cache=True))
     print(
         f"single-line inline completion, max {args.max_new_tokens} new tokens, prompt budget "
-        f"{args.context_tokens} tokens (fitted to the context of {args.positions}), "
+        f"{args.context_tokens} tokens (fitted to the model's context), "
         f"1 torch thread, server defaults{' + --compile' if args.compile else ''}"
     )
     b = summary("baseline: engine in-process", base_ms)
