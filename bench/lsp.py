@@ -195,6 +195,7 @@ async def run_server(
     cache: bool,
     compile_wait: float = 0.0,
     compile: bool = False,
+    strict: bool = True,
 ) -> tuple[dict[str, list[float]], list[float], dict]:
     from pygls.lsp.client import LanguageClient
 
@@ -214,6 +215,7 @@ async def run_server(
         "isolated": [],
         "burst_last": [],
         "burst_older": [],
+        "burst_older_answered": [],
     }
     typing: list[float] = []
     try:
@@ -242,7 +244,12 @@ async def run_server(
                 for fut in older:
                     old_ms, items = await fut
                     results["burst_older"].append(old_ms)
-                    assert items == [], "a superseded request returned a suggestion"
+                    # random weights always decode to the limit, so an older request is
+                    # still running when the next edit supersedes it; a trained model may
+                    # finish one before the next keystroke, and that answer is legitimate
+                    if items:
+                        results["burst_older_answered"].append(old_ms)
+                    assert strict is False or items == [], "a superseded request answered"
         else:
             for i, (name, line, col) in enumerate(points):
                 uri = f"file:///type{i}/{name}"
@@ -346,7 +353,16 @@ def main() -> None:
         base_ms, base_cpu = baseline(ckpt, texts, points, new, context, args.compile)
         results, _, stats = asyncio.run(
             run_server(
-                ckpt, texts, points, bursts, new, context, False, args.compile_wait, args.compile
+                ckpt,
+                texts,
+                points,
+                bursts,
+                new,
+                context,
+                False,
+                args.compile_wait,
+                args.compile,
+                strict=args.checkpoint is None,
             )
         )
         _, typing, _ = asyncio.run(run_server(ckpt, texts, points, [], new, context, cache=True))
@@ -363,6 +379,8 @@ def main() -> None:
     iso = summary("server over stdio: isolated (warm)", results["isolated"])
     last = summary("server: last request of a burst", results["burst_last"])
     summary("server: superseded requests", results["burst_older"])
+    answered = len(results["burst_older_answered"])
+    print(f"  older requests of a burst answered before the next edit: {answered}")
     if typing:
         summary("server: typing through (cache)", typing)
     print(
