@@ -14,7 +14,7 @@ For a cursor in a document the prompt is built in four steps, each a function he
    the cursor within ``suffix_share`` of what is left, and the nearest text before the
    cursor within the rest.
 
-:func:`build_prompt` runs steps 3 and 4; the language server
+:func:`prompt_parts` runs steps 3 and 4; the language server
 (``codeparrot.lsp.completion``) and ``codeparrot eval lines`` both call it, so the
 benchmark measures the prompts the editor sends.
 """
@@ -234,7 +234,16 @@ def prompt_parts(
     others: Sequence[tuple[str, str]] = (),
     workspace_share: float = 0.0,
 ) -> PromptParts:
-    """The parts of :func:`build_prompt`'s prompt (see there)."""
+    """The prompt for a cursor between ``before`` and ``after``, within ``budget`` tokens
+    (``.text`` before the gap, ``.suffix`` after it; ``None``: complete the prefix alone).
+
+    ``count_tokens`` is the model's token counter (``Engine.count_tokens``). Snippets of
+    ``others`` (``(uri, text)``, most recently edited first) take at most
+    ``workspace_share`` of the budget, at the top of the prompt. With ``fim`` (a checkpoint
+    that learnt fill in the middle) and something but blanks after the cursor, the suffix
+    takes whole lines of ``after``, at most ``suffix_share`` of what is left, and the prefix
+    the rest.
+    """
     snippets: list[str] = []
     if workspace_share > 0 and others:
         room = int(budget * workspace_share)
@@ -248,30 +257,3 @@ def prompt_parts(
     used = count_tokens(suffix) + FIM_SENTINEL_TOKENS - 1 if suffix else 0
     prefix = fit_prefix(before, budget - used, count_tokens, quantum=PROMPT_QUANTUM)
     return PromptParts(tuple(snippets), prefix, suffix)
-
-
-def build_prompt(
-    count_tokens: CountTokens,
-    before: str,
-    after: str,
-    budget: int,
-    *,
-    suffix_share: float,
-    fim: bool = True,
-    others: Sequence[tuple[str, str]] = (),
-    workspace_share: float = 0.0,
-) -> tuple[str, str | None]:
-    """(prompt prefix, suffix) for a cursor between ``before`` and ``after``, within
-    ``budget`` tokens; suffix ``None``: complete the prefix alone.
-
-    ``count_tokens`` is the model's token counter (``Engine.count_tokens``). Snippets of
-    ``others`` (``(uri, text)``, most recently edited first) take at most
-    ``workspace_share`` of the budget, at the top of the prompt. With ``fim`` (a checkpoint
-    with the sentinels) and something but blanks after the cursor, the suffix takes whole
-    lines of ``after``, at most ``suffix_share`` of what is left, and the prefix the rest.
-    """
-    parts = prompt_parts(
-        count_tokens, before, after, budget, suffix_share=suffix_share, fim=fim,
-        others=others, workspace_share=workspace_share,
-    )  # fmt: skip
-    return parts.text, parts.suffix

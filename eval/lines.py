@@ -5,7 +5,7 @@ Lines are drawn with a seed from files the model never trained on (see
 indentation, the rest of the line to write), half in the middle (the cursor at a random
 character of the line's text). The document is the file without the rest of that line.
 
-The prompt is the language server's (:func:`codeparrot.prompting.build_prompt`): the same
+The prompt is the language server's (:func:`codeparrot.prompting.prompt_parts`): the same
 window before the cursor, the same budget for this checkpoint (``--context-tokens`` and
 ``--max-new-tokens`` as the editor's defaults), with a fill-in-the-middle checkpoint whole
 lines after the cursor within ``--suffix-share`` of it, and with ``--workspace-share`` > 0
@@ -189,19 +189,6 @@ def workspace_documents(files: Sequence[HeldoutFile], name: str) -> list[tuple[s
     ]
 
 
-def editor_prompt(
-    task: LineTask,
-    config: LinesConfig,
-    count_tokens: prompting.CountTokens,
-    budget: int,
-    fim: bool,
-    others: Sequence[tuple[str, str]] = (),
-) -> tuple[str, str | None]:
-    """(prompt, suffix or ``None``) the language server would send for ``task``."""
-    parts = editor_prompt_parts(task, config, count_tokens, budget, fim, others)
-    return parts.text, parts.suffix
-
-
 def editor_prompt_parts(
     task: LineTask,
     config: LinesConfig,
@@ -210,7 +197,7 @@ def editor_prompt_parts(
     fim: bool,
     others: Sequence[tuple[str, str]] = (),
 ) -> prompting.PromptParts:
-    """:func:`editor_prompt` in its parts (the snippets apart)."""
+    """The prompt the language server would send for ``task``, in its parts."""
     before, after = editor_window(task, config.context_tokens)
     return prompting.prompt_parts(
         count_tokens,

@@ -111,13 +111,13 @@ def fim_prompt(
 ) -> tuple[str, str | None]:
     """(prefix, suffix) of the prompt within ``budget`` tokens; suffix ``None``: prefix only.
 
-    :func:`codeparrot.prompting.build_prompt` with the editor's settings: workspace
+    :func:`codeparrot.prompting.prompt_parts` with the editor's settings: workspace
     snippets of ``others`` within ``workspace_share`` of the budget; with a FIM checkpoint
     (and ``config.fim``) the suffix window takes whole lines after the cursor, at most
     ``fim_suffix_share`` of the rest, and the prefix the remainder; a checkpoint without the
     sentinels, or nothing but blanks after the cursor, gets the prefix alone.
     """
-    return prompting.build_prompt(
+    parts = prompting.prompt_parts(
         engine.count_tokens,
         window.prefix,
         window.suffix,
@@ -127,6 +127,7 @@ def fim_prompt(
         others=others,
         workspace_share=config.workspace_share,
     )
+    return parts.text, parts.suffix
 
 
 def _block_ended(text: str, base: int | None) -> bool:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from codeparrot.prompting import build_prompt, prompt_budget, window_start
+from codeparrot.prompting import prompt_budget, prompt_parts, window_start
+
+
+def build_prompt(*args, **kwargs):
+    """(text before the gap, suffix) of :func:`prompt_parts`."""
+    parts = prompt_parts(*args, **kwargs)
+    return parts.text, parts.suffix
 
 
 def count(text: str) -> int:

@@ -13,7 +13,7 @@ from codeparrot.eval.lines import (
     Completion,
     LinesConfig,
     LineTask,
-    editor_prompt,
+    editor_prompt_parts,
     evaluate_lines,
     score,
     shown_line,
@@ -75,7 +75,8 @@ def test_eval_lines_builds_the_language_servers_prompt(suffix_share, workspace_s
     )  # fmt: skip
     budget, _ = prompt_budget(engine, lsp, multiline=False)
     expected = fim_prompt(engine, window, lsp, budget, others)
-    got = editor_prompt(task, lines, engine.count_tokens, budget, True, others)
+    parts = editor_prompt_parts(task, lines, engine.count_tokens, budget, True, others)
+    got = (parts.text, parts.suffix)
     assert got == expected
     prompt, suffix = got
     assert suffix is not None and prompt.endswith("grand = ")
@@ -98,13 +99,14 @@ def test_sibling_files_give_the_workspace_snippets_within_the_budget():
     assert others == [("pkg/helpers.py", HELPERS)]  # same folder, not itself, not other/
     count = FakeEngine.count_tokens
     config = LinesConfig(checkpoint=CKPT, workspace_share=0.3)
-    prompt, suffix = editor_prompt(task, config, count, 200, True, others)
+    parts = editor_prompt_parts(task, config, count, 200, True, others)
+    prompt, suffix = parts.text, parts.suffix
     assert prompt.startswith("# Path: pkg/helpers.py\n# def compute_total(items, tax_rate):\n")
     snippets = prompt[: prompt.index("row_")]
     assert 0 < count(snippets) <= int(200 * 0.3)
     assert count(prompt) + count(suffix or "") <= 200
-    no_share = editor_prompt(task, LinesConfig(checkpoint=CKPT), count, 200, True, others)
-    assert "# Path:" not in no_share[0]
+    no_share = editor_prompt_parts(task, LinesConfig(checkpoint=CKPT), count, 200, True, others)
+    assert "# Path:" not in no_share.text
 
 
 DEGENERATE = "sympy.polys.polys.polys.polys.polys"
