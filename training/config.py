@@ -71,7 +71,8 @@ class TrainConfig(Config):
     batch_size: int = BATCH_SIZE.field()
     gradient_accumulation_steps: int = option(1, "micro-batches per optimizer step", ge=1)
     learning_rate: float | None = LEARNING_RATE.field(
-        help="peak learning rate (default: the preset's: tiny 2e-3, small 5e-4, large 2e-4; "
+        help="peak learning rate (default: the preset's: tiny 2e-3, or 3e-3 with --optimizer muon; "
+        "small 5e-4, large 2e-4; "
         "5e-4 with --init-from)",
     )
     optimizer: str = OPTIMIZER.field()

@@ -295,13 +295,15 @@ def _data_sources(
 
 def with_defaults(config: TrainConfig) -> TrainConfig:
     """``config`` with the defaults that depend on other settings filled in (and so
-    recorded with every checkpoint): the peak learning rate comes from the preset."""
+    recorded with every checkpoint): the peak learning rate comes from the preset (its
+    peak for the optimizer)."""
     import dataclasses
 
     from codeparrot.models.presets import get_preset
 
     if config.learning_rate is None:
-        lr = 5e-4 if config.init_from is not None else get_preset(config.preset).learning_rate
+        preset = get_preset(config.preset)
+        lr = 5e-4 if config.init_from is not None else preset.peak_learning_rate(config.optimizer)
         config = dataclasses.replace(config, learning_rate=lr)
     if config.fim_rate is None:
         rate = DEFAULT_FIM_RATE if tokenizer_has_sentinels(tokenizer_dir(config)) else 0.0

@@ -37,10 +37,17 @@ class ModelPreset:
     n_positions: int  # context length the model is built for
     dropout: float  # residual, embedding and attention dropout
     description: str
-    learning_rate: float  # peak of the pretraining schedule
+    learning_rate: float  # peak of the pretraining schedule (with AdamW)
     architecture: str = "gpt2"  # one of ARCHITECTURES
     intermediate_size: int | None = None  # SwiGLU width (qwen3); GPT-2's MLP is 4x
     tie_word_embeddings: bool = True  # the output head shares the input embedding
+    muon_learning_rate: float | None = None  # the peak with Muon, where measured apart
+
+    def peak_learning_rate(self, optimizer: str) -> float:
+        """The pretraining peak for ``optimizer`` (``adamw`` or ``muon``)."""
+        if optimizer == "muon" and self.muon_learning_rate is not None:
+            return self.muon_learning_rate
+        return self.learning_rate
 
 
 def _qwen(
@@ -66,8 +73,19 @@ PRESETS: dict[str, ModelPreset] = {
     # ~5M parameters with an 8k vocabulary: trains usefully on 2 CPU cores in minutes.
     # No dropout: a short pretraining run sees every token about once. The reference's
     # learning rates are far too low for it: BENCHMARKS.md (Model quality) compares 5e-4
-    # and 2e-3.
-    "tiny": ModelPreset("tiny", 4, 4, 256, 256, 0.0, "4 layers, 256 wide, context 256", 2e-3),
+    # and 2e-3. With Muon + WSD, 3e-3 ends 0.6-0.9% lower than 2e-3 after 1,000 steps
+    # (bench/recipe.py, with and without FIM; BENCHMARKS.md, Recipe ablations).
+    "tiny": ModelPreset(
+        "tiny",
+        4,
+        4,
+        256,
+        256,
+        0.0,
+        "4 layers, 256 wide, context 256",
+        2e-3,
+        muon_learning_rate=3e-3,
+    ),
     # The `gpt2` shape: codeparrot-small (~111M with a 32k vocabulary).
     "small": ModelPreset(
         "small", 12, 12, 768, 1024, 0.1, "the gpt2 shape (codeparrot-small)", 5e-4

@@ -67,6 +67,12 @@ def test_quickstart_runs_every_step_then_reuses_them(tmp_path, source_tree, caps
 
     engine = Engine.load(out / "model")
     assert engine.generate("def f(x):", GenerationConfig(max_new_tokens=4, seed=0))
+    # trained with the recipe the quickstart documents (BENCHMARKS.md, Recipe ablations)
+    meta = json.loads((out / "model" / "codeparrot_checkpoint.json").read_text())
+    trained = meta["train_config"]
+    assert (trained["optimizer"], trained["schedule"], trained["learning_rate"]) == (
+        "muon", "wsd", 3e-3,
+    )  # fmt: skip
 
     # A second run reuses every step.
     assert main(_args(out, source_tree, "--allow-code-execution")) == 0
