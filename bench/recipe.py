@@ -11,8 +11,9 @@ alternating in rounds, the only part that needs a quiet machine), that is its
 
 Reported per run: held-out nats/char on the held-out packages (``codeparrot eval loss``),
 greedy line exact match (``codeparrot eval lines``), single-line infilling pass@1 and exact
-match on ``--infill`` seeded HumanEval infilling tasks (FIM runs with the suffix; the 1x
-baseline with the prefix alone, what a model without FIM can do).
+match on ``--infill`` seeded HumanEval infilling tasks (FIM runs with the suffix, in the
+engine's default SPM order, and from the prefix alone; the 1x baseline from the prefix
+alone, what a model without FIM can do).
 
     .venv/bin/python bench/recipe.py --work runs/recipe --steps 150 --stage runs
     OMP_WAIT_POLICY=ACTIVE .venv/bin/python bench/recipe.py --work runs/recipe --steps 150 --stage calibrate
@@ -308,7 +309,9 @@ def run_all(args: argparse.Namespace, qs: Any, corpus: Path, tokenizer: Path) ->
         row = {"steps": steps, "changes": changes, "train_seconds": result.seconds,
                "tokens_per_s": result.tokens_per_s, "valid_loss": result.eval_loss,
                **score(cfg.output, lines_n=args.lines, infill_limit=args.infill, fim=fim)}  # fmt: skip
-        if not fim and args.infill and name == "baseline-1x":  # prefix-only, for FIM's gain
+        # the prefix alone: the 1x baseline's (a model without FIM) and each FIM model's own,
+        # so that what the suffix adds is read off the same model
+        if args.infill and (fim or name == "baseline-1x"):
             scores = infill_scores(cfg.output, args.infill, suffix=False)
             row.update({f"prefix_only_{k}": v for k, v in scores.items()})
         row["wall_seconds"] = time.perf_counter() - start
@@ -350,18 +353,20 @@ def summarise(
 
 def print_table(report: dict[str, Any]) -> None:
     print(f"\n{'run':18} {'steps':>6} {'ms/step':>8} {'nats/char':>10} {'x steps':>8} "
-          f"{'x wall':>7} {'line EM':>8} {'infill p@1':>10}")  # fmt: skip
+          f"{'x wall':>7} {'line EM':>8} {'infill p@1':>10} {'prefix only':>11}")  # fmt: skip
     for name, row in report["results"].items():
         key = name.split("-")[0] if name.startswith("baseline") else name
         ms = 1000 * report["seconds_per_step"].get(key, float("nan"))
         in_steps = row.get("compute_equivalent_steps")
         factor = row.get("compute_equivalent")
-        infill = row.get("infill_pass_at_1", row.get("prefix_only_infill_pass_at_1"))
+        infill = row.get("infill_pass_at_1")
+        alone = row.get("prefix_only_infill_pass_at_1")
         print(f"{name:18} {row['steps']:6} {ms:8.1f} {row['nats_per_char']:10.4f} "
               f"{in_steps if in_steps is not None else float('nan'):8.2f} "
               f"{factor if factor is not None else float('nan'):7.2f} "
               f"{100 * row['line_exact_match']:7.1f}% "
-              f"{100 * infill if infill is not None else float('nan'):9.1f}%")  # fmt: skip
+              f"{100 * infill if infill is not None else float('nan'):9.1f}% "
+              f"{100 * alone if alone is not None else float('nan'):10.1f}%")  # fmt: skip
 
 
 if __name__ == "__main__":
