@@ -4,7 +4,8 @@ Every run trains the quickstart's model on the quickstart's corpus and tokenizer
 in ``--work``) from the same seed. Runs are budgeted in **steps**, so other work on the
 machine slows them without changing their results: the baseline (today's recipe: AdamW,
 cosine, no FIM) for 1x, 2x and 4x ``--steps``, each variant for 1x. A variant's held-out loss
-read on the baseline's loss-versus-log-steps line gives its worth in baseline steps; divided
+read on the baseline's loss-versus-log-steps curve (linear between the two baseline runs
+around it) gives its worth in baseline steps; divided
 by its cost per step relative to the baseline's (``--stage calibrate``: short runs
 alternating in rounds, the only part that needs a quiet machine), that is its
 **compute-equivalent factor** at equal wall-clock: "worth N x the compute".
@@ -25,6 +26,7 @@ Finished runs are reused when the command is run again; results go to ``WORK/rec
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -221,16 +223,18 @@ def infill_scores(checkpoint: Path, limit: int, *, suffix: bool = True) -> dict[
 
 
 def equivalent_factor(baseline: dict[int, float], steps: int, loss: float) -> float:
-    """How many times the baseline's compute reaches ``loss``, on its log-compute line."""
-    xs = [math.log2(s / steps) for s in sorted(baseline)]
-    ys = [baseline[s] for s in sorted(baseline)]
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
-        (x - mx) ** 2 for x in xs
-    )
-    intercept = my - slope * mx
-    return 2 ** ((loss - intercept) / slope) if slope < 0 else float("nan")
+    """How many times the baseline's steps reach ``loss``: read on the baseline's loss
+    versus log-steps curve, linearly between the two runs around it (the curve is not one
+    line: from 1,000 to 4,000 steps it steepens), past either end on the nearest segment."""
+    points = sorted((math.log2(s / steps), value) for s, value in baseline.items())
+    segments = list(itertools.pairwise(points))
+    around = [
+        seg for seg in segments if min(seg[0][1], seg[1][1]) <= loss <= max(seg[0][1], seg[1][1])
+    ]
+    (x0, y0), (x1, y1) = around[0] if around else segments[0 if loss > points[0][1] else -1]
+    if y1 >= y0:
+        return float("nan")
+    return 2 ** (x0 + (loss - y0) * (x1 - x0) / (y1 - y0))
 
 
 def main() -> None:
