@@ -11,7 +11,7 @@ head, fused AdamW, the model compiled). The bf16 matmul peak is measured in the 
 and achieved FLOP/s reported against it.
 
     .venv/bin/python bench/train.py [--steps 12] [--rounds 3] [--no-compile] [--no-peer]
-        [--optimizer adamw|muon]
+        [--optimizer adamw|muon] [--preset tiny|tiny-qwen]
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def peer_step_fn():
     return step
 
 
-def ours_step_fn(workdir: Path, compile: bool, optimizer: str = "adamw"):
+def ours_step_fn(workdir: Path, compile: bool, optimizer: str = "adamw", preset: str = "tiny"):
     from codeparrot.training import TrainConfig
     from codeparrot.training.loop import _train_step, setup
 
@@ -164,7 +164,7 @@ def ours_step_fn(workdir: Path, compile: bool, optimizer: str = "adamw"):
         data=workdir / "unused",
         tokenizer=tokenizer,
         output=workdir / "run",
-        preset="tiny",
+        preset=preset,
         seq_length=BLOCK,
         batch_size=BATCH,
         mixed_precision="bf16",
@@ -199,6 +199,13 @@ def main() -> None:
         "matrices); the baseline and the peer keep AdamW",
     )
     parser.add_argument(
+        "--preset",
+        choices=("tiny", "tiny-qwen"),
+        default="tiny",
+        help="our step's model (tiny-qwen: the quickstart's, Qwen3 blocks at tiny's layers, "
+        "width and heads, within 1%% of its parameters); the baseline and the peer keep GPT-2",
+    )
+    parser.add_argument(
         "--no-peer", dest="peer", action="store_false", help="skip the nanoGPT-style peer"
     )
     args = parser.parse_args()
@@ -207,7 +214,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        ours, run = ours_step_fn(Path(tmp), args.compile, args.optimizer)
+        ours, run = ours_step_fn(Path(tmp), args.compile, args.optimizer, args.preset)
         print(
             f"setup {time.perf_counter() - t0:.0f} s; warming up (compile={args.compile})",
             flush=True,
@@ -247,7 +254,7 @@ def main() -> None:
             f"\nshape: n_layer 4, n_head 4, n_embd 256, vocab {VOCAB}, block {BLOCK}, batch {BATCH}"
         )
         print(
-            f"ours ({args.optimizer}): setup + {args.warmup} warm-up steps "
+            f"ours ({args.preset}, {args.optimizer}): setup + {args.warmup} warm-up steps "
             f"(compile={args.compile}) took {setup_s:.0f} s"
         )
         print(

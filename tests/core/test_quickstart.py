@@ -70,9 +70,11 @@ def test_quickstart_runs_every_step_then_reuses_them(tmp_path, source_tree, caps
     # trained with the recipe the quickstart documents (BENCHMARKS.md, Recipe ablations)
     meta = json.loads((out / "model" / "codeparrot_checkpoint.json").read_text())
     trained = meta["train_config"]
-    assert (trained["optimizer"], trained["schedule"], trained["learning_rate"]) == (
-        "muon", "wsd", 3e-3,
+    assert (trained["preset"], trained["optimizer"], trained["schedule"]) == (
+        "tiny-qwen", "muon", "wsd",
     )  # fmt: skip
+    assert trained["learning_rate"] == 3e-3
+    assert json.loads((out / "model" / "config.json").read_text())["model_type"] == "qwen3"
 
     # A second run reuses every step.
     assert main(_args(out, source_tree, "--allow-code-execution")) == 0

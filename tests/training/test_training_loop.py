@@ -229,8 +229,8 @@ def test_learning_rate_defaults_to_the_presets_and_is_recorded(tmp_path, corpus,
     muon = fresh.replace(optimizer="muon")
     assert with_defaults(muon).learning_rate == PRESETS["tiny"].muon_learning_rate == 3e-3
     assert with_defaults(muon.replace(learning_rate=1e-3)).learning_rate == 1e-3
-    qwen_muon = muon.replace(preset="tiny-qwen")
-    assert with_defaults(qwen_muon).learning_rate == PRESETS["tiny-qwen"].learning_rate
+    small_muon = muon.replace(preset="small")
+    assert with_defaults(small_muon).learning_rate == PRESETS["small"].learning_rate == 5e-4
     small = tiny_config(corpus, tiny_checkpoint, tmp_path / "b", init_from=None, preset="small")
     assert with_defaults(small.replace(learning_rate=None)).learning_rate == 5e-4
     continued = tiny_config(corpus, tiny_checkpoint, tmp_path / "c", learning_rate=None)
