@@ -1,8 +1,9 @@
 """Model quality within a fixed compute budget (issue 9).
 
-Builds the corpus from the embedded default, trains the tokenizer and the `tiny` preset (with
-512 positions) for ``--steps`` steps, then scores HumanEval with n samples per problem at
-temperatures 0.2 and 0.8 in the sandbox, and prints held-out loss and pass@1/10/100.
+Builds the corpus from the embedded default, trains the tokenizer and the quickstart's model
+(its preset and recipe, with 512 positions: `tiny-qwen`, Muon + WSD + FIM since session 8)
+for ``--steps`` steps, then scores HumanEval with n samples per problem at temperatures 0.2
+and 0.8 in the sandbox, and prints held-out loss and pass@1/10/100.
 
     OMP_WAIT_POLICY=ACTIVE .venv/bin/python bench/quality.py --output runs/quality
 
@@ -78,7 +79,7 @@ def main() -> None:
         )
         rows.append((temperature, summary))
     print(
-        f"\ntiny preset with {args.n_positions} positions, {train['minutes']:.0f} min, {train['tokens_seen'] / 1e6:.1f}M tokens, "
+        f"\n{cfg.preset} preset with {args.n_positions} positions, {train['minutes']:.0f} min, {train['tokens_seen'] / 1e6:.1f}M tokens, "
         f"{train['parameters'] / 1e6:.1f}M parameters: held-out loss {train['eval_loss']:.3f}, "
         f"perplexity {train['perplexity']:.1f}"
     )
