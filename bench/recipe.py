@@ -70,6 +70,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "fim_mode": "context",
         "learning_rate": 3e-3,
     },
+    "qwen-muon-wsd-lr3e-3": {
+        "preset": "tiny-qwen",
+        "optimizer": "muon",
+        "schedule": "wsd",
+        "learning_rate": 3e-3,
+    },
     "qwen-muon-wsd-fim-lr3e-3": {
         "preset": "tiny-qwen",
         "optimizer": "muon",
