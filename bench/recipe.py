@@ -12,9 +12,8 @@ alternating in rounds, the only part that needs a quiet machine), that is its
 
 Reported per run: held-out nats/char on the held-out packages (``codeparrot eval loss``),
 greedy line exact match (``codeparrot eval lines``), single-line infilling pass@1 and exact
-match on ``--infill`` seeded HumanEval infilling tasks (FIM runs with the suffix, in the
-engine's default SPM order, and from the prefix alone; the 1x baseline from the prefix
-alone, what a model without FIM can do).
+match on ``--infill`` seeded HumanEval infilling tasks from the prefix alone (what a model
+without FIM can do), and for FIM runs with the suffix too, in the engine's default SPM order.
 
     .venv/bin/python bench/recipe.py --work runs/recipe --steps 150 --stage runs
     OMP_WAIT_POLICY=ACTIVE .venv/bin/python bench/recipe.py --work runs/recipe --steps 150 --stage calibrate
@@ -327,9 +326,9 @@ def run_all(args: argparse.Namespace, qs: Any, corpus: Path, tokenizer: Path) ->
         row = {"steps": steps, "changes": changes, "train_seconds": result.seconds,
                "tokens_per_s": result.tokens_per_s, "valid_loss": result.eval_loss,
                **score(cfg.output, lines_n=args.lines, infill_limit=args.infill, fim=fim)}  # fmt: skip
-        # the prefix alone: the 1x baseline's (a model without FIM) and each FIM model's own,
-        # so that what the suffix adds is read off the same model
-        if args.infill and (fim or name == "baseline-1x"):
+        # every run from the prefix alone: what a model without FIM can do, and for a FIM
+        # model what the suffix adds, read off the same model
+        if args.infill:
             scores = infill_scores(cfg.output, args.infill, suffix=False)
             row.update({f"prefix_only_{k}": v for k, v in scores.items()})
         row["wall_seconds"] = time.perf_counter() - start
