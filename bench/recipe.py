@@ -83,6 +83,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "fim_mode": "context",
         "learning_rate": 3e-3,
     },
+    "qwen-muon-wsd-fim0.9-lr3e-3": {
+        "preset": "tiny-qwen",
+        "optimizer": "muon",
+        "schedule": "wsd",
+        "fim_rate": 0.9,
+        "fim_mode": "context",
+        "learning_rate": 3e-3,
+    },
     "muon-wsd-fim-document": {
         "optimizer": "muon",
         "schedule": "wsd",
