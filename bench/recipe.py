@@ -100,6 +100,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
 }
 
+# a second seed (model initialisation, data order, FIM draws) of the FIM-rate comparison on
+# the quickstart's preset: whether the infilling gain of one seed holds
+VARIANTS.update(
+    {
+        f"{name}-seed1": {**VARIANTS[name], "seed": 1}
+        for name in (
+            "qwen-muon-wsd-lr3e-3",
+            "qwen-muon-wsd-fim-lr3e-3",
+            "qwen-muon-wsd-fim0.9-lr3e-3",
+        )
+    }
+)
+
 
 def quickstart_defaults() -> Any:
     from codeparrot.quickstart.cli import QuickstartConfig
