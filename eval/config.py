@@ -130,6 +130,14 @@ class GenerationOptions(TaskOptions):
         (), "only these task ids (e.g. HumanEval/0 HumanEval/1)", flag="--problems"
     )
     device: str | None = DEVICE.field()
+    threads: int | None = option(
+        None,
+        "problems generated at once, one per thread, written in problem order (the same "
+        "file as one at a time; default: 2 on a CPU, whose one-token steps run on one core "
+        "each, divided among launched processes; 1 on an accelerator)",
+        ge=1,
+        le=64,
+    )
 
     def output_dir(self) -> Path:
         assert self.checkpoint is not None

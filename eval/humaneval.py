@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections import Counter
-from collections.abc import Callable
+import threading
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +202,10 @@ def generate_samples(
     if todo:
         if engine is None:
             engine = _load_engine(config, group)
-        _generate_into(target, config, problems, todo, engine, progress and rank == 0, on_sample)
+        threads = config.threads or default_threads(engine, world)
+        _generate_into(
+            target, config, problems, todo, engine, progress and rank == 0, on_sample, threads
+        )
     if group is not None:
         group.wait_for_everyone()
     if rank == 0:
@@ -220,6 +224,63 @@ def _load_engine(config: GenerationOptions, group: Any) -> Any:
     return Engine.load(config.checkpoint, device=device)  # every check: the core loader
 
 
+def default_threads(engine: Any, world: int = 1) -> int:
+    """Problems generated at once when ``--threads`` is not given: on a CPU the engine's
+    one-token steps run on one core, so a second problem in a second thread uses the other
+    (1.4x on 2 cores, BENCHMARKS.md; the rest waits on the interpreter lock); launched
+    processes share the cores. On an accelerator, one."""
+    device = str(getattr(engine, "device", "cpu"))
+    if not device.startswith("cpu"):
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(2, (cores or 1) // world))
+
+
+def _batches(
+    config: GenerationOptions, problems: dict[str, dict[str, Any]], todo: dict[str, int]
+) -> Iterator[tuple[str, int, int]]:
+    """(task id, samples, seed) of each engine call still to make, in file order."""
+    index = {t: i for i, t in enumerate(problems)}
+    for task_id, missing in todo.items():
+        done = config.n - missing
+        while done < config.n:
+            batch = min(config.batch_size, config.n - done)
+            # by position: resumes never repeat a seed, and shards agree with one process
+            yield task_id, batch, batch_seed(config.seed, index[task_id], done)
+            done += batch
+
+
+def _in_order(
+    work: Callable[[tuple[str, int, int]], list[dict[str, Any]]],
+    batches: Iterator[tuple[str, int, int]],
+    threads: int,
+    cancel: threading.Event,
+) -> Iterator[list[dict[str, Any]]]:
+    """``work`` of each batch, ``threads`` at once, results in the batches' order.
+
+    At most two batches per thread run ahead of the one being written; when the caller
+    stops (an interruption, an error) ``cancel`` ends the running ones within a token and
+    the rest never start: what was not yielded is generated again on resume.
+    """
+    if threads <= 1:
+        yield from map(work, batches)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="codeparrot-generate")
+    pending: deque[Any] = deque()
+    try:
+        for batch in batches:
+            pending.append(pool.submit(work, batch))
+            if len(pending) > 2 * threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        cancel.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _generate_into(
     path: Path,
     config: GenerationOptions,
@@ -228,6 +289,7 @@ def _generate_into(
     engine: Any,
     progress: bool,
     on_sample: Callable[[dict[str, Any]], None] | None,
+    threads: int = 1,
 ) -> None:
     from codeparrot.generation import GenerationConfig
 
@@ -237,46 +299,45 @@ def _generate_into(
             f"task {task.name} completes a middle between a prefix and a suffix: checkpoint "
             f"{config.checkpoint} has no fill-in-the-middle sentinels (train with --fim-rate)"
         )
+    cancel = threading.Event()
+
+    def work(item: tuple[str, int, int]) -> list[dict[str, Any]]:
+        task_id, batch, seed = item
+        gen = GenerationConfig(
+            n=batch,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_new_tokens=config.max_new_tokens,
+            stop=task.stop_sequences(),
+            seed=seed,
+            heal=True,
+            fim_order=config.fim_order,
+        )
+        extra = {"suffix": problems[task_id]["suffix"]} if task.infill else {}
+        made = engine.generate(problems[task_id]["prompt"], gen, cancel=cancel, **extra)
+        if cancel.is_set():  # stopped part-way: nothing of it is kept
+            return []
+        return [
+            {"task_id": task_id, "completion": c.text, "finish_reason": c.finish_reason,
+             "seed": seed}
+            for c in made
+        ]  # fmt: skip
+
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=sum(todo.values()), desc="generating", unit="sample")
-    index = {t: i for i, t in enumerate(problems)}
     with open(path, "a", encoding="utf-8") as fh:
-        for task_id, missing in todo.items():
-            problem = problems[task_id]
-            done = config.n - missing
-            while done < config.n:
-                batch = min(config.batch_size, config.n - done)
-                # by position: resumes never repeat a seed, and shards agree with one process
-                seed = batch_seed(config.seed, index[task_id], done)
-                gen = GenerationConfig(
-                    n=batch,
-                    temperature=config.temperature,
-                    top_p=config.top_p,
-                    max_new_tokens=config.max_new_tokens,
-                    stop=task.stop_sequences(),
-                    seed=seed,
-                    heal=True,
-                    fim_order=config.fim_order,
-                )
-                extra = {"suffix": problem["suffix"]} if task.infill else {}
-                for c in engine.generate(problem["prompt"], gen, **extra):
-                    record = {
-                        "task_id": task_id,
-                        "completion": c.text,
-                        "finish_reason": c.finish_reason,
-                        "seed": seed,
-                    }
-                    fh.write(json.dumps(record) + "\n")
-                    if on_sample is not None:
-                        on_sample(record)
-                fh.flush()
-                os.fsync(fh.fileno())
-                done += batch
-                if bar is not None:
-                    bar.update(batch)
+        for records in _in_order(work, _batches(config, problems, todo), threads, cancel):
+            for record in records:
+                fh.write(json.dumps(record) + "\n")
+                if on_sample is not None:
+                    on_sample(record)
+            fh.flush()
+            os.fsync(fh.fileno())
+            if bar is not None:
+                bar.update(len(records))
     if bar is not None:
         bar.close()
 

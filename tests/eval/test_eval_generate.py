@@ -64,6 +64,31 @@ def test_interrupted_generation_resumes_to_the_same_file(tmp_path, tiny_checkpoi
     assert len(path.read_text().splitlines()) == 12
 
 
+def test_problems_in_threads_write_the_file_one_thread_writes(tmp_path, tiny_checkpoint, engine):
+    """--threads changes how fast, never what: the same samples in the same order."""
+    problems = select_problems(load_problems(), limit=5)
+    settings = dict(
+        checkpoint=tiny_checkpoint, n=3, batch_size=2, max_new_tokens=8, temperature=0.8
+    )
+    one = generate_samples(GenerateConfig(output=tmp_path / "one", threads=1, **settings),
+                           problems, engine=engine, progress=False)  # fmt: skip
+    three = generate_samples(GenerateConfig(output=tmp_path / "three", threads=3, **settings),
+                             problems, engine=engine, progress=False)  # fmt: skip
+    assert len(one.read_text().splitlines()) == 15
+    assert three.read_text() == one.read_text()
+
+
+def test_default_threads_use_the_idle_core_on_a_cpu_only():
+    from types import SimpleNamespace
+
+    from codeparrot.eval.humaneval import default_threads
+
+    cores = len(os.sched_getaffinity(0))
+    assert default_threads(SimpleNamespace(device="cpu")) == min(2, cores)
+    assert default_threads(SimpleNamespace(device="cpu"), world=cores) == 1  # one per process
+    assert default_threads(SimpleNamespace(device="cuda:0")) == 1
+
+
 def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -20,11 +21,13 @@ class CountingEngine:
         self.engine = engine
         self.requested = 0
         self.prompts = []
+        self.lock = threading.Lock()  # generation runs problems in threads
 
-    def generate(self, prompt, config):
-        self.requested += config.n
-        self.prompts.append(prompt)
-        return self.engine.generate(prompt, config)
+    def generate(self, prompt, config, cancel=None):
+        with self.lock:
+            self.requested += config.n
+            self.prompts.append(prompt)
+        return self.engine.generate(prompt, config, cancel)
 
 
 @pytest.fixture(scope="module")
