@@ -8,7 +8,15 @@ from pathlib import Path
 
 from codeparrot.config import Config, option
 from codeparrot.eval.tasks import TASK_NAMES
-from codeparrot.options import CANDIDATES, DEVICE, FIM_ORDER, MAX_NEW_TOKENS, TEMPERATURE, TOP_P
+from codeparrot.options import (
+    CANDIDATES,
+    DEVICE,
+    FIM_ORDER,
+    FIM_SUFFIX_SHARE,
+    MAX_NEW_TOKENS,
+    TEMPERATURE,
+    TOP_P,
+)
 
 SANDBOX_MODES = ("root", "userns", "none")
 
@@ -117,6 +125,11 @@ class GenerationOptions(TaskOptions):
     fim_order: str = FIM_ORDER.field(
         help="infilling tasks: psm (prefix, suffix, middle) or spm (suffix, then the prefix "
         "running straight into the middle)"
+    )
+    fim_suffix_share: float = FIM_SUFFIX_SHARE.field(
+        help="infilling tasks: where prefix and suffix do not fit the context, the most of "
+        "the prompt budget the suffix keeps (whole lines; the prefix gets the rest), as in "
+        "the language server"
     )
     seed: int = option(0, "base seed; each batch derives its own, recorded per sample")
     limit: int | None = option(None, "only the first K problems", ge=1)

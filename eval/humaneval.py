@@ -76,7 +76,11 @@ def generation_settings(config: GenerationOptions) -> dict[str, Any]:
         # a task's stop sequences may change between versions: samples made with others
         # are not silently mixed in on resume
         "stop": list(get_task(config.task).stop_sequences()),
-        **({"fim_order": config.fim_order} if get_task(config.task).infill else {}),
+        **(
+            {"fim_order": config.fim_order, "fim_suffix_share": config.fim_suffix_share}
+            if get_task(config.task).infill
+            else {}
+        ),
     }
 
 
@@ -312,6 +316,7 @@ def _generate_into(
             seed=seed,
             heal=True,
             fim_order=config.fim_order,
+            fim_suffix_share=config.fim_suffix_share,
         )
         extra = {"suffix": problems[task_id]["suffix"]} if task.infill else {}
         made = engine.generate(problems[task_id]["prompt"], gen, cancel=cancel, **extra)

@@ -15,6 +15,7 @@ from codeparrot.options import (
     DTYPE,
     DTYPES,
     FIM_ORDER,
+    FIM_SUFFIX_SHARE,
     LOAD_QUANTIZE,
     MAX_NEW_TOKENS,
     QUANTIZE,
@@ -48,6 +49,7 @@ class GenerationConfig(Config):
         "word otherwise ends on a token the model rarely saw there)",
     )
     fim_order: str = FIM_ORDER.field()
+    fim_suffix_share: float = FIM_SUFFIX_SHARE.field()
 
     def problems(self) -> list[str]:
         return ["--stop strings must not be empty"] if "" in self.stop else []

@@ -44,6 +44,7 @@ from codeparrot.generation.sampling import sample_nucleus_sorted as _sample_nucl
 from codeparrot.generation.stopping import HUMANEVAL_STOP_SEQUENCES as HUMANEVAL_STOP_SEQUENCES
 from codeparrot.generation.stopping import StopStrings
 from codeparrot.generation.stopping import first_block as first_block
+from codeparrot.options import FIM_SUFFIX_SHARE
 
 # The names above imported "as" something were this module's before the engine was split
 # by job; they stay importable from here (the sampling tests use the private ones).
@@ -356,17 +357,25 @@ class Engine:
 
     # -- fill in the middle ------------------------------------------------------------
     def encode_infill(
-        self, prefix: str, suffix: str, max_new_tokens: int, order: str = PSM
+        self,
+        prefix: str,
+        suffix: str,
+        max_new_tokens: int,
+        order: str = PSM,
+        suffix_share: float = FIM_SUFFIX_SHARE.default,
     ) -> tuple[list[int], bool]:
         """Token ids of a fill-in-the-middle prompt fitted to the context; (ids, truncated).
 
         Prefix and suffix are encoded apart, with sentinel text inside them encoded as
         text. Over the budget (context minus ``max_new_tokens`` and the three sentinels),
         the prefix loses whole lines at its start and the suffix at its end; the suffix
-        keeps at most half the budget unless the prefix leaves more.
+        keeps at most ``suffix_share`` of the budget unless the prefix leaves more (the
+        language server's split, ``--fim-suffix-share``).
         """
         fim = self._require_fim()
-        prefix_ids, suffix_ids, truncated = self._fit_infill(prefix, suffix, max_new_tokens)
+        prefix_ids, suffix_ids, truncated = self._fit_infill(
+            prefix, suffix, max_new_tokens, suffix_share
+        )
         return layout(prefix_ids, suffix_ids, [], fim, order), truncated
 
     def _require_fim(self) -> FimTokens:
@@ -399,7 +408,9 @@ class Engine:
             raise ConfigError("the prefix and the suffix must be text")
         if not prefix and not suffix:
             raise ConfigError("the prompt is empty (no prefix and no suffix)")
-        prefix_ids, suffix_ids, truncated = self._fit_infill(prefix, suffix, config.max_new_tokens)
+        prefix_ids, suffix_ids, truncated = self._fit_infill(
+            prefix, suffix, config.max_new_tokens, config.fim_suffix_share
+        )
         healed = self._heal(prefix_ids) if config.heal else None
         if healed is not None and config.fim_order == PSM and not _ends_in_word(healed[0]):
             healed = None
@@ -408,7 +419,7 @@ class Engine:
         return layout(prefix_ids, suffix_ids, [], fim, config.fim_order), truncated, healed
 
     def _fit_infill(
-        self, prefix: str, suffix: str, max_new_tokens: int
+        self, prefix: str, suffix: str, max_new_tokens: int, suffix_share: float
     ) -> tuple[list[int], list[int], bool]:
         budget = self.context_length - max_new_tokens - 3  # three sentinels
         if budget < 1:
@@ -419,7 +430,8 @@ class Engine:
         prefix_ids, suffix_ids = self._encode_text(prefix), self._encode_text(suffix)
         if len(prefix_ids) + len(suffix_ids) <= budget:
             return prefix_ids, suffix_ids, False
-        prefix_room = min(len(prefix_ids), budget - min(len(suffix_ids), budget // 2))
+        suffix_cap = int(budget * suffix_share)
+        prefix_room = min(len(prefix_ids), budget - min(len(suffix_ids), suffix_cap))
         suffix_room = budget - prefix_room
         if len(prefix_ids) > prefix_room:
             prefix_ids = self._last_lines(prefix, prefix_room)

@@ -131,6 +131,26 @@ def test_long_prefix_and_suffix_are_cut_at_line_boundaries(fim_checkpoint):
     assert c.prompt_truncated
 
 
+def test_the_suffix_keeps_at_most_its_share_of_a_full_budget(fim_checkpoint):
+    """Over the context, the suffix keeps at most ``fim_suffix_share`` of the budget (the
+    language server's split) and the prefix the rest: the code before the gap, which
+    holds the signature and docstring, is not starved by the code after it."""
+    engine = Engine.load(fim_checkpoint, device="cpu")
+    prefix = "".join(f"a{i} = {i}\n" for i in range(200)) + PREFIX
+    suffix = SUFFIX + "".join(f"b{i} = {i}\n" for i in range(200))
+    budget = engine.context_length - 20 - 3
+    kept = {}
+    for share in (0.25, 0.5):
+        ids, truncated = engine.encode_infill(prefix, suffix, 20, suffix_share=share)
+        fim = engine.fim
+        suffix_ids = ids[ids.index(fim.suffix) + 1 : ids.index(fim.middle)]
+        assert truncated and 0 < len(suffix_ids) <= int(budget * share)
+        assert len(ids) - 3 > budget - int(budget * share) - 8  # the prefix takes the rest
+        kept[share] = len(suffix_ids)
+    assert kept[0.25] < kept[0.5]
+    assert GREEDY.fim_suffix_share == 0.25  # the engine's default is the editor's
+
+
 def test_a_suffix_needs_a_checkpoint_with_sentinels(tiny_checkpoint, fim_checkpoint):
     engine = Engine.load(tiny_checkpoint)
     assert engine.fim is None

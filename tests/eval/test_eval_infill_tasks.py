@@ -91,7 +91,7 @@ def test_infill_end_to_end_sends_the_suffix(tmp_path, monkeypatch):
         fim = engine.fim
 
         def generate(self, prompt, config, **kwargs):
-            seen.append((prompt, kwargs.get("suffix")))
+            seen.append((prompt, kwargs.get("suffix"), config.fim_suffix_share))
             return engine.generate(prompt, config, **kwargs)
 
     monkeypatch.setattr(humaneval, "_load_engine", lambda config, group: Recording())
@@ -99,17 +99,20 @@ def test_infill_end_to_end_sends_the_suffix(tmp_path, monkeypatch):
     out = tmp_path / "out"
     argv = ["eval", "humaneval", "--task", "infill-single-line", "--checkpoint", str(checkpoint),
             "--output", str(out), "--limit", "2", "--n", "1", "--batch-size", "1",
-            "--max-new-tokens", "4", "--ks", "1", "--workers", "2"]  # fmt: skip
+            "--max-new-tokens", "4", "--ks", "1", "--workers", "2",
+            "--fim-suffix-share", "0.5"]  # fmt: skip
     assert main(argv) == 0
     tasks = load_task("infill-single-line").problems
     ids = ["SingleLineInfilling/HumanEval/0/L0", "SingleLineInfilling/HumanEval/0/L1"]
-    assert seen == [(tasks[t]["prompt"], tasks[t]["suffix"]) for t in ids]
+    # two tasks in two threads: either may reach the engine first
+    assert sorted(seen) == sorted((tasks[t]["prompt"], tasks[t]["suffix"], 0.5) for t in ids)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [r["task_id"] for r in rows] == ids
     assert all("exact_match" in r for r in rows)
     summary = json.loads((out / "summary.json").read_text())
     assert "exact_match" in summary and "pass@1" in summary["pass_at_k"]
     assert summary["generation"]["task"] == "infill-single-line"
+    assert summary["generation"]["fim_suffix_share"] == 0.5
 
 
 def test_eval_infill_is_the_humaneval_run_of_an_infilling_task(tmp_path, monkeypatch):
