@@ -91,18 +91,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "fim_mode": "context",
         "learning_rate": 3e-3,
     },
-    # the same tokens per step in 512-token windows: with 256 positions over half the
-    # HumanEval infilling tasks lose the start of their prefix
-    "qwen-muon-wsd-fim0.9-lr3e-3-512": {
-        "preset": "tiny-qwen",
-        "optimizer": "muon",
-        "schedule": "wsd",
-        "fim_rate": 0.9,
-        "fim_mode": "context",
-        "learning_rate": 3e-3,
-        "n_positions": 512,
-        "batch_size": 8,
-    },
     "muon-wsd-fim-document": {
         "optimizer": "muon",
         "schedule": "wsd",
@@ -124,6 +112,13 @@ VARIANTS.update(
         )
     }
 )
+# the same tokens per step in 512-token windows: with 256 positions over half the HumanEval
+# infilling tasks lose the start of their prefix
+VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-512"] = {
+    **VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3"],
+    "n_positions": 512,
+    "batch_size": 8,
+}
 
 
 def quickstart_defaults() -> Any:
