@@ -120,6 +120,13 @@ VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-512"] = {
     "batch_size": 8,
 }
 
+# half of the FIM examples with a middle that ends at a line end (the editor's and HumanEval
+# infilling's unit) instead of between two random characters
+VARIANTS["qwen-muon-wsd-fim0.9-lines0.5-lr3e-3"] = {
+    **VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3"],
+    "fim_line_rate": 0.5,
+}
+
 
 def quickstart_defaults() -> Any:
     from codeparrot.quickstart.cli import QuickstartConfig

@@ -123,6 +123,14 @@ FIM_RATE = Declaration(
 FIM_SPM_RATE = Declaration(
     0.5, "share of the fill-in-the-middle examples laid out suffix-first (SPM), not PSM", ge=0, le=1
 )
+FIM_LINE_RATE = Declaration(
+    0.0,
+    "share of the fill-in-the-middle examples whose middle ends at a line end: whole lines, "
+    "or the rest of a line and the lines after it (the unit an editor and HumanEval "
+    "infilling ask for), instead of a span between two random characters",
+    ge=0,
+    le=1,
+)
 FIM_MODE = Declaration(
     "context",
     "apply fill-in-the-middle to each document before packing, or to each document piece "

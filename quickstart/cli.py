@@ -25,6 +25,7 @@ from typing import Any
 from codeparrot.config import Config, add_config_arguments, config_from_args, option
 from codeparrot.options import (
     BATCH_SIZE,
+    FIM_LINE_RATE,
     FIM_MODE,
     FIM_RATE,
     FIM_SPM_RATE,
@@ -90,6 +91,7 @@ class QuickstartConfig(Config):
     schedule: str = SCHEDULE.field("wsd")
     fim_rate: float | None = FIM_RATE.field()
     fim_spm_rate: float = FIM_SPM_RATE.field()
+    fim_line_rate: float = FIM_LINE_RATE.field()
     fim_mode: str = FIM_MODE.field()
     eval_n: int = option(5, "HumanEval samples per problem (the reference uses 200)", ge=1)
     eval_limit: int | None = option(
@@ -211,6 +213,7 @@ def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
         schedule=cfg.schedule,
         fim_rate=cfg.fim_rate,
         fim_spm_rate=cfg.fim_spm_rate,
+        fim_line_rate=cfg.fim_line_rate,
         fim_mode=cfg.fim_mode,
         seed=cfg.seed,
         resume=resume,

@@ -9,6 +9,7 @@ from codeparrot.config import Config, option
 from codeparrot.options import (
     BATCH_SIZE,
     DROPOUT,
+    FIM_LINE_RATE,
     FIM_MODE,
     FIM_RATE,
     FIM_SPM_RATE,
@@ -112,6 +113,7 @@ class TrainConfig(Config):
     )
     fim_rate: float | None = FIM_RATE.field()
     fim_spm_rate: float = FIM_SPM_RATE.field()
+    fim_line_rate: float = FIM_LINE_RATE.field()
     fim_mode: str = FIM_MODE.field()
     eval_every: int = option(
         500, "evaluate and save a checkpoint every N steps (0: only at the end)", ge=0

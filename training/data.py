@@ -136,6 +136,29 @@ def split_at_characters(text: str, rng: np.random.Generator) -> tuple[str, str, 
     return text[:lo], text[lo:hi], text[hi:]
 
 
+def split_at_lines(text: str, rng: np.random.Generator) -> tuple[str, str, str]:
+    """``(prefix, middle, suffix)`` of ``text`` with a middle that ends at a line end.
+
+    The middle starts on a non-blank line drawn uniformly, at its start (half of the time;
+    indentation included) or at a uniformly drawn character inside it (the rest of the line),
+    and runs through that line and a geometric number of lines after it (mean 1 more), line
+    breaks included: the shape of a line an editor completes and of HumanEval's infilling
+    tasks. A text without a non-blank line is cut at characters instead.
+    """
+    lines = text.splitlines(keepends=True)
+    filled = [i for i, line in enumerate(lines) if line.strip()]
+    if not filled:
+        return split_at_characters(text, rng)
+    first = filled[int(rng.integers(len(filled)))]
+    last = min(len(lines) - 1, first + int(rng.geometric(0.5)) - 1)
+    starts = np.cumsum([0, *(len(line) for line in lines)])
+    lo = int(starts[first])
+    if rng.random() >= 0.5:
+        lo += int(rng.integers(len(lines[first].rstrip())))  # some of its text is left
+    hi = int(starts[last + 1])
+    return text[:lo], text[lo:hi], text[hi:]
+
+
 @dataclass(frozen=True)
 class FimTransform:
     """Fill-in-the-middle training examples (Bavarian et al. 2022), drawn reproducibly.
@@ -144,6 +167,8 @@ class FimTransform:
     (``context`` mode) is transformed with probability ``rate``: cut at two character
     positions, its three pieces tokenized apart and laid out with
     :func:`codeparrot.fim.layout`, in SPM order with probability ``spm_rate``, else PSM.
+    A share ``line_rate`` of the examples gets a middle that ends at a line end
+    (:func:`split_at_lines`) instead of one between two random characters.
     """
 
     tokenizer: Any
@@ -153,10 +178,18 @@ class FimTransform:
     spm_rate: float = 0.5
     mode: str = "context"
     seed: int = 0
+    line_rate: float = 0.0
 
     @classmethod
     def for_tokenizer(
-        cls, tokenizer: Any, rate: float, spm_rate: float, mode: str, seed: int, where: str
+        cls,
+        tokenizer: Any,
+        rate: float,
+        spm_rate: float,
+        mode: str,
+        seed: int,
+        where: str,
+        line_rate: float = 0.0,
     ) -> FimTransform | None:
         """The transform, None for ``rate`` 0; an error naming ``where`` without sentinels."""
         if rate <= 0:
@@ -170,10 +203,13 @@ class FimTransform:
             )
         if mode not in FIM_MODES:
             raise ConfigError(f"--fim-mode must be one of {', '.join(FIM_MODES)}, got {mode!r}")
-        return cls(tokenizer, tokens, tokenizer.eos_token_id, rate, spm_rate, mode, seed)
+        return cls(tokenizer, tokens, tokenizer.eos_token_id, rate, spm_rate, mode, seed, line_rate)
 
     def signature(self) -> dict[str, Any]:
-        return {"rate": self.rate, "spm_rate": self.spm_rate, "mode": self.mode, "seed": self.seed}
+        out = {"rate": self.rate, "spm_rate": self.spm_rate, "mode": self.mode, "seed": self.seed}
+        if self.line_rate:  # absent at 0, so the data of runs from before it still match
+            out["line_rate"] = self.line_rate
+        return out
 
     def rng(self, *position: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, FIM_STREAM, *position])
@@ -183,7 +219,9 @@ class FimTransform:
         if rng.random() >= self.rate:
             return None
         order = SPM if rng.random() < self.spm_rate else PSM
-        return order, list(split_at_characters(text, rng))
+        # no draw at line_rate 0: the examples of runs from before it stay the same
+        lines = self.line_rate > 0 and rng.random() < self.line_rate
+        return order, list((split_at_lines if lines else split_at_characters)(text, rng))
 
     def _encode(
         self, texts: list[str], plans: list[tuple[str, list[str]] | None]

@@ -349,6 +349,7 @@ def setup(
         config.fim_mode,
         config.seed,
         where=str(tokenizer_dir(config)),
+        line_rate=config.fim_line_rate,
     )
     if train_data is None or valid_data is None:
         shard_files(config.data, "train")

@@ -24,6 +24,7 @@ from codeparrot.training.data import (
     pretokenize,
     shard_files,
     split_at_characters,
+    split_at_lines,
 )
 
 DOCS = [
@@ -99,6 +100,43 @@ def test_spans_cover_every_cut_including_empty_pieces():
     rng = np.random.default_rng(0)
     cuts = {tuple(map(len, split_at_characters("abc", rng))) for _ in range(400)}
     assert cuts == {(a, b - a, 3 - b) for a in range(4) for b in range(a, 4)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet="ab \n\r", max_size=80), seed=st.integers(0, 2**32 - 1))
+def test_line_spans_round_trip_and_end_at_a_line_end(text, seed):
+    prefix, middle, suffix = split_at_lines(text, np.random.default_rng(seed))
+    assert prefix + middle + suffix == text
+    if text.strip():
+        assert middle.strip(), "a line span holds some of a non-blank line"
+        # the middle runs to a line end: the suffix starts a line (or the text is over)
+        assert suffix == "" or middle.endswith(("\n", "\r"))
+
+
+def test_line_spans_start_at_a_line_start_or_inside_a_line():
+    text = "def f(x):\n    y = x + 1\n\n    return y\n"
+    rng = np.random.default_rng(0)
+    cuts = [split_at_lines(text, rng) for _ in range(400)]
+    whole = [m for p, m, s in cuts if p == "" or p.endswith("\n")]
+    rest = [m for p, m, s in cuts if p and not p.endswith("\n")]
+    assert "    y = x + 1\n" in whole and "    return y\n" in whole  # a whole line
+    assert any(m.startswith("1\n") or m.startswith("+ 1\n") for m in rest)  # a line's rest
+    assert any(m.count("\n") >= 2 for m in whole)  # and lines after it
+    assert not any(m.startswith("\n") and p.endswith("\n") for p, m, s in cuts)
+    assert 0.45 < len(whole) / 400 < 0.7  # half, and the draws inside a line at its start
+
+
+def test_line_rate_chooses_line_spans_and_is_part_of_the_signature(tokenizer, tokens):
+    text = "x = 1\n" + "".join(f"value_{i} = compute({i}, 'abcdefgh')\n" for i in range(12))
+    n = 400
+    lines = transform(tokenizer, line_rate=1.0, spm_rate=0.0, mode="document")
+    chars = transform(tokenizer, spm_rate=0.0, mode="document")
+    for fim, expect_line_ends in ((lines, True), (chars, False)):
+        out = fim.encode_documents([text] * n, [(0, 0, i) for i in range(n)])
+        middles = [tokenizer.decode(ids[ids.index(tokens.middle) + 1 :]) for ids in out]
+        at_line_end = sum(m.endswith("\n") for m in middles)
+        assert (at_line_end == n) if expect_line_ends else (at_line_end < n / 4)
+    assert lines.signature()["line_rate"] == 1.0 and "line_rate" not in chars.signature()
 
 
 @pytest.mark.parametrize("order", [PSM, SPM])
