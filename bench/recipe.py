@@ -127,6 +127,13 @@ VARIANTS["qwen-muon-wsd-fim0.9-lines0.5-lr3e-3"] = {
     "fim_line_rate": 0.5,
 }
 
+# data selection: the same recipe on the training files whose functions are mostly documented
+# (``select``: a rule of ``SELECTIONS``; the held-out data and the tokenizer stay the same)
+VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-docstrings"] = {
+    **VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3"],
+    "select": "docstrings",
+}
+
 
 def quickstart_defaults() -> Any:
     from codeparrot.quickstart.cli import QuickstartConfig
@@ -152,6 +159,93 @@ def prepare(work: Path, qs: Any) -> tuple[Path, Path]:
     return corpus, tokenizer
 
 
+def docstring_share(text: str) -> float | None:
+    """The share of a file's functions that have a docstring (None: not parseable)."""
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    if not functions:
+        return 0.0
+    return sum(ast.get_docstring(f, clean=False) is not None for f in functions) / len(functions)
+
+
+# rule -> keep(text): training files kept by a data-selection variant
+SELECTIONS: dict[str, Any] = {
+    "docstrings": lambda text: (docstring_share(text) or 0.0) >= 0.5,
+}
+
+
+def select_corpus(work: Path, corpus: Path, rule: str) -> Path:
+    """``corpus`` with only the training files ``SELECTIONS[rule]`` keeps (built once)."""
+    import gzip
+    import shutil
+
+    out = work / f"corpus-{rule}"
+    if (out / "manifest.json").exists():
+        return out
+    tmp = work / f".corpus-{rule}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(corpus / "valid", tmp / "valid")
+    (tmp / "train").mkdir(parents=True)
+    kept = total = 0
+    for shard in sorted((corpus / "train").glob("*.jsonl.gz")):
+        with gzip.open(shard, "rt") as src, gzip.open(tmp / "train" / shard.name, "wt") as dst:
+            for line in src:
+                total += 1
+                if SELECTIONS[rule](json.loads(line)["content"]):
+                    kept += 1
+                    dst.write(line)
+    manifest = json.loads((corpus / "manifest.json").read_text())
+    manifest["selection"] = {"rule": rule, "train_files_kept": kept, "train_files": total}
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    tmp.rename(out)
+    print(f"selection {rule}: {kept} of {total} training files", flush=True)
+    return out
+
+
+def variant_data(work: Path, corpus: Path, changes: dict[str, Any]) -> tuple[Path, str, dict]:
+    """A variant's corpus, its token cache's name and its training-config changes."""
+    if "select" not in changes:
+        return corpus, "tokens", changes
+    rule = changes["select"]
+    rest = {k: v for k, v in changes.items() if k != "select"}
+    return select_corpus(work, corpus, rule), f"tokens-{rule}", rest
+
+
+def humaneval_nats_per_char(checkpoint: Path) -> float:
+    """Nats per character of HumanEval's canonical solutions after their prompts: the
+    likelihood of the reference answers, a HumanEval signal that moves before pass@k does.
+    Each solution's nats are those of prompt + solution less those of the prompt alone (both
+    scored from end-of-text), so tokenizers compare."""
+    import torch
+
+    from codeparrot.eval.data import load_problems
+    from codeparrot.eval.loss import document_nats
+    from codeparrot.models.checkpoint import load_checkpoint
+
+    model, tokenizer, _ = load_checkpoint(checkpoint)
+    model.eval()
+    context = int(getattr(model.config, "n_positions", 0) or model.config.max_position_embeddings)
+    nats = chars = 0.0
+    with torch.inference_mode():
+        for problem in load_problems().values():
+            prompt, solution = problem["prompt"], problem["canonical_solution"]
+            both, alone = (
+                [tokenizer.eos_token_id, *tokenizer(t, add_special_tokens=False)["input_ids"]]
+                for t in (prompt + solution, prompt)
+            )
+            nats += document_nats(model, both, context) - document_nats(model, alone, context)
+            chars += len(solution)
+    return nats / chars
+
+
 def train_config(work: Path, corpus: Path, tokenizer: Path, qs: Any, name: str, steps: int,
                  changes: dict[str, Any], **extra: Any) -> Any:  # fmt: skip
     from codeparrot.training.config import TrainConfig
@@ -169,12 +263,12 @@ def train_config(work: Path, corpus: Path, tokenizer: Path, qs: Any, name: str, 
     return TrainConfig(**settings)
 
 
-def share_tokens(work: Path, output: Path) -> None:
+def share_tokens(work: Path, output: Path, cache_name: str = "tokens") -> None:
     """Reuse the pretokenized corpus across runs (a run re-tokenizes only when its data
     settings differ, e.g. document-level FIM): hard links from ``work/tokens``."""
     import os
 
-    cache, target = work / "tokens", output / "tokens"
+    cache, target = work / cache_name, output / "tokens"
     if target.exists():
         if not cache.exists() and (target / "train.json").exists():
             cache.mkdir(parents=True)
@@ -198,9 +292,9 @@ def calibrate(work: Path, corpus: Path, tokenizer: Path, qs: Any, names: list[st
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names if r % 2 == 0 else list(reversed(names)):
+            changes = variant_data(work, corpus, VARIANTS[name])[2]  # data: no cost per step
             cfg = train_config(
-                work, corpus, tokenizer, qs, f"calib-{name}", steps + 5, VARIANTS[name],
-                log_every=1,
+                work, corpus, tokenizer, qs, f"calib-{name}", steps + 5, changes, log_every=1,
             )  # fmt: skip
             shutil.rmtree(cfg.output, ignore_errors=True)
             share_tokens(work, cfg.output)
@@ -229,6 +323,7 @@ def score(checkpoint: Path, *, lines_n: int, infill_limit: int, fim: bool) -> di
         "bits_per_byte": loss["bits_per_byte"],
         "line_exact_match": lines["all"]["exact_match"],
         "line_edit_similarity": lines["all"]["edit_similarity"],
+        "humaneval_nats_per_char": humaneval_nats_per_char(checkpoint),
     }
     if fim and infill_limit:
         out.update(infill_scores(checkpoint, infill_limit))
@@ -348,13 +443,14 @@ def run_all(args: argparse.Namespace, qs: Any, corpus: Path, tokenizer: Path) ->
     plan += [(f"baseline-{k}x", {}, k * args.steps) for k in longer]
     results: dict[str, Any] = {}
     for name, changes, steps in plan:
-        cfg = train_config(args.work, corpus, tokenizer, qs, name, steps, changes)
+        data, cache, train_changes = variant_data(args.work, corpus, changes)
+        cfg = train_config(args.work, data, tokenizer, qs, name, steps, train_changes)
         done = cfg.output / "recipe_score.json"
         if done.exists():
             results[name] = json.loads(done.read_text())
             continue
         start = time.perf_counter()
-        share_tokens(args.work, cfg.output)
+        share_tokens(args.work, cfg.output, cache)
         # a run trained before an interrupted scoring continues (and stops at once)
         result = train(cfg.replace(resume=(cfg.output / "checkpoints").exists()))
         fim = bool(changes.get("fim_rate"))
