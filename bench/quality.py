@@ -42,6 +42,13 @@ def main() -> None:
         help="the model's context: tiny's own 256 would truncate half the HumanEval prompts "
         "(median 125, longest 419 tokens with the quickstart tokenizer) beside 128 new tokens",
     )
+    parser.add_argument(
+        "--min-docstring-share",
+        type=float,
+        default=None,
+        help="data selection (`codeparrot data build --min-docstring-share`; default: the "
+        "quickstart's)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--n", type=int, default=100, help="HumanEval samples per problem")
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.2, 0.8])
@@ -61,6 +68,8 @@ def main() -> None:
         max_minutes=args.minutes,
         allow_code_execution=False,  # the evaluation below uses its own settings
     )
+    if args.min_docstring_share is not None:
+        cfg = cfg.replace(min_docstring_share=args.min_docstring_share)
     state = run_quickstart(cfg)
     train = state["steps"]["train"]["facts"]
     rows = []

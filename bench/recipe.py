@@ -127,6 +127,12 @@ VARIANTS["qwen-muon-wsd-fim0.9-lines0.5-lr3e-3"] = {
     "fim_line_rate": 0.5,
 }
 
+# every FIM example in SPM order, the order the engine and the editor prompt in
+VARIANTS["qwen-muon-wsd-fim0.9-spm-lr3e-3"] = {
+    **VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3"],
+    "fim_spm_rate": 1.0,
+}
+
 # data selection: the same recipe on the training files whose functions are mostly documented
 # (``select``: a rule of ``SELECTIONS``; the held-out data and the tokenizer stay the same)
 VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-docstrings"] = {
@@ -159,33 +165,17 @@ def prepare(work: Path, qs: Any) -> tuple[Path, Path]:
     return corpus, tokenizer
 
 
-def docstring_share(text: str) -> float | None:
-    """The share of a file's functions that have a docstring (None: not parseable)."""
-    import ast
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(text)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    if not functions:
-        return 0.0
-    return sum(ast.get_docstring(f, clean=False) is not None for f in functions) / len(functions)
-
-
-# rule -> keep(text): training files kept by a data-selection variant
-SELECTIONS: dict[str, Any] = {
-    "docstrings": lambda text: (docstring_share(text) or 0.0) >= 0.5,
-}
+# rule -> `codeparrot data build --min-docstring-share`, applied to the built corpus's
+# training files by a data-selection variant
+SELECTIONS: dict[str, float] = {"docstrings": 0.5}
 
 
 def select_corpus(work: Path, corpus: Path, rule: str) -> Path:
     """``corpus`` with only the training files ``SELECTIONS[rule]`` keeps (built once)."""
     import gzip
     import shutil
+
+    from codeparrot.data.filters import undocumented
 
     out = work / f"corpus-{rule}"
     if (out / "manifest.json").exists():
@@ -199,7 +189,7 @@ def select_corpus(work: Path, corpus: Path, rule: str) -> Path:
         with gzip.open(shard, "rt") as src, gzip.open(tmp / "train" / shard.name, "wt") as dst:
             for line in src:
                 total += 1
-                if SELECTIONS[rule](json.loads(line)["content"]):
+                if undocumented(json.loads(line)["content"], SELECTIONS[rule]) is None:
                     kept += 1
                     dst.write(line)
     manifest = json.loads((corpus / "manifest.json").read_text())

@@ -103,6 +103,16 @@ SCHEDULE = Declaration(
     choices=SCHEDULES,
 )
 
+# -- data selection --------------------------------------------------------------------------
+
+MIN_DOCSTRING_SHARE = Declaration(
+    0.0,
+    "data selection: drop files where fewer than this share of the functions have a "
+    "docstring (files without functions too); 0 keeps them all, as CodeParrot did",
+    ge=0,
+    le=1,
+)
+
 # -- fill in the middle ----------------------------------------------------------------------
 
 # The measured default (BENCHMARKS.md, bench/recipe.py): the share of documents that new runs

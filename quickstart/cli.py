@@ -32,6 +32,7 @@ from codeparrot.options import (
     MAX_MINUTES,
     MAX_NEW_TOKENS,
     MAX_STEPS,
+    MIN_DOCSTRING_SHARE,
     N_POSITIONS,
     OPTIMIZER,
     PRESET,
@@ -65,6 +66,7 @@ class QuickstartConfig(Config):
         flag="--source",
     )
     max_files: int = option(8000, "cap on input files sampled for the corpus (0: all)", ge=0)
+    min_docstring_share: float = MIN_DOCSTRING_SHARE.field()
     vocab_size: int = VOCAB_SIZE.field(8192, "tokenizer vocabulary (the reference uses 32768)")
     tokenizer_files: int = option(3000, "files the tokenizer is trained on", ge=1)
     pre_tokenizer: str = option(
@@ -147,6 +149,7 @@ def _data_config(cfg: QuickstartConfig) -> Any:
         output=cfg.corpus_dir,
         sources=cfg.sources,
         max_files=cfg.max_files,
+        min_docstring_share=cfg.min_docstring_share,
         seed=cfg.seed,
         force=True,
     )

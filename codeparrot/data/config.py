@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
-from codeparrot.options import VALID_FRACTION, WORKERS
+from codeparrot.options import MIN_DOCSTRING_SHARE, VALID_FRACTION, WORKERS
 
 HUB_PREFIX = "hub:"
 SPLIT_UNITS = ("repository", "file")
@@ -76,6 +76,7 @@ class DataConfig(Config):
         le=1,
     )
     min_assignments: int = option(5, "drop files with fewer `=` characters than this", ge=0)
+    min_docstring_share: float = MIN_DOCSTRING_SHARE.field()
     tokenizer: Path | None = option(
         None, "tokenizer directory (tokenizer.json): enables the characters-per-token filter"
     )

@@ -27,6 +27,7 @@ FILTER_NAMES = (
     "config_or_test",
     "no_keywords",
     "few_assignments",
+    "undocumented",  # off by default: not a CodeParrot filter (data selection, issue 20)
 )
 
 
@@ -132,6 +133,35 @@ def few_assignments(text: str, minimum: int) -> str | None:
     return "few_assignments" if text.count("=") < minimum else None
 
 
+def docstring_share(text: str) -> float | None:
+    """The share of a file's functions (``def``, ``async def``) that have a docstring.
+
+    0.0 for a file without functions; None for one that Python cannot parse.
+    """
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences and the like
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    if not functions:
+        return 0.0
+    return sum(ast.get_docstring(f, clean=False) is not None for f in functions) / len(functions)
+
+
+def undocumented(text: str, minimum: float) -> str | None:
+    """Drop files where fewer than ``minimum`` of the functions have a docstring (files
+    without functions and files that do not parse included); ``minimum`` 0 keeps all."""
+    if minimum <= 0:
+        return None
+    share = docstring_share(text)
+    return "undocumented" if share is None or share < minimum else None
+
+
 def chars_per_token(text: str, n_tokens: int, minimum: float) -> str | None:
     """Drop files that the tokenizer splits into too many tokens for their length."""
     if n_tokens == 0:
@@ -175,4 +205,5 @@ def first_failing_filter(
         )
         or no_keywords(text, config.filter_probability, seed=config.seed, key=key)
         or few_assignments(text, config.min_assignments)
+        or undocumented(text, config.min_docstring_share)
     )

@@ -131,3 +131,39 @@ def test_content_hash_fast_path_equals_general_path():
     for text in ("a b\tc\n\x0bd\x1ce", "x\u00a0=\u30001", "\x85é y"):
         general = hashlib.md5("".join(text.split()).encode()).hexdigest()
         assert F.content_hash(text) == general
+
+
+DOCUMENTED = '''def area(width, height):
+    """The area of a rectangle."""
+    return width * height
+
+
+def perimeter(width, height):
+    """The perimeter of a rectangle."""
+    return 2 * (width + height)
+
+
+def _square(x):
+    return x * x
+'''
+
+
+def test_docstring_share_counts_documented_functions():
+    assert F.docstring_share(DOCUMENTED) == pytest.approx(2 / 3)
+    assert F.docstring_share("x = 1\ny = 2\n") == 0.0  # no functions
+    assert F.docstring_share("def f(:\n    pass\n") is None  # does not parse
+    nested = 'class A:\n    async def f(self):\n        "Doc."\n        def g():\n            pass\n'
+    assert F.docstring_share(nested) == 0.5  # methods, async and nested functions count
+
+
+def test_undocumented_files_are_dropped_only_when_asked(tmp_path):
+    assert F.undocumented(DOCUMENTED, 0.5) is None
+    assert F.undocumented(DOCUMENTED, 0.7) == "undocumented"
+    assert F.undocumented("x = 1\n", 0.5) == "undocumented"
+    assert F.undocumented("def f(:\n", 0.5) == "undocumented"
+    assert F.undocumented("x = 1\n", 0.0) is None  # off by default, as CodeParrot
+    config = DataConfig(output=tmp_path / "out", min_assignments=0)
+    assert F.first_failing_filter(GOOD, config, key="k") is None
+    strict = config.replace(min_docstring_share=0.5)
+    assert F.first_failing_filter(GOOD, strict, key="k") == "undocumented"
+    assert F.first_failing_filter(DOCUMENTED, strict, key="k") is None
