@@ -7,8 +7,11 @@ on the machine hits them alike. "ours" is the real training step of `codeparrot.
 (Accelerate, bf16 autocast, the loss function compiled, fused AdamW) fed by an in-memory
 source; the baseline is the textbook loop (fp32, eager, default AdamW); the peer is a
 minimal GPT written the nanoGPT way (nn.Linear, SDPA causal attention, exact GELU, tied
-head, fused AdamW, the model compiled). The bf16 matmul peak is measured in the same run
-and achieved FLOP/s reported against it.
+head, fused AdamW, the model compiled). With ``--preset tiny-qwen`` a second peer runs too:
+the same model written the same way (Qwen3 blocks in plain PyTorch, compiled) with our
+optimizer taken from torch (``torch.optim.Muon`` with ``--optimizer muon``), which tells the
+cost of the loop apart from the cost of the model and the method. The bf16 matmul peak is
+measured in the same run and achieved FLOP/s reported against it.
 
     .venv/bin/python bench/train.py [--steps 12] [--rounds 3] [--no-compile] [--no-peer]
         [--optimizer adamw|muon] [--preset tiny|tiny-qwen]
@@ -155,6 +158,98 @@ def peer_step_fn():
     return step
 
 
+def same_model_peer_step_fn(preset: str, optimizer: str):
+    """The peer written for our model instead of GPT-2's: the preset's blocks in plain
+    PyTorch the modded-nanogpt way (for `tiny-qwen`: RMSNorm, rotary positions, RMS-normed
+    queries and keys, SwiGLU, tied head, no biases), the whole model compiled, bf16 autocast,
+    and our optimizer from torch itself (``torch.optim.Muon`` on the blocks' matrices with
+    fused AdamW on the rest, or fused AdamW on everything)."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    from codeparrot.models.presets import get_preset
+
+    shape = get_preset(preset)
+    width, heads, layers = shape.n_embd, shape.n_head, shape.n_layer
+    hidden, dim = shape.intermediate_size or 4 * width, width // heads
+
+    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + turned * sin
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm_1, self.norm_2 = nn.RMSNorm(width, eps=1e-6), nn.RMSNorm(width, eps=1e-6)
+            self.q_norm, self.k_norm = nn.RMSNorm(dim, eps=1e-6), nn.RMSNorm(dim, eps=1e-6)
+            self.qkv = nn.Linear(width, 3 * width, bias=False)
+            self.proj = nn.Linear(width, width, bias=False)
+            self.gate_up = nn.Linear(width, 2 * hidden, bias=False)
+            self.down = nn.Linear(hidden, width, bias=False)
+
+        def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+            b, t, c = x.shape
+            q, k, v = (part.view(b, t, heads, dim) for part in self.qkv(self.norm_1(x)).split(c, 2))
+            q, k = rotate(self.q_norm(q), cos, sin), rotate(self.k_norm(k), cos, sin)
+            y = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+            )
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+            gate, up = self.gate_up(self.norm_2(x)).chunk(2, dim=-1)
+            return x + self.down(F.silu(gate) * up)
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tokens = nn.Embedding(VOCAB, width)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.norm = nn.RMSNorm(width, eps=1e-6)
+            inv = 1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim)
+            angles = torch.outer(torch.arange(BLOCK).float(), inv).repeat(1, 2)[:, None, :]
+            self.register_buffer("cos", angles.cos(), persistent=False)
+            self.register_buffer("sin", angles.sin(), persistent=False)
+            for p in self.parameters():
+                if p.dim() == 2:
+                    nn.init.normal_(p, std=0.02)
+
+        def forward(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            x = self.tokens(ids)
+            for block in self.blocks:
+                x = block(x, self.cos, self.sin)
+            logits = F.linear(self.norm(x), self.tokens.weight)  # tied head
+            return F.cross_entropy(logits.view(-1, VOCAB).float(), targets.reshape(-1))
+
+    if shape.architecture != "qwen3":
+        raise SystemExit(f"--preset {preset}: the same-model peer is written for Qwen3 blocks")
+    torch.manual_seed(0)
+    model = Model()
+    model.train()
+    matrices = [p for p in model.blocks.parameters() if p.dim() == 2]
+    rest = [p for p in model.parameters() if all(p is not m for m in matrices)]
+    if optimizer == "muon":
+        optimizers = [
+            torch.optim.Muon(matrices, lr=3e-3, adjust_lr_fn="match_rms_adamw"),
+            torch.optim.AdamW(rest, lr=3e-3, weight_decay=0.1, fused=True),
+        ]
+    else:
+        optimizers = [torch.optim.AdamW(model.parameters(), lr=2e-3, fused=True)]
+    compiled = torch.compile(model)
+    source = RandomTokens(BLOCK + 1)
+
+    def step() -> None:
+        seq = torch.from_numpy(np.stack([source.next_sequence() for _ in range(BATCH)]))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = compiled(seq[:, :-1], seq[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        for opt in optimizers:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 def ours_step_fn(workdir: Path, compile: bool, optimizer: str = "adamw", preset: str = "tiny"):
     from codeparrot.training import TrainConfig
     from codeparrot.training.loop import _train_step, setup
@@ -233,6 +328,12 @@ def main() -> None:
             for _ in range(args.warmup):
                 steps["peer"]()
             print(f"peer ready after {time.perf_counter() - t1:.0f} s", flush=True)
+        if args.peer and args.preset != "tiny":
+            t1 = time.perf_counter()
+            steps["same-model peer"] = same_model_peer_step_fn(args.preset, args.optimizer)
+            for _ in range(args.warmup):
+                steps["same-model peer"]()
+            print(f"same-model peer ready after {time.perf_counter() - t1:.0f} s", flush=True)
         rates: dict[str, list[float]] = {name: [] for name in steps}
         peaks = []
         for r in range(args.rounds):
@@ -275,6 +376,14 @@ def main() -> None:
                 f"nanoGPT-style bf16 + compile: {peer_tps:8,.0f} tokens/s "
                 f"({peer_tps / base_tps:.2f}x the baseline); ours / peer: median of per-round "
                 f"ratios {statistics.median(peer_ratios):.2f}x (target >= 1.0x)"
+            )
+        if "same-model peer" in rates:
+            same = rates["same-model peer"]
+            same_ratios = [o / p for o, p in zip(rates["ours"], same, strict=True)]
+            print(
+                f"same-model peer ({args.preset} blocks in plain PyTorch, {args.optimizer} from "
+                f"torch, compiled): {statistics.median(same):8,.0f} tokens/s; ours / it: median "
+                f"of per-round ratios {statistics.median(same_ratios):.2f}x"
             )
         print(
             f"bf16 matmul peak {peak / 1e9:,.0f} GFLOP/s; ours achieves "
