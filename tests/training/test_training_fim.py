@@ -252,10 +252,12 @@ def drain(source, n: int) -> list[list[int]]:
     return [source.next_sequence().tolist() for _ in range(n)]
 
 
-@pytest.mark.parametrize("mode", ["document", "context"])
-def test_packed_stream_transforms_and_resumes_exactly(files, tokenizer, tokens, mode):
+@pytest.mark.parametrize(
+    ("mode", "line_rate"), [("document", 0.0), ("context", 0.0), ("context", 0.5)]
+)
+def test_packed_stream_transforms_and_resumes_exactly(files, tokenizer, tokens, mode, line_rate):
     def stream() -> PackedStream:
-        fim = transform(tokenizer, rate=0.5, mode=mode)
+        fim = transform(tokenizer, rate=0.5, mode=mode, line_rate=line_rate)
         return PackedStream(files, tokenizer, 48, shuffle_buffer=8, sequence_buffer=6, fim=fim)
 
     a = stream()
@@ -313,11 +315,13 @@ def read_weights(directory: Path) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("mode", "pretokenized"), [("context", False), ("document", True)], ids=["stream", "tokens"]
+    ("mode", "pretokenized", "line_rate"),
+    [("context", False, 0.0), ("document", True, 0.0), ("context", True, 0.5)],
+    ids=["stream", "tokens", "tokens-line-ends"],
 )
-def test_resume_with_fim_continues_exactly(tmp_path, fim_checkpoint, mode, pretokenized):
+def test_resume_with_fim_continues_exactly(tmp_path, fim_checkpoint, mode, pretokenized, line_rate):
     corpus = write_corpus(tmp_path / "corpus", DOCS, DOCS)
-    run = {"fim_mode": mode, "pretokenized": pretokenized}
+    run = {"fim_mode": mode, "pretokenized": pretokenized, "fim_line_rate": line_rate}
     full = train(tiny_config(corpus, fim_checkpoint, tmp_path / "full", **run))
     stopped = train(
         tiny_config(corpus, fim_checkpoint, tmp_path / "split", max_tokens=3 * 4 * 64, **run)
