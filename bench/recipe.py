@@ -209,33 +209,6 @@ def variant_data(work: Path, corpus: Path, changes: dict[str, Any]) -> tuple[Pat
     return select_corpus(work, corpus, rule), f"tokens-{rule}", rest
 
 
-def humaneval_nats_per_char(checkpoint: Path) -> float:
-    """Nats per character of HumanEval's canonical solutions after their prompts: the
-    likelihood of the reference answers, a HumanEval signal that moves before pass@k does.
-    Each solution's nats are those of prompt + solution less those of the prompt alone (both
-    scored from end-of-text), so tokenizers compare."""
-    import torch
-
-    from codeparrot.eval.data import load_problems
-    from codeparrot.eval.loss import document_nats
-    from codeparrot.models.checkpoint import load_checkpoint
-
-    model, tokenizer, _ = load_checkpoint(checkpoint)
-    model.eval()
-    context = int(getattr(model.config, "n_positions", 0) or model.config.max_position_embeddings)
-    nats = chars = 0.0
-    with torch.inference_mode():
-        for problem in load_problems().values():
-            prompt, solution = problem["prompt"], problem["canonical_solution"]
-            both, alone = (
-                [tokenizer.eos_token_id, *tokenizer(t, add_special_tokens=False)["input_ids"]]
-                for t in (prompt + solution, prompt)
-            )
-            nats += document_nats(model, both, context) - document_nats(model, alone, context)
-            chars += len(solution)
-    return nats / chars
-
-
 def train_config(work: Path, corpus: Path, tokenizer: Path, qs: Any, name: str, steps: int,
                  changes: dict[str, Any], **extra: Any) -> Any:  # fmt: skip
     from codeparrot.training.config import TrainConfig
@@ -307,13 +280,15 @@ def score(checkpoint: Path, *, lines_n: int, infill_limit: int, fim: bool) -> di
     from codeparrot.eval.loss import LossConfig, evaluate_loss
 
     loss = evaluate_loss(LossConfig(checkpoints=(checkpoint,), max_files=60))["rows"][0]
+    # the likelihood of HumanEval's reference solutions: moves where pass@k is still 0
+    humaneval = evaluate_loss(LossConfig(checkpoints=(checkpoint,), task="humaneval"))["rows"][0]
     lines = evaluate_lines(LinesConfig(checkpoint=checkpoint, n=lines_n))["scores"]
     out = {
         "nats_per_char": loss["nats_per_char"],
         "bits_per_byte": loss["bits_per_byte"],
         "line_exact_match": lines["all"]["exact_match"],
         "line_edit_similarity": lines["all"]["edit_similarity"],
-        "humaneval_nats_per_char": humaneval_nats_per_char(checkpoint),
+        "humaneval_nats_per_char": humaneval["nats_per_char"],
     }
     if fim and infill_limit:
         out.update(infill_scores(checkpoint, infill_limit))

@@ -52,10 +52,15 @@ MAX_FILE_BYTES = 1_000_000
 
 @dataclass(frozen=True)
 class HeldoutFile:
-    """One held-out file: a name to report and its text."""
+    """One held-out file: a name to report and its text.
+
+    ``context``: text the model reads before ``text`` that is not scored (a benchmark
+    problem's prompt before its reference solution).
+    """
 
     name: str
     text: str
+    context: str = ""
 
 
 def default_heldout_dir() -> Path:

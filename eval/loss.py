@@ -6,6 +6,10 @@ negative log-likelihood of the same files divided by their characters (nats/char
 UTF-8 bytes (bits/byte). Each file is scored as training sees a document: after an
 end-of-text token. Files longer than the context are scored in windows that overlap by half,
 every token once, with at least half a context before it (except in the first window).
+
+``--task humaneval`` scores HumanEval's 164 reference solutions after their prompts instead:
+the nats of prompt + solution less those of the prompt alone, per character of the
+solutions. It moves with every change of recipe, where pass@k of a small model is 0.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.config import Config, option
+from codeparrot.errors import DataError
 from codeparrot.eval.heldout import HELDOUT_DATA, HeldoutFile, describe, read_heldout
 from codeparrot.io import atomic_open, provenance, write_json
 from codeparrot.options import DEVICE
+
+SOLUTION_TASKS = ("humaneval",)
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,12 @@ class LossConfig(Config):
 
     checkpoints: tuple[Path, ...] = option((), "checkpoint directories to compare")
     data: Path | None = HELDOUT_DATA.field()
+    task: str | None = option(
+        None,
+        "instead of files, score the reference solutions of a code benchmark after their "
+        "prompts (humaneval: HumanEval's 164, offline), per character of the solutions",
+        choices=SOLUTION_TASKS,
+    )
     max_files: int = option(200, "score a seeded sample of at most this many files", ge=1)
     seed: int = option(0, "seed of the file sample")
     output: Path | None = option(None, "write the table as JSON here")
@@ -35,7 +48,10 @@ class LossConfig(Config):
     device: str = DEVICE.field("cpu", "torch device (default: cpu)")
 
     def problems(self) -> list[str]:
-        return [] if self.checkpoints else ["give at least one CHECKPOINT"]
+        out = [] if self.checkpoints else ["give at least one CHECKPOINT"]
+        if self.task is not None and self.data is not None:
+            out.append("--task and --data: score a benchmark's solutions or files, not both")
+        return out
 
 
 @dataclass(frozen=True)
@@ -111,11 +127,19 @@ def checkpoint_loss(
     eos = tokenizer.eos_token_id
     tokens = chars = nbytes = 0
     nats = 0.0
+
+    def encode(text: str) -> list[int]:
+        return [eos, *tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]]
+
     with torch.inference_mode():
         for f in files:
-            ids = [eos, *tokenizer(f.text, add_special_tokens=False, verbose=False)["input_ids"]]
+            ids = encode(f.context + f.text)
             nats += document_nats(model, ids, context)
             tokens += len(ids) - 1
+            if f.context:  # the text given its context: what the context alone costs is not
+                before = encode(f.context)  # counted (the tokenizations agree up to the seam)
+                nats -= document_nats(model, before, context)
+                tokens -= len(before) - 1
             chars += len(f.text)
             nbytes += len(f.text.encode("utf-8"))
             if progress is not None:
@@ -127,13 +151,16 @@ def evaluate_loss(
     config: LossConfig, progress: Callable[[int], None] | None = None
 ) -> dict[str, Any]:
     """Every checkpoint on the same files; writes ``config.output``/``chart`` when given."""
-    files = read_heldout(config.data, max_files=config.max_files, seed=config.seed)
+    if config.task is not None:
+        files = benchmark_solutions(config.task)
+    else:
+        files = read_heldout(config.data, max_files=config.max_files, seed=config.seed)
     rows = [
         checkpoint_loss(path, files, device=config.device, progress=progress)
         for path in config.checkpoints
     ]
     report = {
-        "data": str(config.data) if config.data else "held-out packages",
+        "data": _data_name(config),
         **describe(files),
         "rows": [row.to_dict() for row in rows],
         "provenance": provenance(config),
@@ -143,6 +170,24 @@ def evaluate_loss(
     if config.chart is not None:
         write_chart(rows, config.chart)
     return report
+
+
+def benchmark_solutions(task: str) -> list[HeldoutFile]:
+    """A benchmark's reference solutions, each with its prompt as unscored context."""
+    from codeparrot.eval.data import load_problems
+
+    if task not in SOLUTION_TASKS:
+        raise DataError(f"--task {task!r}: choose from {', '.join(SOLUTION_TASKS)}")
+    return [
+        HeldoutFile(p["task_id"], p["canonical_solution"], context=p["prompt"])
+        for p in load_problems().values()
+    ]
+
+
+def _data_name(config: LossConfig) -> str:
+    if config.task is not None:
+        return f"{config.task} reference solutions after their prompts"
+    return str(config.data) if config.data else "held-out packages"
 
 
 def write_chart(rows: Sequence[LossRow], path: Path) -> None:

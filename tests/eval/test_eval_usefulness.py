@@ -81,6 +81,42 @@ def test_loss_table_compares_checkpoints_and_writes_json_and_chart(
     assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_text_after_its_context_scores_only_its_own_tokens(tiny_checkpoint):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    context, text = "def add(a, b):", " return a + b"
+    ids = [tok.eos_token_id, *tok(context + text)["input_ids"]]
+    seam = 1 + len(tok(context)["input_ids"])
+    assert ids[:seam] == [tok.eos_token_id, *tok(context)["input_ids"]]  # no merge at the seam
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1].float(), -1)
+    picked = -logp.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+    expected = float(picked[seam - 1 :].sum())
+
+    row = checkpoint_loss(tiny_checkpoint, [HeldoutFile("f", text, context=context)])
+    assert row.nats == pytest.approx(expected, rel=1e-4)
+    assert row.chars == len(text) and row.tokens == len(ids) - seam
+
+
+def test_loss_of_humaneval_solutions_through_the_cli(tiny_checkpoint, tmp_path, capsys):
+    from codeparrot.cli import main
+
+    out = tmp_path / "he.json"
+    assert (
+        main(["eval", "loss", str(tiny_checkpoint), "--task", "humaneval", "--output", str(out)])
+        == 0
+    )
+    report = json.loads(out.read_text())
+    assert report["files"] == 164 and "humaneval reference solutions" in report["data"]
+    assert 0 < report["rows"][0]["nats_per_char"] < 20
+    assert "164 files" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="--task and --data"):
+        LossConfig(checkpoints=(tiny_checkpoint,), task="humaneval", data=tmp_path)
+
+
 def test_the_same_seed_picks_the_same_lines_and_an_oracle_scores_100(heldout):
     files = read_heldout(heldout)
     tasks = pick_lines(files, 6, seed=3)
