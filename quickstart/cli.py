@@ -226,6 +226,7 @@ def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
 def step_train(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, Any]:
     import shutil
 
+    from codeparrot.eval.loss import LossConfig, evaluate_loss
     from codeparrot.training import train
 
     # An interrupted run of the same settings continues from its last checkpoint; any
@@ -235,7 +236,11 @@ def step_train(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, An
     if not resume and cfg.model_dir.exists():
         shutil.rmtree(cfg.model_dir)
     result = train(_train_config(cfg, resume=resume))
+    # how likely the model finds HumanEval's reference solutions: a HumanEval signal that
+    # moves long before pass@k of a model trained for minutes does (no code is run)
+    solutions = evaluate_loss(LossConfig(checkpoints=(cfg.model_dir,), task="humaneval"))
     return {
+        "humaneval_solutions_nats_per_char": solutions["rows"][0]["nats_per_char"],
         "step": result.step,
         "tokens_seen": result.tokens_seen,
         "parameters": result.parameters,
@@ -455,6 +460,12 @@ def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
             # higher loss per token for the same model quality
             per_char = f" (~{f['eval_loss'] / chars:.3f} nats/char)"
         lines.append(f"            validation loss {loss} nats/token{per_char}, perplexity {ppl}")
+        if f.get("humaneval_solutions_nats_per_char") is not None:
+            lines.append(
+                f"            HumanEval's reference solutions: "
+                f"{f['humaneval_solutions_nats_per_char']:.3f} nats/char (lower is better; "
+                "compare runs with `codeparrot eval loss RUN OTHER --task humaneval`)"
+            )
     if "eval" in steps:
         f = steps["eval"]["facts"]
         scores = ", ".join(f"{k} {100 * v:.2f}%" for k, v in f["pass_at_k"].items())

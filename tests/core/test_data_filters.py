@@ -152,7 +152,9 @@ def test_docstring_share_counts_documented_functions():
     assert F.docstring_share(DOCUMENTED) == pytest.approx(2 / 3)
     assert F.docstring_share("x = 1\ny = 2\n") == 0.0  # no functions
     assert F.docstring_share("def f(:\n    pass\n") is None  # does not parse
-    nested = 'class A:\n    async def f(self):\n        "Doc."\n        def g():\n            pass\n'
+    nested = (
+        'class A:\n    async def f(self):\n        "Doc."\n        def g():\n            pass\n'
+    )
     assert F.docstring_share(nested) == 0.5  # methods, async and nested functions count
 
 

@@ -51,6 +51,7 @@ def test_quickstart_runs_every_step_then_reuses_them(tmp_path, source_tree, caps
     assert "[4/5] Scoring HumanEval in the sandbox ..." in printed
     assert "pass@1" in printed and "codeparrot app --checkpoint" in printed
     assert "nats/char)" in printed  # a loss comparable across tokenizers
+    assert "HumanEval's reference solutions: " in printed  # moves before pass@k does
     # trained with FIM by default (the tokenizer has the sentinels): infilling is scored
     assert "[5/5] Scoring single-line infilling in the sandbox ..." in printed
     assert "single-line pass@1" in printed and "on 2 of OpenAI's 1,033 tasks" in printed
@@ -58,6 +59,7 @@ def test_quickstart_runs_every_step_then_reuses_them(tmp_path, source_tree, caps
     state = json.loads((out / "quickstart.json").read_text())
     assert set(state["steps"]) == {"corpus", "tokenizer", "train", "eval", "infill"}
     assert state["steps"]["train"]["facts"]["step"] == 3
+    assert 0 < state["steps"]["train"]["facts"]["humaneval_solutions_nats_per_char"] < 20
     summary = json.loads((out / "model" / "humaneval" / "summary.json").read_text())
     assert summary["samples"] == 2
     infill = json.loads((out / "model" / "infill-single-line" / "summary.json").read_text())
