@@ -133,6 +133,14 @@ VARIANTS["qwen-muon-wsd-fim0.9-spm-lr3e-3"] = {
     "fim_spm_rate": 1.0,
 }
 
+# the quickstart's tokenizer trained with half and twice its 8k vocabulary (the tied head is
+# ~40% of tiny-qwen's FLOPs at 8k; a larger vocabulary packs more text per token)
+for size in (4096, 16384):
+    VARIANTS[f"qwen-muon-wsd-fim0.9-lr3e-3-vocab{size // 1024}k"] = {
+        **VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3"],
+        "vocab_size": size,
+    }
+
 # data selection: the same recipe on the training files whose functions are mostly documented
 # (``select``: a rule of ``SELECTIONS``; the held-out data and the tokenizer stay the same)
 VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-docstrings"] = {
@@ -200,13 +208,35 @@ def select_corpus(work: Path, corpus: Path, rule: str) -> Path:
     return out
 
 
-def variant_data(work: Path, corpus: Path, changes: dict[str, Any]) -> tuple[Path, str, dict]:
-    """A variant's corpus, its token cache's name and its training-config changes."""
-    if "select" not in changes:
-        return corpus, "tokens", changes
-    rule = changes["select"]
-    rest = {k: v for k, v in changes.items() if k != "select"}
-    return select_corpus(work, corpus, rule), f"tokens-{rule}", rest
+def variant_tokenizer(work: Path, corpus: Path, qs: Any, vocab_size: int) -> Path:
+    """The quickstart's tokenizer with another vocabulary size (built once in ``work``)."""
+    from codeparrot.tokenizer import TokenizerConfig, train_tokenizer
+
+    out = work / f"tokenizer-v{vocab_size}"
+    if not (out / "tokenizer.json").exists():
+        train_tokenizer(
+            TokenizerConfig(
+                data=corpus, output=out, vocab_size=vocab_size, files=qs.tokenizer_files,
+                pre_tokenizer=qs.pre_tokenizer, overwrite=True,
+            )
+        )  # fmt: skip
+    return out
+
+
+def variant_data(
+    work: Path, corpus: Path, tokenizer: Path, qs: Any, changes: dict[str, Any]
+) -> tuple[Path, Path, str, dict[str, Any]]:
+    """A variant's corpus, tokenizer, token cache's name and training-config changes
+    (``select``: a data selection of ``SELECTIONS``; ``vocab_size``: another tokenizer)."""
+    rest = {k: v for k, v in changes.items() if k not in ("select", "vocab_size")}
+    cache = "tokens"
+    if "select" in changes:
+        corpus = select_corpus(work, corpus, changes["select"])
+        cache += f"-{changes['select']}"
+    if "vocab_size" in changes:
+        tokenizer = variant_tokenizer(work, corpus, qs, changes["vocab_size"])
+        cache += f"-v{changes['vocab_size']}"
+    return corpus, tokenizer, cache, rest
 
 
 def train_config(work: Path, corpus: Path, tokenizer: Path, qs: Any, name: str, steps: int,
@@ -255,14 +285,14 @@ def calibrate(work: Path, corpus: Path, tokenizer: Path, qs: Any, names: list[st
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names if r % 2 == 0 else list(reversed(names)):
-            changes = variant_data(work, corpus, VARIANTS[name])[2]  # data: no cost per step
+            data, tok, cache, changes = variant_data(work, corpus, tokenizer, qs, VARIANTS[name])
             cfg = train_config(
-                work, corpus, tokenizer, qs, f"calib-{name}", steps + 5, changes, log_every=1,
+                work, data, tok, qs, f"calib-{name}", steps + 5, changes, log_every=1,
             )  # fmt: skip
             shutil.rmtree(cfg.output, ignore_errors=True)
-            share_tokens(work, cfg.output)
+            share_tokens(work, cfg.output, cache)
             train(cfg)
-            share_tokens(work, cfg.output)
+            share_tokens(work, cfg.output, cache)
             records = [
                 json.loads(x) for x in (cfg.output / "metrics.jsonl").read_text().splitlines()
             ]
@@ -408,8 +438,8 @@ def run_all(args: argparse.Namespace, qs: Any, corpus: Path, tokenizer: Path) ->
     plan += [(f"baseline-{k}x", {}, k * args.steps) for k in longer]
     results: dict[str, Any] = {}
     for name, changes, steps in plan:
-        data, cache, train_changes = variant_data(args.work, corpus, changes)
-        cfg = train_config(args.work, data, tokenizer, qs, name, steps, train_changes)
+        data, tok, cache, train_changes = variant_data(args.work, corpus, tokenizer, qs, changes)
+        cfg = train_config(args.work, data, tok, qs, name, steps, train_changes)
         done = cfg.output / "recipe_score.json"
         if done.exists():
             results[name] = json.loads(done.read_text())
