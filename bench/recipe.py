@@ -140,6 +140,11 @@ for size in (4096, 16384):
         **VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3"],
         "vocab_size": size,
     }
+# 4k for the 8k default's minutes: its steps cost 0.84x (calibration of 2026-11-24 17:12)
+VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-vocab4k-1190steps"] = {
+    **VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-vocab4k"],
+    "max_steps": 1190,
+}
 
 # data selection: the same recipe on the training files whose functions are mostly documented
 # (``select``: a rule of ``SELECTIONS``; the held-out data and the tokenizer stay the same)
