@@ -143,6 +143,12 @@ def peer_step_fn():
     model = GPT()
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.1, fused=True)
+    return compiled_bf16_step(model, [opt])
+
+
+def compiled_bf16_step(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer]):
+    """A peer's training step: the whole model compiled, bf16 autocast, clipping, then each
+    optimizer (the model returns the loss of ``(inputs, targets)``)."""
     compiled = torch.compile(model)
     source = RandomTokens(BLOCK + 1)
 
@@ -152,8 +158,9 @@ def peer_step_fn():
             loss = compiled(seq[:, :-1], seq[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        for opt in optimizers:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
 
     return step
 
@@ -234,20 +241,7 @@ def same_model_peer_step_fn(preset: str, optimizer: str):
         ]
     else:
         optimizers = [torch.optim.AdamW(model.parameters(), lr=2e-3, fused=True)]
-    compiled = torch.compile(model)
-    source = RandomTokens(BLOCK + 1)
-
-    def step() -> None:
-        seq = torch.from_numpy(np.stack([source.next_sequence() for _ in range(BATCH)]))
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = compiled(seq[:, :-1], seq[:, 1:])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        for opt in optimizers:
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-    return step
+    return compiled_bf16_step(model, optimizers)
 
 
 def ours_step_fn(workdir: Path, compile: bool, optimizer: str = "adamw", preset: str = "tiny"):
