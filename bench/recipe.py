@@ -145,6 +145,10 @@ VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-vocab4k-1190steps"] = {
     **VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-vocab4k"],
     "max_steps": 1190,
 }
+VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-vocab4k-1190steps-seed1"] = {
+    **VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-vocab4k-1190steps"],
+    "seed": 1,
+}
 
 # data selection: the same recipe on the training files whose functions are mostly documented
 # (``select``: a rule of ``SELECTIONS``; the held-out data and the tokenizer stay the same)
