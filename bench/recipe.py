@@ -158,6 +158,15 @@ VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-docstrings"] = {
 }
 
 
+# function-level documents (issue 20's "function-level filtering"): the training files' short
+# documented top-level functions added as documents of HumanEval's shape, ``functions`` copies
+for _copies in (1, 3):
+    VARIANTS[f"qwen-muon-wsd-fim0.9-lr3e-3-functions{_copies}"] = {
+        **VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3"],
+        "functions": _copies,
+    }
+
+
 def quickstart_defaults() -> Any:
     from codeparrot.quickstart.cli import QuickstartConfig
 
@@ -217,6 +226,18 @@ def select_corpus(work: Path, corpus: Path, rule: str) -> Path:
     return out
 
 
+def function_corpus(work: Path, corpus: Path, copies: int) -> Path:
+    """``corpus`` with ``copies`` copies of its training files' short documented functions
+    added as documents of their own (built once in ``work``)."""
+    from codeparrot.data.functions import add_function_documents
+
+    out = work / f"{corpus.name}-functions{copies}"
+    if not (out / "manifest.json").exists():
+        entry = add_function_documents(corpus, out, copies)
+        print(f"function documents x{copies}: {entry}", flush=True)
+    return out
+
+
 def variant_tokenizer(work: Path, corpus: Path, qs: Any, vocab_size: int) -> Path:
     """The quickstart's tokenizer with another vocabulary size (built once in ``work``)."""
     from codeparrot.tokenizer import TokenizerConfig, train_tokenizer
@@ -237,11 +258,14 @@ def variant_data(
 ) -> tuple[Path, Path, str, dict[str, Any]]:
     """A variant's corpus, tokenizer, token cache's name and training-config changes
     (``select``: a data selection of ``SELECTIONS``; ``vocab_size``: another tokenizer)."""
-    rest = {k: v for k, v in changes.items() if k not in ("select", "vocab_size")}
+    rest = {k: v for k, v in changes.items() if k not in ("select", "vocab_size", "functions")}
     cache = "tokens"
     if "select" in changes:
         corpus = select_corpus(work, corpus, changes["select"])
         cache += f"-{changes['select']}"
+    if "functions" in changes:
+        corpus = function_corpus(work, corpus, changes["functions"])
+        cache += f"-functions{changes['functions']}"
     if "vocab_size" in changes:
         tokenizer = variant_tokenizer(work, corpus, qs, changes["vocab_size"])
         cache += f"-v{changes['vocab_size']}"

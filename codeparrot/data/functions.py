@@ -1,0 +1,119 @@
+"""Function-level documents: a file's short, documented top-level functions, each on its own.
+
+HumanEval and an editor's completions are one function with its docstring: a signature and
+a description, then a short body. Library files bury such functions among classes and long
+modules; cut out, each becomes a document of HumanEval's shape (the imports it uses, its
+signature, its docstring, its body). ``add_function_documents`` appends them to a built
+corpus's training split, so a run can weight them up; the held-out split stays whole files.
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from codeparrot.errors import DataError
+
+MAX_BODY_LINES = 20
+MAX_CHARS = 3000
+
+
+def _bound_names(node: ast.Import | ast.ImportFrom) -> set[str]:
+    names = set()
+    for alias in node.names:
+        bound = alias.asname or alias.name.split(".")[0]
+        names.add(bound)
+    return names
+
+
+def _used_names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _short_documented(node: ast.stmt, max_body_lines: int) -> bool:
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    if ast.get_docstring(node) is None or len(node.body) < 2:
+        return False
+    body_lines = (node.end_lineno or node.lineno) - node.body[1].lineno + 1
+    return 1 <= body_lines <= max_body_lines
+
+
+def function_documents(
+    text: str, *, max_body_lines: int = MAX_BODY_LINES, max_chars: int = MAX_CHARS
+) -> list[str]:
+    """Each top-level function of ``text`` that has a docstring and at most
+    ``max_body_lines`` lines after it, as a document: the module's top-level imports whose
+    names it uses, two blank lines, then the function with its decorators. A file that does
+    not parse gives none; so does a document longer than ``max_chars``."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    lines = text.splitlines(keepends=True)
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    documents = []
+    for node in tree.body:
+        if not _short_documented(node, max_body_lines):
+            continue
+        assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+        source = "".join(lines[start - 1 : node.end_lineno]).rstrip() + "\n"
+        used = _used_names(node)
+        header = "".join(
+            "".join(lines[i.lineno - 1 : i.end_lineno]) for i in imports if _bound_names(i) & used
+        )
+        document = (header.rstrip() + "\n\n\n" if header.strip() else "") + source
+        if len(document) <= max_chars:
+            documents.append(document)
+    return documents
+
+
+def _records(corpus: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    for shard in sorted((corpus / "train").glob("*.jsonl.gz")):
+        with gzip.open(shard, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                yield shard.name, json.loads(line)
+
+
+def add_function_documents(corpus: Path, output: Path, copies: int) -> dict[str, Any]:
+    """``corpus`` with ``copies`` copies of its training files' function documents added to
+    its training split (one extra shard), written to ``output`` through a temporary
+    directory. Returns the manifest's ``function_documents`` entry."""
+    if copies < 1:
+        raise DataError(f"copies must be at least 1, got {copies}")
+    if not (corpus / "manifest.json").is_file():
+        raise DataError(f"{corpus}: not a corpus (no manifest.json)")
+    if output.exists():
+        raise DataError(f"{output}: already exists")
+    tmp = output.with_name(f".{output.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(corpus, tmp)
+    documents = chars = 0
+    with gzip.open(tmp / "train" / "functions.jsonl.gz", "wt", encoding="utf-8") as out:
+        for _shard, record in _records(corpus):
+            for i, doc in enumerate(function_documents(record["content"])):
+                documents += 1
+                chars += len(doc)
+                for copy in range(copies):
+                    extra = {
+                        "repo_name": record["repo_name"],
+                        "path": f"{record['path']}::function{i}",
+                        "copies": 1,
+                        "size": len(doc.encode("utf-8")),
+                        "content": doc,
+                        "license": record.get("license", ""),
+                        "hash": f"{record.get('hash', '')}-f{i}-c{copy}",
+                    }
+                    out.write(json.dumps(extra, ensure_ascii=False) + "\n")
+    entry = {"copies": copies, "documents": documents, "chars": chars}
+    manifest = json.loads((tmp / "manifest.json").read_text())
+    manifest["function_documents"] = entry
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    tmp.rename(output)
+    return entry
