@@ -49,6 +49,13 @@ def main() -> None:
         help="data selection (`codeparrot data build --min-docstring-share`; default: the "
         "quickstart's)",
     )
+    parser.add_argument(
+        "--function-documents",
+        type=int,
+        default=None,
+        help="data selection (`codeparrot data build --function-documents`; default: the "
+        "quickstart's)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--n", type=int, default=100, help="HumanEval samples per problem")
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.2, 0.8])
@@ -70,6 +77,8 @@ def main() -> None:
     )
     if args.min_docstring_share is not None:
         cfg = cfg.replace(min_docstring_share=args.min_docstring_share)
+    if args.function_documents is not None:
+        cfg = cfg.replace(function_documents=args.function_documents)
     state = run_quickstart(cfg)
     train = state["steps"]["train"]["facts"]
     rows = []

@@ -113,6 +113,15 @@ MIN_DOCSTRING_SHARE = Declaration(
     le=1,
 )
 
+FUNCTION_DOCUMENTS = Declaration(
+    0,
+    "data selection: add this many copies of each training file's short documented "
+    "top-level functions as documents of their own (imports, signature, docstring, body: "
+    "HumanEval's shape); 0 adds none, as CodeParrot did",
+    ge=0,
+    le=10,
+)
+
 # -- fill in the middle ----------------------------------------------------------------------
 
 # The measured default (BENCHMARKS.md, bench/recipe.py): the share of documents that new runs

@@ -29,6 +29,7 @@ from codeparrot.options import (
     FIM_MODE,
     FIM_RATE,
     FIM_SPM_RATE,
+    FUNCTION_DOCUMENTS,
     MAX_MINUTES,
     MAX_NEW_TOKENS,
     MAX_STEPS,
@@ -67,6 +68,7 @@ class QuickstartConfig(Config):
     )
     max_files: int = option(8000, "cap on input files sampled for the corpus (0: all)", ge=0)
     min_docstring_share: float = MIN_DOCSTRING_SHARE.field()
+    function_documents: int = FUNCTION_DOCUMENTS.field()
     vocab_size: int = VOCAB_SIZE.field(8192, "tokenizer vocabulary (the reference uses 32768)")
     tokenizer_files: int = option(3000, "files the tokenizer is trained on", ge=1)
     pre_tokenizer: str = option(
@@ -150,6 +152,7 @@ def _data_config(cfg: QuickstartConfig) -> Any:
         sources=cfg.sources,
         max_files=cfg.max_files,
         min_docstring_share=cfg.min_docstring_share,
+        function_documents=cfg.function_documents,
         seed=cfg.seed,
         force=True,
     )

@@ -10,7 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
-from codeparrot.options import MIN_DOCSTRING_SHARE, VALID_FRACTION, WORKERS
+from codeparrot.options import (
+    FUNCTION_DOCUMENTS,
+    MIN_DOCSTRING_SHARE,
+    VALID_FRACTION,
+    WORKERS,
+)
 
 HUB_PREFIX = "hub:"
 SPLIT_UNITS = ("repository", "file")
@@ -77,6 +82,7 @@ class DataConfig(Config):
     )
     min_assignments: int = option(5, "drop files with fewer `=` characters than this", ge=0)
     min_docstring_share: float = MIN_DOCSTRING_SHARE.field()
+    function_documents: int = FUNCTION_DOCUMENTS.field()
     tokenizer: Path | None = option(
         None, "tokenizer directory (tokenizer.json): enables the characters-per-token filter"
     )

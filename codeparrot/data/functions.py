@@ -74,29 +74,26 @@ def function_documents(
     return documents
 
 
-def _records(corpus: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+def _records(corpus: Path) -> Iterator[dict[str, Any]]:
     for shard in sorted((corpus / "train").glob("*.jsonl.gz")):
         with gzip.open(shard, "rt", encoding="utf-8") as fh:
             for line in fh:
-                yield shard.name, json.loads(line)
+                yield json.loads(line)
 
 
-def add_function_documents(corpus: Path, output: Path, copies: int) -> dict[str, Any]:
-    """``corpus`` with ``copies`` copies of its training files' function documents added to
-    its training split (one extra shard), written to ``output`` through a temporary
-    directory. Returns the manifest's ``function_documents`` entry."""
+def write_function_documents(corpus: Path, copies: int) -> dict[str, Any]:
+    """Append ``copies`` copies of the function documents of ``corpus``'s training files to
+    its training split, as ``train/functions.jsonl.gz`` (written to a temporary name, then
+    renamed). Returns the manifest's ``function_documents`` entry."""
     if copies < 1:
-        raise DataError(f"copies must be at least 1, got {copies}")
-    if not (corpus / "manifest.json").is_file():
-        raise DataError(f"{corpus}: not a corpus (no manifest.json)")
-    if output.exists():
-        raise DataError(f"{output}: already exists")
-    tmp = output.with_name(f".{output.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(corpus, tmp)
+        raise DataError(f"function documents: copies must be at least 1, got {copies}")
+    target = corpus / "train" / "functions.jsonl.gz"
+    if target.exists():
+        raise DataError(f"{target}: the corpus already has function documents")
+    tmp = target.with_name(".functions.jsonl.gz.tmp")
     documents = chars = 0
-    with gzip.open(tmp / "train" / "functions.jsonl.gz", "wt", encoding="utf-8") as out:
-        for _shard, record in _records(corpus):
+    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as out:
+        for record in _records(corpus):
             for i, doc in enumerate(function_documents(record["content"])):
                 documents += 1
                 chars += len(doc)
@@ -111,7 +108,21 @@ def add_function_documents(corpus: Path, output: Path, copies: int) -> dict[str,
                         "hash": f"{record.get('hash', '')}-f{i}-c{copy}",
                     }
                     out.write(json.dumps(extra, ensure_ascii=False) + "\n")
-    entry = {"copies": copies, "documents": documents, "chars": chars}
+    tmp.rename(target)
+    return {"copies": copies, "documents": documents, "chars": chars}
+
+
+def add_function_documents(corpus: Path, output: Path, copies: int) -> dict[str, Any]:
+    """A copy of ``corpus`` at ``output`` with ``copies`` copies of its function documents
+    (:func:`write_function_documents`), built in a temporary directory, then renamed."""
+    if not (corpus / "manifest.json").is_file():
+        raise DataError(f"{corpus}: not a corpus (no manifest.json)")
+    if output.exists():
+        raise DataError(f"{output}: already exists")
+    tmp = output.with_name(f".{output.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(corpus, tmp)
+    entry = write_function_documents(tmp, copies)
     manifest = json.loads((tmp / "manifest.json").read_text())
     manifest["function_documents"] = entry
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))

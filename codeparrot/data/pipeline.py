@@ -367,6 +367,12 @@ def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]
         _write_shards(build, tmp, spool, progress=progress)  # split, then pass 2
         spool.unlink()
         manifest = _manifest(build)
+        if config.function_documents:
+            from codeparrot.data.functions import write_function_documents
+
+            manifest["function_documents"] = write_function_documents(
+                tmp, config.function_documents
+            )
         write_json(tmp / "manifest.json", manifest)
     return manifest
 

@@ -1,0 +1,153 @@
+"""Function-level documents: which functions are cut out, their shape, and the corpus option."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from codeparrot.data import DataConfig, build_corpus
+from codeparrot.data.functions import add_function_documents, function_documents
+from codeparrot.errors import DataError
+
+SOURCE = (
+    textwrap.dedent(
+        '''\
+    """A module."""
+    import os
+    import re as regex
+    from typing import List, Optional
+
+
+    def strlen(string: str) -> int:
+        """Length of the string."""
+        return len(string)
+
+
+    def matches(words: List[str], pattern: str) -> List[str]:
+        """The words that match the pattern."""
+        compiled = regex.compile(pattern)
+        return [w for w in words if compiled.match(w)]
+
+
+    def undocumented(x):
+        return x + 1
+
+
+    def only_a_docstring():
+        """Nothing else."""
+
+
+    def long_body(n):
+        """Twenty-five lines."""
+    '''
+    )
+    + "".join(f"    n += {i}\n" for i in range(25))
+    + textwrap.dedent(
+        '''\
+
+
+    class Box:
+        def get(self):
+            """A method: not a top-level function."""
+            return 1
+    '''
+    )
+)
+
+
+def test_short_documented_top_level_functions_with_the_imports_they_use():
+    docs = function_documents(SOURCE)
+    assert docs == [
+        'def strlen(string: str) -> int:\n    """Length of the string."""\n    return len(string)\n',
+        "import re as regex\nfrom typing import List, Optional\n\n\n"
+        "def matches(words: List[str], pattern: str) -> List[str]:\n"
+        '    """The words that match the pattern."""\n'
+        "    compiled = regex.compile(pattern)\n"
+        "    return [w for w in words if compiled.match(w)]\n",
+    ]
+    # every document parses on its own
+    for doc in docs:
+        compile(doc, "<doc>", "exec")
+
+
+def test_limits_and_unparseable_files():
+    assert function_documents(SOURCE, max_body_lines=30)[-1].startswith("def long_body(n):")
+    assert len(function_documents(SOURCE, max_chars=100)) == 1  # the import header is too long
+    assert function_documents("def broken(:\n    pass\n") == []
+    assert function_documents("") == []
+
+
+def _module(i: int) -> str:
+    body = "\n".join(
+        f'def func_{i}_{j}(arg):\n    """Scale {j}."""\n    value = arg * {j}\n    return value\n'
+        for j in range(6)
+    )
+    return f'"""Module {i}."""\nimport os\n\n{body}\nA = 1\nB = 2\nC = 3\nD = 4\nE = 5\n'
+
+
+def _read(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def test_build_adds_copies_to_the_training_split_only(tmp_path):
+    src = tmp_path / "code"
+    for p in range(6):
+        (src / f"pkg{p}").mkdir(parents=True)
+        (src / f"pkg{p}" / "mod.py").write_text(_module(p))
+    out = tmp_path / "corpus"
+    manifest = build_corpus(
+        DataConfig(output=out, sources=(str(src),), workers=1, function_documents=2),
+        progress=False,
+    )
+    train = [r for s in sorted((out / "train").glob("shard-*.jsonl.gz")) for r in _read(s)]
+    extra = _read(out / "train" / "functions.jsonl.gz")
+    assert len(extra) == 2 * 6 * len(train)  # six documented functions a file, two copies
+    assert {r["content"] for r in extra} == {
+        d for r in train for d in function_documents(r["content"])
+    }
+    assert extra[0]["path"].endswith("::function0") and set(extra[0]) >= {"repo_name", "size"}
+    assert manifest["function_documents"] == {
+        "copies": 2,
+        "documents": 6 * len(train),
+        "chars": sum(len(d) for r in train for d in function_documents(r["content"])),
+    }
+    assert json.loads((out / "manifest.json").read_text())["function_documents"]["copies"] == 2
+    assert not list((out / "valid").glob("functions*"))
+
+    # the training loop's reader sees the extra shard
+    from codeparrot.training.data import shard_files
+
+    assert out / "train" / "functions.jsonl.gz" in shard_files(out, "train")
+
+    plain = build_corpus(
+        DataConfig(output=tmp_path / "plain", sources=(str(src),), workers=1), progress=False
+    )
+    assert "function_documents" not in plain
+    assert not (tmp_path / "plain" / "train" / "functions.jsonl.gz").exists()
+
+
+def test_add_function_documents_refuses_bad_input(tmp_path):
+    with pytest.raises(DataError, match="not a corpus"):
+        add_function_documents(tmp_path, tmp_path / "out", 1)
+    (tmp_path / "manifest.json").write_text("{}")
+    (tmp_path / "train").mkdir()
+    with pytest.raises(DataError, match="copies must be at least 1"):
+        add_function_documents(tmp_path, tmp_path / "out", 0)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("stage", [["data", "build"], ["quickstart"]])
+def test_cli_offers_the_option(stage):
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "codeparrot", *stage, "--help"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "--function-documents" in out and "HumanEval's shape" in " ".join(out.split())
