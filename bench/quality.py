@@ -56,6 +56,13 @@ def main() -> None:
         help="data selection (`codeparrot data build --function-documents`; default: the "
         "quickstart's)",
     )
+    parser.add_argument(
+        "--fim-rate",
+        type=float,
+        default=None,
+        help="share of fill-in-the-middle examples (default: the quickstart's; the one-hour "
+        "runs of sessions 7-8 used 0.5)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--n", type=int, default=100, help="HumanEval samples per problem")
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.2, 0.8])
@@ -79,6 +86,8 @@ def main() -> None:
         cfg = cfg.replace(min_docstring_share=args.min_docstring_share)
     if args.function_documents is not None:
         cfg = cfg.replace(function_documents=args.function_documents)
+    if args.fim_rate is not None:
+        cfg = cfg.replace(fim_rate=args.fim_rate)
     state = run_quickstart(cfg)
     train = state["steps"]["train"]["facts"]
     rows = []

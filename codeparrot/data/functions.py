@@ -83,14 +83,14 @@ def _records(corpus: Path) -> Iterator[dict[str, Any]]:
 
 def write_function_documents(corpus: Path, copies: int) -> dict[str, Any]:
     """Append ``copies`` copies of the function documents of ``corpus``'s training files to
-    its training split, as ``train/functions.jsonl.gz`` (written to a temporary name, then
+    its training split, as ``train/shard-functions.jsonl.gz`` (written to a temporary name, then
     renamed). Returns the manifest's ``function_documents`` entry."""
     if copies < 1:
         raise DataError(f"function documents: copies must be at least 1, got {copies}")
-    target = corpus / "train" / "functions.jsonl.gz"
+    target = corpus / "train" / "shard-functions.jsonl.gz"
     if target.exists():
         raise DataError(f"{target}: the corpus already has function documents")
-    tmp = target.with_name(".functions.jsonl.gz.tmp")
+    tmp = target.with_name(".shard-functions.jsonl.gz.tmp")
     documents = chars = 0
     with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as out:
         for record in _records(corpus):

@@ -104,8 +104,8 @@ def test_build_adds_copies_to_the_training_split_only(tmp_path):
         DataConfig(output=out, sources=(str(src),), workers=1, function_documents=2),
         progress=False,
     )
-    train = [r for s in sorted((out / "train").glob("shard-*.jsonl.gz")) for r in _read(s)]
-    extra = _read(out / "train" / "functions.jsonl.gz")
+    train = [r for s in sorted((out / "train").glob("shard-0*.jsonl.gz")) for r in _read(s)]
+    extra = _read(out / "train" / "shard-functions.jsonl.gz")
     assert len(extra) == 2 * 6 * len(train)  # six documented functions a file, two copies
     assert {r["content"] for r in extra} == {
         d for r in train for d in function_documents(r["content"])
@@ -122,13 +122,14 @@ def test_build_adds_copies_to_the_training_split_only(tmp_path):
     # the training loop's reader sees the extra shard
     from codeparrot.training.data import shard_files
 
-    assert out / "train" / "functions.jsonl.gz" in shard_files(out, "train")
+    # ... last, so a tokenizer trained on the first files still reads whole files
+    assert shard_files(out, "train")[-1] == out / "train" / "shard-functions.jsonl.gz"
 
     plain = build_corpus(
         DataConfig(output=tmp_path / "plain", sources=(str(src),), workers=1), progress=False
     )
     assert "function_documents" not in plain
-    assert not (tmp_path / "plain" / "train" / "functions.jsonl.gz").exists()
+    assert not (tmp_path / "plain" / "train" / "shard-functions.jsonl.gz").exists()
 
 
 def test_add_function_documents_refuses_bad_input(tmp_path):
