@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 # Run as a script, this folder comes first on sys.path, and bench/eval.py would then
 # shadow the project's `eval` package.
@@ -63,6 +64,15 @@ def main() -> None:
         help="share of fill-in-the-middle examples (default: the quickstart's; the one-hour "
         "runs of sessions 7-8 used 0.5)",
     )
+    parser.add_argument(
+        "--anneal-steps",
+        type=int,
+        default=0,
+        help="the last K of --steps anneal the pretrained model on function documents only "
+        "(the corpus's short documented functions, HumanEval's shape: AdamW, lr "
+        "--anneal-lr, cosine, no FIM); the pretraining gets --steps - K",
+    )
+    parser.add_argument("--anneal-lr", type=float, default=3e-4)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--n", type=int, default=100, help="HumanEval samples per problem")
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.2, 0.8])
@@ -76,7 +86,7 @@ def main() -> None:
     cfg = QuickstartConfig(
         output=args.output,
         max_files=0,
-        max_steps=args.steps,
+        max_steps=args.steps - args.anneal_steps,
         n_positions=args.n_positions,
         eval_max_new_tokens=args.max_new_tokens,
         max_minutes=args.minutes,
@@ -90,12 +100,15 @@ def main() -> None:
         cfg = cfg.replace(fim_rate=args.fim_rate)
     state = run_quickstart(cfg)
     train = state["steps"]["train"]["facts"]
+    model = cfg.model_dir
+    if args.anneal_steps:
+        model, train = anneal(cfg, args.anneal_steps, args.anneal_lr, train)
     rows = []
     for temperature in args.temperatures:
         summary = run(
             HumanEvalConfig(
-                checkpoint=cfg.model_dir,
-                output=cfg.model_dir / f"humaneval-t{temperature}-n{args.n}",
+                checkpoint=model,
+                output=model / f"humaneval-t{temperature}-n{args.n}",
                 n=args.n,
                 batch_size=min(args.n, 50),
                 temperature=temperature,
@@ -124,6 +137,46 @@ def main() -> None:
             indent=2,
         )
     )
+
+
+def anneal(cfg: Any, steps: int, lr: float, pretrain: dict[str, Any]) -> tuple[Path, dict]:
+    """Continue the quickstart's model for ``steps`` on its corpus's function documents only
+    (built once); returns the annealed model and its facts, which add up both stages."""
+    from codeparrot.data.functions import add_function_documents
+    from codeparrot.eval.loss import LossConfig, evaluate_loss
+    from codeparrot.training import TrainConfig, train
+
+    data = cfg.output / "corpus-functions"
+    if not (data / "manifest.json").exists():
+        print("function documents:", add_function_documents(cfg.corpus_dir, data, 1, only=True))
+    out = cfg.output / "model-annealed"
+    result = train(
+        TrainConfig(
+            data=data, output=out, init_from=cfg.model_dir, max_steps=steps,
+            batch_size=cfg.batch_size, seq_length=cfg.n_positions, learning_rate=lr,
+            optimizer="adamw", schedule="cosine", warmup_steps=20, min_lr_ratio=0.1,
+            fim_rate=0.0, compile=cfg.compile, pretokenized=True, seed=cfg.seed,
+            resume=(out / "checkpoints").is_dir(),
+        )
+    )  # fmt: skip
+    solutions = evaluate_loss(LossConfig(checkpoints=(out,), task="humaneval"))
+    facts = {
+        "humaneval_solutions_nats_per_char": solutions["rows"][0]["nats_per_char"],
+        "pretrain": pretrain,
+        "step": pretrain["step"] + result.step,
+        "tokens_seen": pretrain["tokens_seen"] + result.tokens_seen,
+        "parameters": result.parameters,
+        "eval_loss": result.eval_loss,
+        "perplexity": result.perplexity,
+        "minutes": pretrain["minutes"] + result.seconds / 60,
+    }
+    print(
+        f"annealed {steps} steps on function documents: HumanEval solutions "
+        f"{pretrain['humaneval_solutions_nats_per_char']:.4f} -> "
+        f"{facts['humaneval_solutions_nats_per_char']:.4f} nats/char, held-out loss "
+        f"{pretrain['eval_loss']:.3f} -> {result.eval_loss:.3f}"
+    )
+    return out, facts
 
 
 if __name__ == "__main__":

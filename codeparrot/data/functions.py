@@ -112,9 +112,13 @@ def write_function_documents(corpus: Path, copies: int) -> dict[str, Any]:
     return {"copies": copies, "documents": documents, "chars": chars}
 
 
-def add_function_documents(corpus: Path, output: Path, copies: int) -> dict[str, Any]:
+def add_function_documents(
+    corpus: Path, output: Path, copies: int, *, only: bool = False
+) -> dict[str, Any]:
     """A copy of ``corpus`` at ``output`` with ``copies`` copies of its function documents
-    (:func:`write_function_documents`), built in a temporary directory, then renamed."""
+    (:func:`write_function_documents`) added to its training split, or with ``only`` in
+    place of it (data to anneal a pretrained model on); the held-out split is unchanged.
+    Built in a temporary directory, then renamed."""
     if not (corpus / "manifest.json").is_file():
         raise DataError(f"{corpus}: not a corpus (no manifest.json)")
     if output.exists():
@@ -123,8 +127,12 @@ def add_function_documents(corpus: Path, output: Path, copies: int) -> dict[str,
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(corpus, tmp)
     entry = write_function_documents(tmp, copies)
+    if only:
+        for shard in (tmp / "train").glob("*.jsonl.gz"):
+            if shard.name != "shard-functions.jsonl.gz":
+                shard.unlink()
     manifest = json.loads((tmp / "manifest.json").read_text())
-    manifest["function_documents"] = entry
+    manifest["function_documents"] = entry | {"only": only}
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
     tmp.rename(output)
     return entry

@@ -132,6 +132,24 @@ def test_build_adds_copies_to_the_training_split_only(tmp_path):
     assert not (tmp_path / "plain" / "train" / "shard-functions.jsonl.gz").exists()
 
 
+def test_a_corpus_of_function_documents_only(tmp_path):
+    src = tmp_path / "code"
+    for p in range(6):
+        (src / f"pkg{p}").mkdir(parents=True)
+        (src / f"pkg{p}" / "mod.py").write_text(_module(p))
+    base = tmp_path / "corpus"
+    build_corpus(DataConfig(output=base, sources=(str(src),), workers=1), progress=False)
+    out = tmp_path / "anneal"
+    entry = add_function_documents(base, out, 1, only=True)
+    assert [p.name for p in (out / "train").iterdir()] == ["shard-functions.jsonl.gz"]
+    assert len(_read(out / "train" / "shard-functions.jsonl.gz")) == entry["documents"] > 0
+    assert sorted(p.name for p in (out / "valid").iterdir()) == sorted(
+        p.name for p in (base / "valid").iterdir()
+    )
+    assert json.loads((out / "manifest.json").read_text())["function_documents"]["only"]
+    assert not (base / "train" / "shard-functions.jsonl.gz").exists()  # source untouched
+
+
 def test_add_function_documents_refuses_bad_input(tmp_path):
     with pytest.raises(DataError, match="not a corpus"):
         add_function_documents(tmp_path, tmp_path / "out", 1)
