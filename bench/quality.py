@@ -7,6 +7,10 @@ and 0.8 in the sandbox, and prints held-out loss and pass@1/10/100.
 
     OMP_WAIT_POLICY=ACTIVE .venv/bin/python bench/quality.py --output runs/quality
 
+``--anneal-steps K`` spends the last K of the steps annealing the pretrained model on the
+corpus's function documents alone (`codeparrot/data/functions.py`; AdamW, cosine, no FIM),
+a two-stage recipe aimed at HumanEval.
+
 The budget is a step count: 2,300 steps of 16 x 512 tokens took 65 min on 2 cores here
 (BENCHMARKS.md), so other work on the machine can make the run slower but never smaller;
 ``--minutes`` only caps the wall time. Torch's OpenMP threads lose 3-4x of their speed to any
