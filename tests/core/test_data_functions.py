@@ -89,16 +89,22 @@ def _module(i: int) -> str:
     return f'"""Module {i}."""\nimport os\n\n{body}\nA = 1\nB = 2\nC = 3\nD = 4\nE = 5\n'
 
 
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    """Six one-module packages of six documented functions each."""
+    root = tmp_path / "code"
+    for p in range(6):
+        (root / f"pkg{p}").mkdir(parents=True)
+        (root / f"pkg{p}" / "mod.py").write_text(_module(p))
+    return root
+
+
 def _read(path: Path) -> list[dict]:
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         return [json.loads(line) for line in fh]
 
 
-def test_build_adds_copies_to_the_training_split_only(tmp_path):
-    src = tmp_path / "code"
-    for p in range(6):
-        (src / f"pkg{p}").mkdir(parents=True)
-        (src / f"pkg{p}" / "mod.py").write_text(_module(p))
+def test_build_adds_copies_to_the_training_split_only(src, tmp_path):
     out = tmp_path / "corpus"
     manifest = build_corpus(
         DataConfig(output=out, sources=(str(src),), workers=1, function_documents=2),
@@ -117,7 +123,7 @@ def test_build_adds_copies_to_the_training_split_only(tmp_path):
         "chars": sum(len(d) for r in train for d in function_documents(r["content"])),
     }
     assert json.loads((out / "manifest.json").read_text())["function_documents"]["copies"] == 2
-    assert not list((out / "valid").glob("functions*"))
+    assert not list((out / "valid").glob("shard-functions*"))
 
     # the training loop's reader sees the extra shard
     from codeparrot.training.data import shard_files
@@ -132,11 +138,7 @@ def test_build_adds_copies_to_the_training_split_only(tmp_path):
     assert not (tmp_path / "plain" / "train" / "shard-functions.jsonl.gz").exists()
 
 
-def test_a_corpus_of_function_documents_only(tmp_path):
-    src = tmp_path / "code"
-    for p in range(6):
-        (src / f"pkg{p}").mkdir(parents=True)
-        (src / f"pkg{p}" / "mod.py").write_text(_module(p))
+def test_a_corpus_of_function_documents_only(src, tmp_path):
     base = tmp_path / "corpus"
     build_corpus(DataConfig(output=base, sources=(str(src),), workers=1), progress=False)
     out = tmp_path / "anneal"
