@@ -74,8 +74,14 @@ def function_documents(
     return documents
 
 
+SHARD = "shard-functions.jsonl.gz"  # sorts after the numbered shards: read last
+
+
 def _records(corpus: Path) -> Iterator[dict[str, Any]]:
+    """The training split's files (function documents already added are not files)."""
     for shard in sorted((corpus / "train").glob("*.jsonl.gz")):
+        if shard.name == SHARD:
+            continue
         with gzip.open(shard, "rt", encoding="utf-8") as fh:
             for line in fh:
                 yield json.loads(line)
@@ -87,7 +93,7 @@ def write_function_documents(corpus: Path, copies: int) -> dict[str, Any]:
     renamed). Returns the manifest's ``function_documents`` entry."""
     if copies < 1:
         raise DataError(f"function documents: copies must be at least 1, got {copies}")
-    target = corpus / "train" / "shard-functions.jsonl.gz"
+    target = corpus / "train" / SHARD
     if target.exists():
         raise DataError(f"{target}: the corpus already has function documents")
     tmp = target.with_name(".shard-functions.jsonl.gz.tmp")
@@ -125,11 +131,11 @@ def add_function_documents(
         raise DataError(f"{output}: already exists")
     tmp = output.with_name(f".{output.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(corpus, tmp)
+    shutil.copytree(corpus, tmp, ignore=shutil.ignore_patterns(SHARD))  # made again below
     entry = write_function_documents(tmp, copies)
     if only:
         for shard in (tmp / "train").glob("*.jsonl.gz"):
-            if shard.name != "shard-functions.jsonl.gz":
+            if shard.name != SHARD:
                 shard.unlink()
     manifest = json.loads((tmp / "manifest.json").read_text())
     manifest["function_documents"] = entry | {"only": only}

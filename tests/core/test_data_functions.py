@@ -140,7 +140,11 @@ def test_build_adds_copies_to_the_training_split_only(src, tmp_path):
 
 def test_a_corpus_of_function_documents_only(src, tmp_path):
     base = tmp_path / "corpus"
-    build_corpus(DataConfig(output=base, sources=(str(src),), workers=1), progress=False)
+    # a corpus that has function documents already: they are made again, not added to
+    build_corpus(
+        DataConfig(output=base, sources=(str(src),), workers=1, function_documents=2),
+        progress=False,
+    )
     out = tmp_path / "anneal"
     entry = add_function_documents(base, out, 1, only=True)
     assert [p.name for p in (out / "train").iterdir()] == ["shard-functions.jsonl.gz"]
@@ -149,7 +153,8 @@ def test_a_corpus_of_function_documents_only(src, tmp_path):
         p.name for p in (base / "valid").iterdir()
     )
     assert json.loads((out / "manifest.json").read_text())["function_documents"]["only"]
-    assert not (base / "train" / "shard-functions.jsonl.gz").exists()  # source untouched
+    assert entry["documents"] == 6 * len(_read(next((base / "train").glob("shard-0*"))))
+    assert len(_read(base / "train" / "shard-functions.jsonl.gz")) == 2 * entry["documents"]
 
 
 def test_add_function_documents_refuses_bad_input(tmp_path):
