@@ -24,11 +24,7 @@ MAX_CHARS = 3000
 
 
 def _bound_names(node: ast.Import | ast.ImportFrom) -> set[str]:
-    names = set()
-    for alias in node.names:
-        bound = alias.asname or alias.name.split(".")[0]
-        names.add(bound)
-    return names
+    return {alias.asname or alias.name.split(".")[0] for alias in node.names}
 
 
 def _used_names(node: ast.AST) -> set[str]:
@@ -87,7 +83,9 @@ def _records(corpus: Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
-def write_function_documents(corpus: Path, copies: int) -> dict[str, Any]:
+def write_function_documents(
+    corpus: Path, copies: int, *, progress: bool = False
+) -> dict[str, Any]:
     """Append ``copies`` copies of the function documents of ``corpus``'s training files to
     its training split, as ``train/shard-functions.jsonl.gz`` (written to a temporary name, then
     renamed). Returns the manifest's ``function_documents`` entry."""
@@ -96,10 +94,13 @@ def write_function_documents(corpus: Path, copies: int) -> dict[str, Any]:
     target = corpus / "train" / SHARD
     if target.exists():
         raise DataError(f"{target}: the corpus already has function documents")
-    tmp = target.with_name(".shard-functions.jsonl.gz.tmp")
+    tmp = target.with_name(f".{SHARD}.tmp")
+    from tqdm.auto import tqdm
+
     documents = chars = 0
+    records = tqdm(_records(corpus), unit="file", desc="function documents", disable=not progress)
     with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as out:
-        for record in _records(corpus):
+        for record in records:
             for i, doc in enumerate(function_documents(record["content"])):
                 documents += 1
                 chars += len(doc)

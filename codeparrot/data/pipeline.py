@@ -371,7 +371,7 @@ def build_corpus(config: DataConfig, *, progress: bool = True) -> dict[str, Any]
             from codeparrot.data.functions import write_function_documents
 
             manifest["function_documents"] = write_function_documents(
-                tmp, config.function_documents
+                tmp, config.function_documents, progress=progress
             )
         write_json(tmp / "manifest.json", manifest)
     return manifest
