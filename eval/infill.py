@@ -77,17 +77,22 @@ def derive(kind: str, problems: dict[str, dict[str, Any]] | None = None) -> list
     return [task for problem in problems.values() for task in problem_tasks(problem, kind)]
 
 
-def infill_program(task: dict[str, Any], middle: str) -> Program:
-    """The check of one middle: ``prompt + middle + suffix`` run against the task's test.
+def infilled(prompt: str, middle: str, suffix: str) -> str:
+    """``prompt + middle + suffix``, the middle's last line ended.
 
     The masked part is whole lines, so a middle that does not end its last line (generation
     stopped at a line break, which the completion leaves out) gets the line break back.
     """
-    entry = task["entry_point"]
     if middle and not middle.endswith("\n"):
         middle += "\n"
+    return prompt + middle + suffix
+
+
+def infill_program(task: dict[str, Any], middle: str) -> Program:
+    """The check of one middle: :func:`infilled` run against the task's test."""
+    entry = task["entry_point"]
     return Program(
-        program=task["prompt"] + middle + task["suffix"],
+        program=infilled(task["prompt"], middle, task["suffix"]),
         test=task["test"] + f"\n\ncheck({entry})\n",
         entry_point=entry,
         prompt=task.get("problem_prompt", ""),

@@ -13,13 +13,17 @@ from typing import Any
 
 from codeparrot.eval.data import Sample
 from codeparrot.eval.execution import Program, run_programs
-from codeparrot.eval.infill import exact_match
+from codeparrot.eval.infill import exact_match, infilled
 from codeparrot.eval.sandbox import Isolation, Limits
 
 
 def program_text(problem: dict[str, Any], completion: str, *, sanitize: bool = False) -> str:
-    """The untrusted program of a completion: prompt + completion (+ suffix when infilling)."""
-    text = problem["prompt"] + completion + problem.get("suffix", "")
+    """The untrusted program of a completion: prompt + completion, or when infilling
+    prompt + middle + suffix (:func:`codeparrot.eval.infill.infilled`)."""
+    if "suffix" in problem:
+        text = infilled(problem["prompt"], completion, problem["suffix"])
+    else:
+        text = problem["prompt"] + completion
     if sanitize:
         from codeparrot.eval.sanitize import names_used
         from codeparrot.eval.sanitize import sanitize as extract

@@ -15,13 +15,16 @@ def test_execute_scores_middles_with_pass_and_exact_match(tmp_path, monkeypatch)
     monkeypatch.setenv("CODEPARROT_ALLOW_CODE_EXECUTION", "1")
     problems = load_task("infill-single-line").problems
     assert len(problems) == 1033
-    task_id = "SingleLineInfilling/HumanEval/2/L0"
+    task_id = "SingleLineInfilling/HumanEval/0/L3"  # a line with code after it
     middle = problems[task_id]["canonical_solution"]
+    assert problems[task_id]["suffix"]
     samples = tmp_path / "s.jsonl"
     rows = [
         {"task_id": task_id, "completion": middle},
         {"task_id": task_id, "completion": middle.rstrip("\n") + "  \n\n"},  # same text
         {"task_id": task_id, "completion": "    return 0.0\n"},
+        # as generation writes it: stopped at the line break, which is left out
+        {"task_id": task_id, "completion": middle.rstrip("\n")},
     ]
     samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = ExecuteConfig(samples=samples, task="infill-single-line", ks=(1,), workers=2)
@@ -31,9 +34,10 @@ def test_execute_scores_middles_with_pass_and_exact_match(tmp_path, monkeypatch)
         (True, True),
         (True, True),
         (False, False),
+        (True, True),
     ]
-    assert summary["exact_match"] == 2 / 3
-    assert summary["pass_at_k"]["pass@1"] == 2 / 3
+    assert summary["exact_match"] == 3 / 4
+    assert summary["pass_at_k"]["pass@1"] == 3 / 4
 
 
 def test_a_checkpoint_without_sentinels_is_refused_before_generating(
