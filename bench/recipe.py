@@ -165,6 +165,10 @@ for _copies in (1, 3):
         **VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3"],
         "functions": _copies,
     }
+VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-functions1-seed1"] = {
+    **VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-functions1"],
+    "seed": 1,
+}
 
 
 def quickstart_defaults() -> Any:

@@ -42,6 +42,13 @@ TOP_K = Declaration(0, "keep only the k most likely tokens (0: no limit)", ge=0)
 CANDIDATES = Declaration(
     1, "number of candidates sampled for the prompt, in one batch", ge=1, le=1024
 )
+SYNTAX_SAMPLES = Declaration(
+    0,
+    "syntax check: when a candidate leaves the code around it unparseable, sample this many "
+    "more and keep the most common one after which the code parses (0: off; nothing is run)",
+    ge=0,
+    le=64,
+)
 
 # -- loading a model for inference ---------------------------------------------------------
 

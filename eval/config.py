@@ -14,6 +14,7 @@ from codeparrot.options import (
     FIM_ORDER,
     FIM_SUFFIX_SHARE,
     MAX_NEW_TOKENS,
+    SYNTAX_SAMPLES,
     TEMPERATURE,
     TOP_P,
 )
@@ -130,6 +131,12 @@ class GenerationOptions(TaskOptions):
         help="infilling tasks: where prefix and suffix do not fit the context, the most of "
         "the prompt budget the suffix keeps (whole lines; the prefix gets the rest), as in "
         "the language server"
+    )
+    syntax_samples: int = SYNTAX_SAMPLES.field(
+        help="syntax check: a completion after which prompt + completion (+ suffix) does not "
+        "parse is replaced by the most common of this many more samples that parse (a greedy "
+        "one), or the first that parses (a sampled one); nothing is run to check. Off (0) "
+        "in published protocols"
     )
     seed: int = option(0, "base seed; each batch derives its own, recorded per sample")
     limit: int | None = option(None, "only the first K problems", ge=1)

@@ -76,6 +76,8 @@ def generation_settings(config: GenerationOptions) -> dict[str, Any]:
         # a task's stop sequences may change between versions: samples made with others
         # are not silently mixed in on resume
         "stop": list(get_task(config.task).stop_sequences()),
+        # samples made without the check are not mixed with checked ones (0 in older runs)
+        **({"syntax_samples": config.syntax_samples} if config.syntax_samples else {}),
         **(
             {"fim_order": config.fim_order, "fim_suffix_share": config.fim_suffix_share}
             if get_task(config.task).infill
@@ -295,7 +297,9 @@ def _generate_into(
     on_sample: Callable[[dict[str, Any]], None] | None,
     threads: int = 1,
 ) -> None:
+    from codeparrot.eval.scoring import program_text
     from codeparrot.generation import GenerationConfig
+    from codeparrot.generation.syntax import checked_generate, parses
 
     task = get_task(config.task)
     if task.infill and getattr(engine, "fim", None) is None:
@@ -318,8 +322,17 @@ def _generate_into(
             fim_order=config.fim_order,
             fim_suffix_share=config.fim_suffix_share,
         )
-        extra = {"suffix": problems[task_id]["suffix"]} if task.infill else {}
-        made = engine.generate(problems[task_id]["prompt"], gen, cancel=cancel, **extra)
+        problem = problems[task_id]
+        extra = {"suffix": problem["suffix"]} if task.infill else {}
+        made = checked_generate(
+            engine,
+            problem["prompt"],
+            gen,
+            lambda completion: parses(program_text(problem, completion)),
+            config.syntax_samples,
+            cancel=cancel,
+            **extra,
+        )
         if cancel.is_set():  # stopped part-way: nothing of it is kept
             return []
         return [

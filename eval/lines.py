@@ -29,6 +29,7 @@ import posixpath
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from codeparrot.options import (
     FIM_SUFFIX_SHARE,
     MAX_NEW_TOKENS,
     QUANTIZE_WEIGHTS,
+    SYNTAX_SAMPLES,
     WORKSPACE_SHARE,
 )
 
@@ -99,6 +101,11 @@ class LinesConfig(Config):
         True,
         "cut degenerate repetition from each suggestion before scoring it, as the editor "
         "shows it (--no-repetition-filter: score the raw line)",
+    )
+    syntax_samples: int = SYNTAX_SAMPLES.field(
+        help="syntax check, as the language server's --syntax-samples: when the suggestion "
+        "as shown leaves the statement around the cursor unparseable, draw this many more and "
+        "show the most common one that parses (0: off; nothing is run)"
     )
     output: Path | None = option(None, "write lines.jsonl and summary.json into this folder")
     quantize: str = QUANTIZE_WEIGHTS.field("auto", "decoding steps (as the language server)")
@@ -287,6 +294,7 @@ def engine_completer(
     """Greedy completion of one task with the checkpoint and the editor's prompt (snippets
     of the ``workspace`` files of the task's folder), and the settings it used."""
     from codeparrot.generation import Engine, GenerationConfig
+    from codeparrot.generation.syntax import checked_generate, fits_in_window
 
     engine = Engine.load(config.checkpoint, quantize=config.quantize)
     # a suffix can be sent: asked for, given room, and the checkpoint has the sentinels
@@ -303,10 +311,17 @@ def engine_completer(
         others = workspace_documents(workspace, task.file) if config.workspace_share > 0 else ()
         parts = editor_prompt_parts(task, config, engine.count_tokens, budget, fim, others)
         prompt, suffix = parts.text, parts.suffix
+        extra = {} if suffix is None else {"suffix": suffix}
         if suffix is None:
-            out = engine.generate(prompt or engine.tokenizer.eos_token or "\n", gen)
-        else:
-            out = engine.generate(prompt, gen, suffix=suffix)
+            prompt = prompt or engine.tokenizer.eos_token or "\n"
+        # the check reads the whole file around the line, as the server reads the document
+        fits = fits_in_window(task.prefix, task.suffix)
+        shown = partial(shown_line, task, context_tokens=config.context_tokens,
+                        filtered=config.repetition_filter)  # fmt: skip
+        out = checked_generate(
+            engine, prompt, gen, lambda raw: fits(shown(raw).shown), config.syntax_samples,
+            **extra,
+        )  # fmt: skip
         return Completion(out[0].text, len(parts.snippets))
 
     used = {
@@ -350,6 +365,7 @@ def evaluate_lines(
             "order as most recently edited first",
             "context_tokens": config.context_tokens,
             "repetition_filter": config.repetition_filter,
+            "syntax_samples": config.syntax_samples,
         },
         **used,
         "provenance": provenance(config),

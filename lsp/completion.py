@@ -8,11 +8,12 @@ decoding within one token.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from codeparrot import prompting
+from codeparrot.generation.syntax import replacements
 from codeparrot.lsp.config import LspConfig
 from codeparrot.lsp.documents import Window
 from codeparrot.lsp.postprocess import indent_width, postprocess
@@ -34,6 +35,7 @@ class Outcome:
     prompt_tokens: int
     new_tokens: int
     cached_prompt_tokens: int = 0  # prompt tokens whose keys/values the engine reused
+    redrawn: bool = False  # the syntax check replaced the first suggestion
 
 
 def prompt_budget(engine: Engine, config: LspConfig, multiline: bool) -> tuple[int, int]:
@@ -50,11 +52,15 @@ def suggest(
     config: LspConfig,
     cancel: threading.Event,
     others: Sequence[tuple[str, str]] = (),
+    fits: Callable[[str], bool] | None = None,
 ) -> Outcome | None:
     """Generate and post-process a suggestion for ``window``; ``None`` when cancelled.
 
     ``others``: ``(uri, text)`` of the other open documents, most recently edited first,
-    for the workspace snippets (``config.workspace_share`` of the budget).
+    for the workspace snippets (``config.workspace_share`` of the budget). ``fits``: the
+    syntax check of a suggestion in the document
+    (:func:`codeparrot.generation.syntax.fits_in_window`); with ``config.syntax_samples``
+    a suggestion that fails it is replaced by the most common of that many draws that pass.
     """
     from codeparrot.generation import GenerationConfig
 
@@ -99,7 +105,34 @@ def suggest(
     if cancel.is_set():
         return None
     text = postprocess(raw, window, base_indent)
-    return Outcome(text, raw, finish, prompt_tokens, new_tokens, cached)
+    redrawn = False
+    if fits is not None and config.syntax_samples and text is not None and not fits(text):
+        extra = {} if suffix is None else {"suffix": suffix}
+        found = replacements(
+            engine,
+            prompt,
+            gen,
+            lambda r: _shown_fits(r, window, base_indent, fits),
+            config.syntax_samples,
+            1,
+            cancel=cancel,
+            **extra,
+        )
+        if cancel.is_set():
+            return None
+        if found:
+            raw, finish, redrawn = found[0].text, found[0].finish_reason, True
+            new_tokens += found[0].new_tokens
+            text = postprocess(raw, window, base_indent)
+    return Outcome(text, raw, finish, prompt_tokens, new_tokens, cached, redrawn)
+
+
+def _shown_fits(
+    raw: str, window: Window, base_indent: int | None, fits: Callable[[str], bool]
+) -> bool:
+    """Whether ``raw`` as it would be shown is something to show and passes ``fits``."""
+    text = postprocess(raw, window, base_indent)
+    return text is not None and fits(text)
 
 
 def fim_prompt(

@@ -26,6 +26,7 @@ from codeparrot.options import (
     FIM_SUFFIX_SHARE,
     MAX_NEW_TOKENS,
     QUANTIZE_WEIGHTS,
+    SYNTAX_SAMPLES,
     TEMPERATURE,
     TOP_P,
     WORKSPACE_SHARE,
@@ -98,6 +99,11 @@ class LspConfig(Config):
         help="the most of the prompt budget that snippets of other open documents may take "
         "(`# Path:` comment blocks of the lines most like the code before the cursor); 0, "
         "the default, leaves them out: no gain has been measured yet",
+    )
+    syntax_samples: int = SYNTAX_SAMPLES.field(
+        help="syntax check: when the suggestion would leave the top-level statement around "
+        "the cursor unparseable (and the error is on its lines or just below), draw this many "
+        "more and show the most common one that parses (0: off; nothing is run)"
     )
     cache_size: int = option(128, "completions kept in the LRU cache (0 disables it)", ge=0)
     multiline: bool = option(

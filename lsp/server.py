@@ -24,7 +24,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +37,7 @@ from pygls.protocol.language_server import lsp_method
 
 from codeparrot import __version__
 from codeparrot.errors import CodeparrotError
+from codeparrot.generation.syntax import fits_in_window
 from codeparrot.lsp.cache import PREFIX_KEY, SuggestionCache
 from codeparrot.lsp.completion import Outcome, suggest
 from codeparrot.lsp.config import LspConfig, apply_settings
@@ -50,6 +51,9 @@ logger = logging.getLogger("codeparrot.lsp")
 TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", " ", "=", ":"]
 # What the shipped editor set-ups run when a suggestion is accepted: a client-side command
 # that sends ACCEPT_NOTIFICATION (llm-ls's llm-ls/acceptCompletion has the same shape).
+# Characters of the document on each side of the cursor the syntax check may read (it
+# parses only the top-level statement around the cursor within them).
+SYNTAX_CHECK_CHARS = 20_000
 ACCEPT_COMMAND = "codeparrot.accept"
 ACCEPT_NOTIFICATION = "codeparrot/acceptCompletion"
 REJECT_NOTIFICATION = "codeparrot/rejectCompletion"
@@ -148,6 +152,7 @@ class CodeparrotServer(LanguageServer):
             "promptTokens": 0,
             "promptTokensReused": 0,  # keys/values the engine kept from earlier prompts
             "newTokens": 0,
+            "syntaxRedrawn": 0,  # suggestions the syntax check replaced with a draw
         }
 
     # -- configuration and model -------------------------------------------------------
@@ -287,6 +292,10 @@ class CodeparrotServer(LanguageServer):
             grid=PROMPT_QUANTUM,
         )
         base = block_indent(window) if config.multiline else None
+        fits = None
+        if config.syntax_samples:  # the check reads the statement around the cursor, whole
+            around = cursor_window(doc, offset, SYNTAX_CHECK_CHARS, SYNTAX_CHECK_CHARS)
+            fits = fits_in_window(around.prefix, around.suffix)
 
         self._supersede_pending()
         cancel = threading.Event()
@@ -297,7 +306,7 @@ class CodeparrotServer(LanguageServer):
                 self.stats["cached"] += 1
             else:
                 others = self.other_documents(uri) if config.workspace_share > 0 else []
-                outcome = await self._generate(window, base, config, cancel, others)
+                outcome = await self._generate(window, base, config, cancel, others, fits)
                 if outcome is None:
                     return None  # superseded, cancelled or no model
                 # "" remembers that there was nothing worth showing here
@@ -331,6 +340,7 @@ class CodeparrotServer(LanguageServer):
         config: LspConfig,
         cancel: threading.Event,
         others: list[tuple[str, str]],
+        fits: Callable[[str], bool] | None = None,
     ) -> Outcome | None:
         if config.debounce_ms:
             await asyncio.sleep(config.debounce_ms / 1000)
@@ -339,7 +349,9 @@ class CodeparrotServer(LanguageServer):
         engine = await self.engine()
         if engine is None or cancel.is_set():
             return None
-        future = self._generator.submit(self._suggest, engine, window, base, config, cancel, others)
+        future = self._generator.submit(
+            self._suggest, engine, window, base, config, cancel, others, fits
+        )
         try:
             outcome: Outcome | None = await asyncio.wrap_future(future)
         except Exception:  # one failed suggestion must not take the editor's server down
@@ -351,6 +363,7 @@ class CodeparrotServer(LanguageServer):
         self.stats["promptTokens"] += outcome.prompt_tokens
         self.stats["promptTokensReused"] += outcome.cached_prompt_tokens
         self.stats["newTokens"] += outcome.new_tokens
+        self.stats["syntaxRedrawn"] += outcome.redrawn
         logger.debug("generated %r (%s)", outcome.raw, outcome.finish_reason)
         return outcome
 
@@ -362,6 +375,7 @@ class CodeparrotServer(LanguageServer):
         config: LspConfig,
         cancel: threading.Event,
         others: Sequence[tuple[str, str]] = (),
+        fits: Callable[[str], bool] | None = None,
     ) -> Outcome | None:
         """:func:`suggest` in the generation thread; a request superseded while queued
         returns here without touching the model."""
@@ -377,7 +391,7 @@ class CodeparrotServer(LanguageServer):
             )
         if config.compile and engine.can_compile_steps and not engine.steps_compiled.is_set():
             self.stats["servedDuringCompile"] += 1  # by the eager step, without waiting
-        return suggest(engine, window, base, config, cancel, others)
+        return suggest(engine, window, base, config, cancel, others, fits)
 
     def cursor_context(self, uri: str, line: int, character: int) -> dict[str, Any] | None:
         """What a request at this position would see (the ``codeparrot.cursorContext``

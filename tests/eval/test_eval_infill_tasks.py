@@ -140,3 +140,36 @@ def test_eval_infill_is_the_humaneval_run_of_an_infilling_task(tmp_path, monkeyp
     assert seen[0].task == "infill-single-line"
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [r["task_id"] for r in rows] == ["SingleLineInfilling/HumanEval/0/L0"]
+
+
+def test_syntax_samples_replace_a_middle_that_breaks_the_program(tmp_path, monkeypatch):
+    from codeparrot.eval import humaneval
+    from codeparrot.generation.engine import Completion
+
+    task_id = "SingleLineInfilling/HumanEval/0/L3"
+    reference = load_task("infill-single-line").problems[task_id]["canonical_solution"]
+    calls = []
+
+    class Scripted:
+        fim = object()
+
+        def generate(self, prompt, config, cancel=None, **kwargs):
+            calls.append((config.n, config.temperature, kwargs.get("suffix") is not None))
+            texts = ["                if x:"] if config.n == 1 else [
+                "                if y:", reference.rstrip("\n"), "                d = 0"
+            ]  # fmt: skip
+            return [Completion(t, "stop", 5, 3, 0.1, seed=config.seed) for t in texts]
+
+    monkeypatch.setattr(humaneval, "_load_engine", lambda config, group: Scripted())
+    out = tmp_path / "out"
+    argv = ["eval", "generate", "--task", "infill-single-line", "--checkpoint", str(tmp_path),
+            "--output", str(out), "--problems", task_id, "--n", "1", "--temperature", "0",
+            "--max-new-tokens", "8", "--syntax-samples", "3"]  # fmt: skip
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    # the greedy middle opens a block the suffix never indents under: the draws that parse
+    # are the reference and "d = 0", one each; the first drawn wins the tie
+    assert [r["completion"] for r in rows] == [reference.rstrip("\n")]
+    assert calls == [(1, 0.0, True), (3, 0.8, True)]
+    meta = json.loads((out / "samples.meta.json").read_text())
+    assert meta["generation"]["syntax_samples"] == 3

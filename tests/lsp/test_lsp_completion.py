@@ -116,3 +116,48 @@ def test_typing_keeps_the_prompt_start_so_the_engine_reuses_it(engine):
     # the prompt is cut to the model's context, yet its start moved at most a few times
     assert -1 not in starts and len(starts) <= 4
     assert sum(r > 0 for r in reused[1:]) >= len(reused[1:]) // 2
+
+
+class Scripted(Spy):
+    """Streams ``first`` as the suggestion and answers generate() with ``draws``."""
+
+    def __init__(self, engine, first: str, draws: list[str]) -> None:
+        super().__init__(engine)
+        self.first, self.draws, self.asked = first, draws, []
+
+    def stream(self, prompt, config, cancel=None, **kwargs):
+        from codeparrot.generation import Completion, StreamEvent
+
+        self.prompts.append(prompt)
+        yield StreamEvent(0, self.first)
+        yield StreamEvent(0, "", Completion(self.first, "stop", 9, 2, 0.01))
+
+    def generate(self, prompt, config, cancel=None, **kwargs):
+        from codeparrot.generation import Completion
+
+        self.asked.append((prompt, config.n, config.temperature))
+        return [Completion(t, "stop", 9, 2, 0.01) for t in self.draws[: config.n]]
+
+
+def test_the_syntax_check_shows_the_most_common_draw_that_parses(engine):
+    from codeparrot.generation.syntax import fits_in_window
+
+    text = "def f(x):\n    y = 1\n    z = |\n    return y + z\n\n\ndef g(:\n"
+    w = window_at(text)
+    doc = text.replace("|", "", 1)
+    fits = fits_in_window(doc[: text.index("|")], doc[text.index("|") :])
+    draws = ["if y", "x + 1", "y * 2", "x + 1  ", "x +"]
+    spy = Scripted(engine, "if x", draws)
+    out = suggest(spy, w, None, LspConfig(syntax_samples=5), threading.Event(), fits=fits)
+    # "z = if x" breaks the statement; of the draws that parse, "x + 1" comes twice (the
+    # broken `def g(:` further down is the file's own and blamed on no suggestion)
+    assert out.suggestion == "x + 1" and out.redrawn
+    assert spy.asked == [(spy.prompts[0], 5, 0.8)]
+
+    spy = Scripted(engine, "if x", draws)
+    off = suggest(spy, w, None, LspConfig(syntax_samples=0), threading.Event(), fits=fits)
+    assert off.suggestion == "if x" and not off.redrawn and spy.asked == []
+
+    spy = Scripted(engine, "x * 3", draws)
+    fine = suggest(spy, w, None, LspConfig(syntax_samples=5), threading.Event(), fits=fits)
+    assert fine.suggestion == "x * 3" and not fine.redrawn and spy.asked == []

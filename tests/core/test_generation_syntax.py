@@ -1,0 +1,109 @@
+"""The syntax check: candidates after which the code does not parse are replaced by draws."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from codeparrot.generation import GenerationConfig
+from codeparrot.generation.engine import Completion
+from codeparrot.generation.syntax import (
+    MAX_CHECK_CHARS,
+    checked_generate,
+    fits_between,
+    most_common,
+    parses,
+)
+
+
+def test_parses_builds_a_tree_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    assert parses(f"open({str(marker)!r}, 'w').write('x')\n")
+    assert not marker.exists()
+    assert parses("def f(x):\n    return x\n")
+    assert not parses("def f(x):\n    if x:\nreturn x\n")
+    assert not parses("x = (1,\n")
+    assert not parses("x = '\0'")  # a null byte: ValueError inside ast, reported as False
+    assert not parses("(" * 10_000)  # too deep: no RecursionError escapes
+
+
+def test_fits_between_checks_the_middle_in_its_place():
+    fits = fits_between("def f(x):\n", "    return y\n")
+    assert fits("    y = x\n")
+    assert not fits("    if x:\n")
+    huge = "x = 1\n" * (MAX_CHECK_CHARS // 6 + 1)
+    assert fits_between(huge, "")("def (")  # too long to check: accepted
+
+
+def test_most_common_counts_trailing_whitespace_as_nothing():
+    assert most_common([]) is None
+    assert most_common(["a", "b  ", "b", "a "]) == "a"  # a tie: the first drawn
+    assert most_common(["a", "b", "b "]) == "b"
+
+
+class Scripted:
+    """An engine that answers each call with the next list of texts, recording configs."""
+
+    def __init__(self, *answers: list[str]) -> None:
+        self.answers = list(answers)
+        self.configs: list[GenerationConfig] = []
+
+    def generate(self, prompt, config, cancel=None, **kwargs):
+        self.configs.append(config)
+        texts = self.answers.pop(0)
+        assert len(texts) == config.n
+        return [Completion(t, "stop", 3, 2, 0.5, seed=config.seed) for t in texts]
+
+
+def fits_if_no_colon(text: str) -> bool:
+    return not text.endswith(":")
+
+
+def test_a_greedy_candidate_that_fits_costs_nothing_more():
+    engine = Scripted(["    return x"])
+    made = checked_generate(engine, "p", GenerationConfig(temperature=0.0), fits_if_no_colon, 8)
+    assert [c.text for c in made] == ["    return x"] and len(engine.configs) == 1
+
+
+def test_a_greedy_candidate_that_breaks_the_code_gets_the_consensus_of_the_draws():
+    draws = ["    if y:", "    return y", "    return x", "    return y ", "    return x"]
+    engine = Scripted(["    if x:"], draws)
+    config = GenerationConfig(temperature=0.0, seed=7)
+    made = checked_generate(engine, "p", config, fits_if_no_colon, 5)
+    assert [c.text for c in made] == ["    return y"]  # 2 of 4 that fit, drawn before "x"
+    assert engine.configs[1].n == 5 and engine.configs[1].seed == 8
+    assert engine.configs[1].temperature > 0
+    assert made[0].seconds == 0.5 + 0.5  # its own time and the batch of draws
+
+
+def test_sampled_candidates_each_get_their_own_draw_in_order():
+    engine = Scripted(["a:", "b", "c:"], ["d:", "e", "f", "g:"])
+    config = GenerationConfig(n=3, temperature=0.8, seed=0)
+    made = checked_generate(engine, "p", config, fits_if_no_colon, 2)
+    assert [c.text for c in made] == ["e", "b", "f"]
+    assert engine.configs[1].n == 4 and engine.configs[1].temperature == 0.8
+
+
+def test_candidates_no_draw_can_replace_stay_and_zero_samples_is_plain_generate():
+    engine = Scripted(["a:", "b:"], ["c:", "d"])
+    made = checked_generate(
+        engine, "p", GenerationConfig(n=2, temperature=0.5), fits_if_no_colon, 1
+    )
+    assert [c.text for c in made] == ["d", "b:"]
+    engine = Scripted(["a:"])
+    assert [
+        c.text for c in checked_generate(engine, "p", GenerationConfig(), fits_if_no_colon, 0)
+    ] == ["a:"]
+
+
+def test_the_check_passes_the_suffix_through_to_the_engine():
+    seen = []
+
+    class Recording(Scripted):
+        def generate(self, prompt, config, cancel=None, **kwargs):
+            seen.append(kwargs.get("suffix"))
+            return super().generate(prompt, config, cancel=cancel, **kwargs)
+
+    engine = Recording(["x:"], ["y"])
+    config = dataclasses.replace(GenerationConfig(temperature=0.0), seed=1)
+    checked_generate(engine, "p", config, fits_if_no_colon, 1, suffix="    return y\n")
+    assert seen == ["    return y\n", "    return y\n"]
