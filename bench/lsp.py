@@ -196,6 +196,7 @@ async def run_server(
     compile_wait: float = 0.0,
     compile: bool = False,
     strict: bool = True,
+    syntax_samples: int = 0,
 ) -> tuple[dict[str, list[float]], list[float], dict]:
     from pygls.lsp.client import LanguageClient
 
@@ -203,6 +204,7 @@ async def run_server(
     flags = ["--max-new-tokens", str(max_new), "--context-tokens", str(context)]
     flags += ["--cache-size", "128" if cache else "0"]
     flags += ["--compile"] if compile else []
+    flags += ["--syntax-samples", str(syntax_samples)]
     flags += ["--no-stats"]  # a benchmark is not the user's editing
     await client.start_io(
         sys.executable, "-m", "codeparrot.lsp", "--checkpoint", str(checkpoint), *flags
@@ -272,7 +274,9 @@ async def run_server(
     return results, typing, stats
 
 
-def baseline(checkpoint: Path, texts, points, max_new: int, context: int, compile: bool):
+def baseline(
+    checkpoint: Path, texts, points, max_new: int, context: int, compile: bool, syntax: int = 0
+):
     """The engine alone, in this process, on the prompts the server would build.
 
     Returns wall-clock and CPU milliseconds per suggestion: on a shared, loaded machine
@@ -287,7 +291,11 @@ def baseline(checkpoint: Path, texts, points, max_new: int, context: int, compil
     from codeparrot.lsp.postprocess import block_indent
 
     torch.set_num_threads(1)  # what the server uses by default
-    config = LspConfig(max_new_tokens=max_new, context_tokens=context, compile=compile)
+    from codeparrot.generation.syntax import fits_in_window
+
+    config = LspConfig(
+        max_new_tokens=max_new, context_tokens=context, compile=compile, syntax_samples=syntax
+    )
     engine = Engine.load(checkpoint, quantize=config.quantize)
     if config.compile:
         engine.compile_steps(background=False)
@@ -297,7 +305,9 @@ def baseline(checkpoint: Path, texts, points, max_new: int, context: int, compil
         window = cursor_window(doc, doc.offset_at(line, col), 8192, 2000)
         base = block_indent(window)
         start, start_cpu = time.perf_counter(), time.thread_time()
-        suggest(engine, window, base, config, threading.Event())
+        around = cursor_window(doc, doc.offset_at(line, col), 20_000, 20_000)
+        fits = fits_in_window(around.prefix, around.suffix) if syntax else None
+        suggest(engine, window, base, config, threading.Event(), fits=fits)
         if i >= 3:  # the engine's first calls warm it up; the server measures those too
             wall.append((time.perf_counter() - start) * 1000)
             cpu.append((time.thread_time() - start_cpu) * 1000)
@@ -331,6 +341,12 @@ def main() -> None:
         default=0.0,
         help="with --compile: seconds to wait after the cold-start requests for the compile",
     )
+    parser.add_argument(
+        "--syntax-samples",
+        type=int,
+        default=0,
+        help="the server's --syntax-samples (the baseline checks the same way)",
+    )
     args = parser.parse_args()
 
     texts = stdlib_texts()
@@ -350,7 +366,8 @@ def main() -> None:
                 f"{time.perf_counter() - t0:.1f} s"
             )
         new, context = args.max_new_tokens, args.context_tokens
-        base_ms, base_cpu = baseline(ckpt, texts, points, new, context, args.compile)
+        k = args.syntax_samples
+        base_ms, base_cpu = baseline(ckpt, texts, points, new, context, args.compile, k)
         results, _, stats = asyncio.run(
             run_server(
                 ckpt,
@@ -363,13 +380,17 @@ def main() -> None:
                 args.compile_wait,
                 args.compile,
                 strict=args.checkpoint is None,
+                syntax_samples=k,
             )
         )
-        _, typing, _ = asyncio.run(run_server(ckpt, texts, points, [], new, context, cache=True))
+        _, typing, _ = asyncio.run(
+            run_server(ckpt, texts, points, [], new, context, cache=True, syntax_samples=k)
+        )
     print(
         f"single-line inline completion, max {args.max_new_tokens} new tokens, prompt budget "
         f"{args.context_tokens} tokens (fitted to the model's context), "
         f"1 torch thread, server defaults{' + --compile' if args.compile else ''}"
+        f"{f' + --syntax-samples {k}' if k else ''}"
     )
     b = summary("baseline: engine in-process", base_ms)
     summary("baseline: CPU time (1 thread)", base_cpu)
