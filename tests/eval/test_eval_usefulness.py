@@ -218,3 +218,37 @@ def test_a_corpus_folder_is_read_through_its_valid_split(tmp_path):
     with gzip.open(tmp_path / "valid" / "shard-00000.jsonl.gz", "wt") as fh:
         fh.write(json.dumps(record) + "\n")
     assert read_heldout(tmp_path) == [HeldoutFile("r/m.py", "x = 1\n")]
+
+
+def test_lines_with_the_syntax_check_show_a_draw_that_parses(heldout, monkeypatch):
+    from codeparrot.generation import Completion, Engine
+
+    files = read_heldout(heldout)
+    tasks = pick_lines(files, 4, seed=3)
+    asked = []
+
+    class Scripted:
+        fim = None
+        context_length = 256
+
+        class tokenizer:
+            eos_token = "<|endoftext|>"
+
+        def count_tokens(self, text):
+            return len(text) // 4 + 1
+
+        def generate(self, prompt, config, cancel=None, **kwargs):
+            asked.append(config.n)
+            if config.n == 1:  # greedy: a bracket the line never closes
+                return [Completion("(((", "stop", 5, 3, 0.01)]
+            task = next(t for t in tasks if prompt.endswith(t.prefix[-12:]))
+            texts = ["(((", task.target, task.target][: config.n]
+            return [Completion(t, "stop", 5, 3, 0.01) for t in texts]
+
+    monkeypatch.setattr(Engine, "load", staticmethod(lambda *a, **k: Scripted()))
+    plain = LinesConfig(checkpoint=Path("unused"), data=heldout, n=4, seed=3)
+    assert evaluate_lines(plain)["scores"]["all"]["exact_match"] == 0.0
+    assert asked == [1] * 4
+    checked = evaluate_lines(plain.replace(syntax_samples=3))
+    assert checked["scores"]["all"]["exact_match"] == 1.0
+    assert checked["prompt"]["syntax_samples"] == 3
