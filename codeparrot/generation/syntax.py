@@ -23,6 +23,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from codeparrot.options import CANDIDATES
+
 if TYPE_CHECKING:
     from codeparrot.generation.config import GenerationConfig
     from codeparrot.generation.engine import Completion
@@ -41,19 +43,6 @@ def parses(code: str) -> bool:
     return syntax_error(code) is None
 
 
-def fits_between(before: str, after: str) -> Callable[[str], bool]:
-    """The check of a middle written between ``before`` and ``after``.
-
-    Longer code than :data:`MAX_CHECK_CHARS` is not checked: every middle fits.
-    """
-
-    def fits(middle: str) -> bool:
-        code = before + middle + after
-        return len(code) > MAX_CHECK_CHARS or parses(code)
-
-    return fits
-
-
 def fits_in_window(before: str, after: str) -> Callable[[str], bool]:
     """The check of a middle in an editor's window of a file, which may not parse for
     reasons of its own: cut at either end, or half-written elsewhere.
@@ -62,9 +51,10 @@ def fits_in_window(before: str, after: str) -> Callable[[str], bool]:
     ``before`` that starts at column 0 with code (the window's start when there is none)
     to the next such line of ``after`` (or its last whole line). Give as much of the file
     as there is: a window that starts inside a function is not checked (its first line's
-    indentation is an error above the middle). A middle fails only when the parser's first error lies
-    on the middle's lines or on the line after them (where a block it opens is missing, for
-    instance): an error above it is the file's own, one further down is not blamed on it.
+    indentation is an error above the middle). A middle fails only when the parser's first
+    error lies on the middle's lines or on the line after them (where a block it opens is
+    missing, for instance): an error above it is the file's own, one further down is not
+    blamed on it.
     """
     lines = before.split("\n")
     start = next(
@@ -155,7 +145,7 @@ def replacements(
     **kwargs: Any,
 ) -> list[Completion]:
     """Up to ``count`` candidates that ``fit``, from ``samples * count`` drawn in one batch
-    (seeded with ``config.seed + 1``, fresh when it is None); fewer when fewer fit.
+    (at most the engine's 1,024 candidates per call; seeded with ``config.seed + 1``, fresh when it is None); fewer when fewer fit.
 
     After greedy decoding (``config.temperature`` 0) each is the most common draw that fits,
     drawn at :data:`DRAW_TEMPERATURE`: the consensus stands for the greedy choice. After
@@ -164,7 +154,7 @@ def replacements(
     """
     draw = dataclasses.replace(
         config,
-        n=samples * count,
+        n=min(samples * count, int(CANDIDATES.le or 1)),  # one batch, within its bound
         temperature=config.temperature or DRAW_TEMPERATURE,
         seed=None if config.seed is None else config.seed + 1,
     )

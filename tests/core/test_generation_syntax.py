@@ -9,7 +9,7 @@ from codeparrot.generation.engine import Completion
 from codeparrot.generation.syntax import (
     MAX_CHECK_CHARS,
     checked_generate,
-    fits_between,
+    fits_in_window,
     most_common,
     parses,
 )
@@ -26,12 +26,16 @@ def test_parses_builds_a_tree_and_runs_nothing(tmp_path):
     assert not parses("(" * 10_000)  # too deep: no RecursionError escapes
 
 
-def test_fits_between_checks_the_middle_in_its_place():
-    fits = fits_between("def f(x):\n", "    return y\n")
-    assert fits("    y = x\n")
-    assert not fits("    if x:\n")
-    huge = "x = 1\n" * (MAX_CHECK_CHARS // 6 + 1)
-    assert fits_between(huge, "")("def (")  # too long to check: accepted
+def test_the_window_check_blames_a_middle_only_for_errors_on_its_lines():
+    fits = fits_in_window("import os\n\ndef f(x):\n    y = 1\n", "    return y\n\n\ndef g(:\n")
+    assert fits("    y = 2\n")  # the broken `def g(:` below is the file's own
+    assert not fits("    if x:\n")  # nothing indented under it
+    assert not fits("    z = (1,\n")  # a bracket never closed
+    inside = fits_in_window("    y = 1\n    ", "\n    return y\n")  # no statement start
+    assert inside("if x:")  # not checked: the window's first line is an error above
+    body = "def f():\n" + "    x = 1\n" * (MAX_CHECK_CHARS // 10 + 1)
+    assert not fits_in_window("x = 1\n" * 1000 + "def f():\n", "")("    def (")  # trimmed
+    assert fits_in_window(body, "")("    def (")  # one statement too long to check: accepted
 
 
 def test_most_common_counts_trailing_whitespace_as_nothing():
@@ -107,3 +111,10 @@ def test_the_check_passes_the_suffix_through_to_the_engine():
     config = dataclasses.replace(GenerationConfig(temperature=0.0), seed=1)
     checked_generate(engine, "p", config, fits_if_no_colon, 1, suffix="    return y\n")
     assert seen == ["    return y\n", "    return y\n"]
+
+
+def test_the_draws_stay_one_batch_within_the_engines_bound():
+    engine = Scripted(["a:"] * 20, ["b"] * 1024)
+    config = GenerationConfig(n=20, temperature=0.8, seed=0)
+    made = checked_generate(engine, "p", config, fits_if_no_colon, 64)
+    assert engine.configs[1].n == 1024 and [c.text for c in made] == ["b"] * 20
