@@ -197,6 +197,7 @@ async def run_server(
     compile: bool = False,
     strict: bool = True,
     syntax_samples: int = 0,
+    syntax_deadline_ms: float = 100.0,
 ) -> tuple[dict[str, list[float]], list[float], dict]:
     from pygls.lsp.client import LanguageClient
 
@@ -205,6 +206,7 @@ async def run_server(
     flags += ["--cache-size", "128" if cache else "0"]
     flags += ["--compile"] if compile else []
     flags += ["--syntax-samples", str(syntax_samples)]
+    flags += ["--syntax-deadline-ms", str(syntax_deadline_ms)]
     flags += ["--no-stats"]  # a benchmark is not the user's editing
     await client.start_io(
         sys.executable, "-m", "codeparrot.lsp", "--checkpoint", str(checkpoint), *flags
@@ -275,7 +277,14 @@ async def run_server(
 
 
 def baseline(
-    checkpoint: Path, texts, points, max_new: int, context: int, compile: bool, syntax: int = 0
+    checkpoint: Path,
+    texts,
+    points,
+    max_new: int,
+    context: int,
+    compile: bool,
+    syntax: int = 0,
+    deadline_ms: float = 100.0,
 ):
     """The engine alone, in this process, on the prompts the server would build.
 
@@ -294,7 +303,11 @@ def baseline(
     from codeparrot.generation.syntax import fits_in_window
 
     config = LspConfig(
-        max_new_tokens=max_new, context_tokens=context, compile=compile, syntax_samples=syntax
+        max_new_tokens=max_new,
+        context_tokens=context,
+        compile=compile,
+        syntax_samples=syntax,
+        syntax_deadline_ms=deadline_ms,
     )
     engine = Engine.load(checkpoint, quantize=config.quantize)
     if config.compile:
@@ -347,6 +360,12 @@ def main() -> None:
         default=0,
         help="the server's --syntax-samples (the baseline checks the same way)",
     )
+    parser.add_argument(
+        "--syntax-deadline-ms",
+        type=float,
+        default=100.0,
+        help="the server's --syntax-deadline-ms (with --syntax-samples)",
+    )
     args = parser.parse_args()
 
     texts = stdlib_texts()
@@ -366,8 +385,8 @@ def main() -> None:
                 f"{time.perf_counter() - t0:.1f} s"
             )
         new, context = args.max_new_tokens, args.context_tokens
-        k = args.syntax_samples
-        base_ms, base_cpu = baseline(ckpt, texts, points, new, context, args.compile, k)
+        k, cut_ms = args.syntax_samples, args.syntax_deadline_ms
+        base_ms, base_cpu = baseline(ckpt, texts, points, new, context, args.compile, k, cut_ms)
         results, _, stats = asyncio.run(
             run_server(
                 ckpt,
@@ -381,16 +400,20 @@ def main() -> None:
                 args.compile,
                 strict=args.checkpoint is None,
                 syntax_samples=k,
+                syntax_deadline_ms=cut_ms,
             )
         )
         _, typing, _ = asyncio.run(
-            run_server(ckpt, texts, points, [], new, context, cache=True, syntax_samples=k)
-        )
+            run_server(
+                ckpt, texts, points, [], new, context, cache=True, syntax_samples=k,
+                syntax_deadline_ms=cut_ms,
+            )
+        )  # fmt: skip
     print(
         f"single-line inline completion, max {args.max_new_tokens} new tokens, prompt budget "
         f"{args.context_tokens} tokens (fitted to the model's context), "
         f"1 torch thread, server defaults{' + --compile' if args.compile else ''}"
-        f"{f' + --syntax-samples {k}' if k else ''}"
+        f"{f' + --syntax-samples {k} --syntax-deadline-ms {cut_ms:g}' if k else ''}"
     )
     b = summary("baseline: engine in-process", base_ms)
     summary("baseline: CPU time (1 thread)", base_cpu)

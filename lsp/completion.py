@@ -8,6 +8,7 @@ decoding within one token.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ from codeparrot.lsp.documents import Window
 from codeparrot.lsp.postprocess import indent_width, postprocess
 
 if TYPE_CHECKING:
-    from codeparrot.generation import Engine
+    from codeparrot.generation import Completion, Engine, GenerationConfig
 
 # Ends of a block the model may run into (besides a dedent, detected while streaming).
 MULTILINE_STOPS = ("\n\n\n", "\nclass ", "\ndef ", "\nif __name__")
@@ -36,6 +37,7 @@ class Outcome:
     new_tokens: int
     cached_prompt_tokens: int = 0  # prompt tokens whose keys/values the engine reused
     redrawn: bool = False  # the syntax check replaced the first suggestion
+    cut: bool = False  # the syntax check's draws were stopped by its deadline
 
 
 def prompt_budget(engine: Engine, config: LspConfig, multiline: bool) -> tuple[int, int]:
@@ -60,10 +62,12 @@ def suggest(
     for the workspace snippets (``config.workspace_share`` of the budget). ``fits``: the
     syntax check of a suggestion in the document
     (:func:`codeparrot.generation.syntax.fits_in_window`); with ``config.syntax_samples``
-    a suggestion that fails it is replaced by the most common of that many draws that pass.
+    a suggestion that fails it is replaced by the most common of that many draws that pass,
+    among those finished ``config.syntax_deadline_ms`` after the call started.
     """
     from codeparrot.generation import GenerationConfig
 
+    started = time.perf_counter()
     if cancel.is_set():
         return None
     multiline = base_indent is not None
@@ -105,26 +109,47 @@ def suggest(
     if cancel.is_set():
         return None
     text = postprocess(raw, window, base_indent)
-    redrawn = False
+    redrawn = cut = False
     if fits is not None and config.syntax_samples and text is not None and not fits(text):
-        extra = {} if suffix is None else {"suffix": suffix}
-        found = replacements(
-            engine,
-            prompt,
-            gen,
-            lambda r: _shown_fits(r, window, base_indent, fits),
-            config.syntax_samples,
-            1,
-            cancel=cancel,
-            **extra,
-        )
+        deadline = started + config.syntax_deadline_ms / 1000
+        found = _redraw(engine, prompt, suffix, gen, window, base_indent, fits, config, cancel,
+                        deadline)  # fmt: skip
         if cancel.is_set():
             return None
-        if found:
-            raw, finish, redrawn = found[0].text, found[0].finish_reason, True
-            new_tokens += found[0].new_tokens
+        cut = time.perf_counter() >= deadline
+        if found is not None:
+            raw, finish, redrawn = found.text, found.finish_reason, True
+            new_tokens += found.new_tokens
             text = postprocess(raw, window, base_indent)
-    return Outcome(text, raw, finish, prompt_tokens, new_tokens, cached, redrawn)
+    return Outcome(text, raw, finish, prompt_tokens, new_tokens, cached, redrawn, cut)
+
+
+def _redraw(
+    engine: Engine,
+    prompt: str,
+    suffix: str | None,
+    gen: GenerationConfig,
+    window: Window,
+    base_indent: int | None,
+    fits: Callable[[str], bool],
+    config: LspConfig,
+    cancel: threading.Event,
+    deadline: float,
+) -> Completion | None:
+    """The syntax check's replacement for a suggestion that does not fit (None: none)."""
+    extra = {} if suffix is None else {"suffix": suffix}
+    found = replacements(
+        engine,
+        prompt,
+        gen,
+        lambda r: _shown_fits(r, window, base_indent, fits),
+        config.syntax_samples,
+        1,
+        cancel=cancel,
+        deadline=deadline,
+        **extra,
+    )
+    return found[0] if found else None
 
 
 def _shown_fits(

@@ -48,6 +48,8 @@ EDITOR_SETTINGS = (
     "fim_suffix_share",
     "fim_order",
     "workspace_share",
+    "syntax_samples",
+    "syntax_deadline_ms",
 )
 
 
@@ -104,6 +106,14 @@ class LspConfig(Config):
         help="syntax check: when the suggestion would leave the top-level statement around "
         "the cursor unparseable (and the error is on its lines or just below), draw this many "
         "more and show the most common one that parses (0: off; nothing is run)"
+    )
+    syntax_deadline_ms: float = option(
+        100.0,
+        "syntax check: the draws stop this many milliseconds after the suggestion was "
+        "started, and the most common one that parses among those finished is shown (an "
+        "editor's latency budget; the harness's check has none)",
+        gt=0,
+        le=60_000,
     )
     cache_size: int = option(128, "completions kept in the LRU cache (0 disables it)", ge=0)
     multiline: bool = option(

@@ -153,6 +153,7 @@ class CodeparrotServer(LanguageServer):
             "promptTokensReused": 0,  # keys/values the engine kept from earlier prompts
             "newTokens": 0,
             "syntaxRedrawn": 0,  # suggestions the syntax check replaced with a draw
+            "syntaxCut": 0,  # syntax checks whose draws their deadline stopped
         }
 
     # -- configuration and model -------------------------------------------------------
@@ -364,6 +365,7 @@ class CodeparrotServer(LanguageServer):
         self.stats["promptTokensReused"] += outcome.cached_prompt_tokens
         self.stats["newTokens"] += outcome.new_tokens
         self.stats["syntaxRedrawn"] += outcome.redrawn
+        self.stats["syntaxCut"] += outcome.cut
         logger.debug("generated %r (%s)", outcome.raw, outcome.finish_reason)
         return outcome
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import threading
+import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -142,26 +143,76 @@ def replacements(
     count: int,
     *,
     cancel: threading.Event | None = None,
+    deadline: float | None = None,
     **kwargs: Any,
 ) -> list[Completion]:
     """Up to ``count`` candidates that ``fit``, from ``samples * count`` drawn in one batch
-    (at most the engine's 1,024 candidates per call; seeded with ``config.seed + 1``, fresh when it is None); fewer when fewer fit.
+    (at most the engine's 1,024 candidates per call; seeded with ``config.seed + 1``, fresh
+    when it is None); fewer when fewer fit.
 
     After greedy decoding (``config.temperature`` 0) each is the most common draw that fits,
     drawn at :data:`DRAW_TEMPERATURE`: the consensus stands for the greedy choice. After
     sampling they are the fitting draws in the order drawn, so that they stay samples (of
     the code that parses) and distinct draws. Each carries its share of the batch's time.
+
+    The batch stops as soon as the outcome is settled (:func:`settled`): once one text that
+    fits has more draws than any other could reach, the unfinished draws (often the
+    longest, which would cost the most steps) are not decoded further. The choice is the
+    text the whole batch would choose (up to trailing whitespace).
+
+    ``deadline`` (a :func:`time.perf_counter` time; an editor's latency budget) stops the
+    batch when it passes: the choice is then made among the draws finished by then.
     """
+    n = min(samples * count, int(CANDIDATES.le or 1))  # one batch, within its bound
     draw = dataclasses.replace(
         config,
-        n=min(samples * count, int(CANDIDATES.le or 1)),  # one batch, within its bound
+        n=n,
         temperature=config.temperature or DRAW_TEMPERATURE,
         seed=None if config.seed is None else config.seed + 1,
     )
-    draws = engine.generate(prompt, draw, cancel=cancel, **kwargs)
-    share = max((d.seconds for d in draws), default=0.0) / count  # the batch ran once
-    fitting = [dataclasses.replace(d, seconds=share) for d in draws if fits(d.text)]
-    if config.temperature != 0:
+    greedy = config.temperature == 0
+    finished: dict[int, Completion | None] = {}  # draw index -> the draw if it fits
+    started = time.perf_counter()
+    stream = engine.stream(prompt, draw, cancel=cancel, **kwargs)
+    try:
+        for event in stream:
+            if event.completion is not None:
+                finished[event.index] = event.completion if fits(event.completion.text) else None
+                if settled(finished, n, count, greedy):
+                    break
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
+    finally:
+        stream.close()
+    share = (time.perf_counter() - started) / count  # the batch ran once
+    fitting = [
+        dataclasses.replace(d, seconds=share) for _, d in sorted(finished.items()) if d is not None
+    ]
+    if not greedy:
         return fitting[:count]
     text = most_common([d.text for d in fitting])
     return [next(d for d in fitting if d.text == text)] * count if fitting else []
+
+
+def settled(finished: dict[int, Any], n: int, count: int, greedy: bool) -> bool:
+    """Whether the draws still unfinished can no longer change :func:`replacements`' choice.
+
+    ``finished`` maps each finished draw's index (of ``n``) to the draw when it fits, to
+    None when it does not. Greedy (the most common text that fits): when its count exceeds
+    the runner-up's plus every unfinished draw. Sampling (the first ``count`` that fit, in
+    the order drawn): when they are known and every draw before them has finished.
+    """
+    if len(finished) >= n:
+        return True
+    if greedy:
+        counts = Counter(d.text.rstrip() for d in finished.values() if d is not None)
+        top = [c for _, c in counts.most_common(2)] + [0, 0]
+        return top[0] > top[1] + (n - len(finished))
+    taken = 0
+    for i in range(n):
+        if i not in finished:
+            return False
+        taken += finished[i] is not None
+        if taken >= count:
+            return True
+    return True

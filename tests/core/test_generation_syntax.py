@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from codeparrot.generation import GenerationConfig
-from codeparrot.generation.engine import Completion
+from codeparrot.generation.engine import Completion, StreamEvent
 from codeparrot.generation.syntax import (
     MAX_CHECK_CHARS,
     checked_generate,
@@ -45,17 +45,31 @@ def test_most_common_counts_trailing_whitespace_as_nothing():
 
 
 class Scripted:
-    """An engine that answers each call with the next list of texts, recording configs."""
+    """An engine that answers each call with the next list of texts, recording configs.
 
-    def __init__(self, *answers: list[str]) -> None:
+    ``stream`` finishes the candidates in ``order`` (indexes; default: as listed) and
+    records in ``finished`` how many it finished before the caller stopped reading.
+    """
+
+    def __init__(self, *answers: list[str], order: list[int] | None = None) -> None:
         self.answers = list(answers)
         self.configs: list[GenerationConfig] = []
+        self.order = order
+        self.finished: list[int] = []
 
     def generate(self, prompt, config, cancel=None, **kwargs):
         self.configs.append(config)
         texts = self.answers.pop(0)
         assert len(texts) == config.n
         return [Completion(t, "stop", 3, 2, 0.5, seed=config.seed) for t in texts]
+
+    def stream(self, prompt, config, cancel=None, **kwargs):
+        made = self.generate(prompt, config, cancel=cancel, **kwargs)
+        self.finished.append(0)
+        for i in self.order or range(len(made)):
+            yield StreamEvent(i, made[i].text)
+            self.finished[-1] += 1
+            yield StreamEvent(i, "", made[i])
 
 
 def fits_if_no_colon(text: str) -> bool:
@@ -76,7 +90,7 @@ def test_a_greedy_candidate_that_breaks_the_code_gets_the_consensus_of_the_draws
     assert [c.text for c in made] == ["    return y"]  # 2 of 4 that fit, drawn before "x"
     assert engine.configs[1].n == 5 and engine.configs[1].seed == 8
     assert engine.configs[1].temperature > 0
-    assert made[0].seconds == 0.5 + 0.5  # its own time and the batch of draws
+    assert made[0].seconds > 0.5  # its own time and the batch of draws
 
 
 def test_sampled_candidates_each_get_their_own_draw_in_order():
@@ -118,3 +132,38 @@ def test_the_draws_stay_one_batch_within_the_engines_bound():
     config = GenerationConfig(n=20, temperature=0.8, seed=0)
     made = checked_generate(engine, "p", config, fits_if_no_colon, 64)
     assert engine.configs[1].n == 1024 and [c.text for c in made] == ["b"] * 20
+
+
+def test_the_draws_stop_once_the_choice_is_settled():
+    # greedy: "b" has 3 of the 4 finished, 1 unfinished can no longer outvote it
+    draws = ["b", "a", "b", "b", "long and unfinished"]
+    engine = Scripted(["x:"], draws, order=[0, 1, 2, 3, 4])
+    made = checked_generate(engine, "p", GenerationConfig(temperature=0.0), fits_if_no_colon, 5)
+    assert [c.text for c in made] == ["b"] and engine.finished == [4]
+    # draws that do not fit count for nothing: 2 "b" against 1 "a" + 2 unfinished is open
+    engine = Scripted(["x:"], ["b", "c:", "b", "a", "a"], order=[0, 1, 2, 3, 4])
+    made = checked_generate(engine, "p", GenerationConfig(temperature=0.0), fits_if_no_colon, 5)
+    assert [c.text for c in made] == ["b"] and engine.finished == [5]  # a 2-2 tie: first drawn
+    # sampling: the first fitting draws in the order drawn, once every earlier one finished
+    engine = Scripted(["x:", "y:"], ["c", "d:", "e", "f"], order=[2, 0, 1, 3])
+    config = GenerationConfig(n=2, temperature=0.8, seed=0)
+    made = checked_generate(engine, "p", config, fits_if_no_colon, 2)
+    assert [c.text for c in made] == ["c", "e"] and engine.finished == [3]
+
+
+def test_a_deadline_stops_the_draws_and_chooses_among_those_finished(monkeypatch):
+    from types import SimpleNamespace
+
+    from codeparrot.generation import syntax
+
+    ticks = iter(range(1000))  # every look at the clock is one tick later
+    monkeypatch.setattr(syntax, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    draws = ["b", "a", "a", "a", "c"]
+    engine = Scripted(draws)
+    config = GenerationConfig(temperature=0.0, seed=0)
+    # tick 0 starts; the first draw's two events come at ticks 1 and 2; at tick 3 it is over
+    made = syntax.replacements(engine, "p", config, fits_if_no_colon, 5, 1, deadline=2.5)
+    assert [c.text for c in made] == ["b"] and engine.finished == [1]
+    engine = Scripted(draws)  # without one, the whole batch's choice
+    made = syntax.replacements(engine, "p", config, fits_if_no_colon, 5, 1)
+    assert [c.text for c in made] == ["a"]

@@ -144,7 +144,7 @@ def test_eval_infill_is_the_humaneval_run_of_an_infilling_task(tmp_path, monkeyp
 
 def test_syntax_samples_replace_a_middle_that_breaks_the_program(tmp_path, monkeypatch):
     from codeparrot.eval import humaneval
-    from codeparrot.generation.engine import Completion
+    from codeparrot.generation.engine import Completion, StreamEvent
 
     task_id = "SingleLineInfilling/HumanEval/0/L3"
     reference = load_task("infill-single-line").problems[task_id]["canonical_solution"]
@@ -159,6 +159,10 @@ def test_syntax_samples_replace_a_middle_that_breaks_the_program(tmp_path, monke
                 "                if y:", reference.rstrip("\n"), "                d = 0"
             ]  # fmt: skip
             return [Completion(t, "stop", 5, 3, 0.1, seed=config.seed) for t in texts]
+
+        def stream(self, prompt, config, cancel=None, **kwargs):
+            for i, made in enumerate(self.generate(prompt, config, cancel, **kwargs)):
+                yield StreamEvent(i, made.text, made)
 
     monkeypatch.setattr(humaneval, "_load_engine", lambda config, group: Scripted())
     out = tmp_path / "out"

@@ -111,3 +111,12 @@ def test_the_server_compiles_its_decoding_step_in_the_background_unless_told_not
     engine = _load(tiny_checkpoint, None, 1, "auto", True)  # returns before the compile ends
     assert engine.steps_compiled.wait(timeout=600)
     assert engine.compile_error is None and engine._gpt2._compiled is not None
+
+
+def test_every_setting_the_editor_guide_lists_is_accepted():
+    guide = (Path(__file__).parents[2] / "docs" / "editors.md").read_text()
+    rows = [line.split("|") for line in guide.splitlines() if line.startswith("| `--")]
+    keys = [cells[2].strip().strip("`") for cells in rows if "`" in cells[2]]
+    assert "syntaxSamples" in keys and "syntaxDeadlineMs" in keys
+    changes, warnings = settings_update({k: 1 for k in keys})
+    assert warnings == [] and len(changes) == len(keys)

@@ -128,15 +128,14 @@ class Scripted(Spy):
     def stream(self, prompt, config, cancel=None, **kwargs):
         from codeparrot.generation import Completion, StreamEvent
 
+        if config.n > 1 or config.temperature > 0:  # the syntax check's draws
+            self.asked.append((prompt, config.n, config.temperature))
+            for i, t in enumerate(self.draws[: config.n]):
+                yield StreamEvent(i, t, Completion(t, "stop", 9, 2, 0.01))
+            return
         self.prompts.append(prompt)
         yield StreamEvent(0, self.first)
         yield StreamEvent(0, "", Completion(self.first, "stop", 9, 2, 0.01))
-
-    def generate(self, prompt, config, cancel=None, **kwargs):
-        from codeparrot.generation import Completion
-
-        self.asked.append((prompt, config.n, config.temperature))
-        return [Completion(t, "stop", 9, 2, 0.01) for t in self.draws[: config.n]]
 
 
 def test_the_syntax_check_shows_the_most_common_draw_that_parses(engine):
@@ -161,3 +160,10 @@ def test_the_syntax_check_shows_the_most_common_draw_that_parses(engine):
     spy = Scripted(engine, "x * 3", draws)
     fine = suggest(spy, w, None, LspConfig(syntax_samples=5), threading.Event(), fits=fits)
     assert fine.suggestion == "x * 3" and not fine.redrawn and spy.asked == []
+
+    # the editor's latency budget: past the deadline the draws stop where they are (here
+    # after the first, which does not parse), and the first suggestion stays
+    spy = Scripted(engine, "if x", draws)
+    late = LspConfig(syntax_samples=5, syntax_deadline_ms=1e-6)
+    out = suggest(spy, w, None, late, threading.Event(), fits=fits)
+    assert out.suggestion == "if x" and out.cut and not out.redrawn
