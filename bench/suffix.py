@@ -4,7 +4,8 @@ the syntax check.
 For a FIM run and a run of the same budget without FIM, greedy single-line HumanEval
 infilling (the 1,033 tasks, or a seeded ``--limit``) is scored in the sandbox:
 
-- the FIM run prompted with prefix + suffix, and from the prefix alone;
+- the FIM run prompted with prefix + suffix (SPM, the default, and PSM), and from the prefix
+  alone;
 - the non-FIM run from the prefix alone (all it can be given);
 
 each plain and with the syntax check (``--syntax-samples K``: a middle after which the
@@ -32,20 +33,32 @@ from typing import Any
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
 
-def infill(engine: Any, tasks: list[dict], *, suffix: bool, samples: int) -> dict[str, Any]:
-    """Greedy middles of ``tasks`` (checked with ``samples``): pass@1 and exact match."""
+def infill(
+    engine: Any,
+    tasks: list[dict],
+    *,
+    suffix: bool,
+    samples: int,
+    order: str = "spm",
+    deadline_ms: float | None = None,
+) -> dict[str, Any]:
+    """Greedy middles of ``tasks`` (checked with ``samples``; FIM prompts in ``order``):
+    pass@1 and exact match."""
     from codeparrot.eval.execution import run_programs
     from codeparrot.eval.infill import exact_match, infill_program, infilled
     from codeparrot.generation import GenerationConfig
     from codeparrot.generation.syntax import checked_generate, parses
 
-    gen = GenerationConfig(max_new_tokens=48, temperature=0.0, stop=("\n",), seed=0)
+    gen = GenerationConfig(
+        max_new_tokens=48, temperature=0.0, stop=("\n",), seed=0, fim_order=order
+    )
     middles, started = [], time.perf_counter()
     for t in tasks:
         extra = {"suffix": t["suffix"]} if suffix else {}
         made = checked_generate(
             engine, t["prompt"], gen,
-            lambda m, t=t: parses(infilled(t["prompt"], m, t["suffix"])), samples, **extra,
+            lambda m, t=t: parses(infilled(t["prompt"], m, t["suffix"])), samples,
+            deadline_ms=deadline_ms, **extra,
         )  # fmt: skip
         middles.append(made[0].text)
     seconds = time.perf_counter() - started
@@ -74,6 +87,13 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=1033, help="infilling tasks (seeded)")
     parser.add_argument("--lines", type=int, default=200, help="held-out lines (0: none)")
     parser.add_argument("--syntax-samples", type=int, default=8)
+    parser.add_argument(
+        "--deadline-ms",
+        type=float,
+        default=100.0,
+        help="one more row: FIM + suffix checked with the editor's deadline (the language "
+        "server's --syntax-deadline-ms): the draws stop this long after each task started",
+    )
     parser.add_argument("--output", type=Path, help="write the rows as JSON here")
     args = parser.parse_args()
 
@@ -87,18 +107,24 @@ def main() -> None:
     fim, plain = Engine.load(args.fim), Engine.load(args.no_fim)
     if fim.fim is None:
         parser.error(f"--fim {args.fim}: the checkpoint has no FIM sentinels")
-    for name, engine, suffix in (
-        ("fim+suffix", fim, True),
-        ("fim, prefix only", fim, False),
-        ("no-fim, prefix only", plain, False),
+    for name, engine, suffix, order in (
+        ("fim+suffix", fim, True, "spm"),
+        ("fim+suffix, PSM", fim, True, "psm"),
+        ("fim, prefix only", fim, False, "spm"),
+        ("no-fim, prefix only", plain, False, "spm"),
     ):
         for samples in (0, k):
             key = f"{name}, check {samples}"
-            rows[key] = r = infill(engine, tasks, suffix=suffix, samples=samples)
+            rows[key] = r = infill(engine, tasks, suffix=suffix, samples=samples, order=order)
             plain_middles = rows[f"{name}, check 0"]["middles"]
             r["replaced"] = sum(a != b for a, b in zip(plain_middles, r["middles"], strict=True))
             print(f"{key:34} pass {r['passed']:4}/{r['tasks']}  exact {r['exact']:4}  "
                   f"replaced {r['replaced']:4}  {r['seconds']:6.0f} s", flush=True)  # fmt: skip
+
+    key = f"fim+suffix, check {k}, deadline {args.deadline_ms:g} ms"
+    rows[key] = r = infill(fim, tasks, suffix=True, samples=k, deadline_ms=args.deadline_ms)
+    print(f"{key:34} pass {r['passed']:4}/{r['tasks']}  exact {r['exact']:4}  "
+          f"{r['seconds']:6.0f} s", flush=True)  # fmt: skip
 
     def ratio(fim_check: int, plain_check: int) -> float:
         top = rows[f"fim+suffix, check {fim_check}"]["passed"]

@@ -36,6 +36,7 @@ class Outcome:
     prompt_tokens: int
     new_tokens: int
     cached_prompt_tokens: int = 0  # prompt tokens whose keys/values the engine reused
+    failed: bool = False  # the first suggestion failed the syntax check: draws were made
     redrawn: bool = False  # the syntax check replaced the first suggestion
     cut: bool = False  # the syntax check's draws were stopped by its deadline
 
@@ -109,8 +110,9 @@ def suggest(
     if cancel.is_set():
         return None
     text = postprocess(raw, window, base_indent)
-    redrawn = cut = False
+    failed = redrawn = cut = False
     if fits is not None and config.syntax_samples and text is not None and not fits(text):
+        failed = True
         deadline = started + config.syntax_deadline_ms / 1000
         found = _redraw(engine, prompt, suffix, gen, window, base_indent, fits, config, cancel,
                         deadline)  # fmt: skip
@@ -121,7 +123,7 @@ def suggest(
             raw, finish, redrawn = found.text, found.finish_reason, True
             new_tokens += found.new_tokens
             text = postprocess(raw, window, base_indent)
-    return Outcome(text, raw, finish, prompt_tokens, new_tokens, cached, redrawn, cut)
+    return Outcome(text, raw, finish, prompt_tokens, new_tokens, cached, failed, redrawn, cut)
 
 
 def _redraw(

@@ -152,7 +152,8 @@ class CodeparrotServer(LanguageServer):
             "promptTokens": 0,
             "promptTokensReused": 0,  # keys/values the engine kept from earlier prompts
             "newTokens": 0,
-            "syntaxRedrawn": 0,  # suggestions the syntax check replaced with a draw
+            "syntaxFailed": 0,  # suggestions that failed the syntax check (draws were made)
+            "syntaxRedrawn": 0,  # of those, replaced by a draw that passes
             "syntaxCut": 0,  # syntax checks whose draws their deadline stopped
         }
 
@@ -364,6 +365,7 @@ class CodeparrotServer(LanguageServer):
         self.stats["promptTokens"] += outcome.prompt_tokens
         self.stats["promptTokensReused"] += outcome.cached_prompt_tokens
         self.stats["newTokens"] += outcome.new_tokens
+        self.stats["syntaxFailed"] += outcome.failed
         self.stats["syntaxRedrawn"] += outcome.redrawn
         self.stats["syntaxCut"] += outcome.cut
         logger.debug("generated %r (%s)", outcome.raw, outcome.finish_reason)

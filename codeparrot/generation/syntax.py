@@ -113,13 +113,17 @@ def checked_generate(
     samples: int,
     *,
     cancel: threading.Event | None = None,
+    deadline_ms: float | None = None,
     **kwargs: Any,
 ) -> list[Completion]:
     """``engine.generate`` whose candidates that do not ``fit`` are replaced by
     :func:`replacements`, ``samples`` drawn for each.
 
     ``samples`` = 0 is ``engine.generate`` itself. Candidates no draw can replace stay.
+    ``deadline_ms``: the draws stop this long after the call started (as in the editor).
     """
+    started = time.perf_counter()
+    deadline = None if deadline_ms is None else started + deadline_ms / 1000
     made = list(engine.generate(prompt, config, cancel=cancel, **kwargs))
     if samples <= 0:
         return made
@@ -127,8 +131,9 @@ def checked_generate(
     if not failing or (cancel is not None and cancel.is_set()):
         return made
     found = replacements(
-        engine, prompt, config, fits, samples, len(failing), cancel=cancel, **kwargs
-    )
+        engine, prompt, config, fits, samples, len(failing), cancel=cancel, deadline=deadline,
+        **kwargs,
+    )  # fmt: skip
     for i, chosen in zip(failing, found, strict=False):
         made[i] = dataclasses.replace(chosen, seconds=made[i].seconds + chosen.seconds)
     return made

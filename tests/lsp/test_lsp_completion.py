@@ -150,7 +150,7 @@ def test_the_syntax_check_shows_the_most_common_draw_that_parses(engine):
     out = suggest(spy, w, None, LspConfig(syntax_samples=5), threading.Event(), fits=fits)
     # "z = if x" breaks the statement; of the draws that parse, "x + 1" comes twice (the
     # broken `def g(:` further down is the file's own and blamed on no suggestion)
-    assert out.suggestion == "x + 1" and out.redrawn
+    assert out.suggestion == "x + 1" and out.failed and out.redrawn and not out.cut
     assert spy.asked == [(spy.prompts[0], 5, 0.8)]
 
     spy = Scripted(engine, "if x", draws)
@@ -159,11 +159,11 @@ def test_the_syntax_check_shows_the_most_common_draw_that_parses(engine):
 
     spy = Scripted(engine, "x * 3", draws)
     fine = suggest(spy, w, None, LspConfig(syntax_samples=5), threading.Event(), fits=fits)
-    assert fine.suggestion == "x * 3" and not fine.redrawn and spy.asked == []
+    assert fine.suggestion == "x * 3" and not fine.failed and spy.asked == []
 
     # the editor's latency budget: past the deadline the draws stop where they are (here
     # after the first, which does not parse), and the first suggestion stays
     spy = Scripted(engine, "if x", draws)
     late = LspConfig(syntax_samples=5, syntax_deadline_ms=1e-6)
     out = suggest(spy, w, None, late, threading.Event(), fits=fits)
-    assert out.suggestion == "if x" and out.cut and not out.redrawn
+    assert out.suggestion == "if x" and out.failed and out.cut and not out.redrawn
