@@ -221,7 +221,7 @@ def test_a_corpus_folder_is_read_through_its_valid_split(tmp_path):
 
 
 def test_lines_with_the_syntax_check_show_a_draw_that_parses(heldout, monkeypatch):
-    from codeparrot.generation import Completion, Engine
+    from codeparrot.generation import Completion, Engine, StreamEvent
 
     files = read_heldout(heldout)
     tasks = pick_lines(files, 4, seed=3)
@@ -244,6 +244,10 @@ def test_lines_with_the_syntax_check_show_a_draw_that_parses(heldout, monkeypatc
             task = next(t for t in tasks if prompt.endswith(t.prefix[-12:]))
             texts = ["(((", task.target, task.target][: config.n]
             return [Completion(t, "stop", 5, 3, 0.01) for t in texts]
+
+        def stream(self, prompt, config, cancel=None, **kwargs):
+            for i, made in enumerate(self.generate(prompt, config, cancel, **kwargs)):
+                yield StreamEvent(i, made.text, made)
 
     monkeypatch.setattr(Engine, "load", staticmethod(lambda *a, **k: Scripted()))
     plain = LinesConfig(checkpoint=Path("unused"), data=heldout, n=4, seed=3)
