@@ -178,6 +178,8 @@ def replacements(
     greedy = config.temperature == 0
     finished: dict[int, Completion | None] = {}  # draw index -> the draw if it fits
     started = time.perf_counter()
+    if deadline is not None and started >= deadline:
+        return []  # too late to draw: not even a prefill
     stream = engine.stream(prompt, draw, cancel=cancel, **kwargs)
     try:
         for event in stream:

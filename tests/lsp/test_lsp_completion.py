@@ -161,9 +161,10 @@ def test_the_syntax_check_shows_the_most_common_draw_that_parses(engine):
     fine = suggest(spy, w, None, LspConfig(syntax_samples=5), threading.Event(), fits=fits)
     assert fine.suggestion == "x * 3" and not fine.failed and spy.asked == []
 
-    # the editor's latency budget: past the deadline the draws stop where they are (here
-    # after the first, which does not parse), and the first suggestion stays
+    # the editor's latency budget: past the deadline no draw is started (or the draws stop
+    # where they are), and the first suggestion stays
     spy = Scripted(engine, "if x", draws)
     late = LspConfig(syntax_samples=5, syntax_deadline_ms=1e-6)
     out = suggest(spy, w, None, late, threading.Event(), fits=fits)
     assert out.suggestion == "if x" and out.failed and out.cut and not out.redrawn
+    assert spy.asked == []
