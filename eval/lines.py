@@ -314,6 +314,9 @@ def engine_completer(
         extra = {} if suffix is None else {"suffix": suffix}
         if suffix is None:
             prompt = prompt or engine.tokenizer.eos_token or "\n"
+        if not config.syntax_samples:
+            out = engine.generate(prompt, gen, **extra)
+            return Completion(out[0].text, len(parts.snippets))
         # the check reads the whole file around the line, as the server reads the document
         fits = fits_in_window(task.prefix, task.suffix)
         shown = partial(shown_line, task, context_tokens=config.context_tokens,

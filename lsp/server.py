@@ -49,11 +49,11 @@ from codeparrot.prompting import PROMPT_QUANTUM, window_chars
 logger = logging.getLogger("codeparrot.lsp")
 
 TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", " ", "=", ":"]
-# What the shipped editor set-ups run when a suggestion is accepted: a client-side command
-# that sends ACCEPT_NOTIFICATION (llm-ls's llm-ls/acceptCompletion has the same shape).
 # Characters of the document on each side of the cursor the syntax check may read (it
 # parses only the top-level statement around the cursor within them).
 SYNTAX_CHECK_CHARS = 20_000
+# What the shipped editor set-ups run when a suggestion is accepted: a client-side command
+# that sends ACCEPT_NOTIFICATION (llm-ls's llm-ls/acceptCompletion has the same shape).
 ACCEPT_COMMAND = "codeparrot.accept"
 ACCEPT_NOTIFICATION = "codeparrot/acceptCompletion"
 REJECT_NOTIFICATION = "codeparrot/rejectCompletion"
