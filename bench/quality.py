@@ -69,6 +69,13 @@ def main() -> None:
         "runs of sessions 7-8 used 0.5)",
     )
     parser.add_argument(
+        "--vocab-size",
+        type=int,
+        default=None,
+        help="tokenizer vocabulary (default: the quickstart's 8,192; 4,096 makes a step of "
+        "`tiny-qwen` ~0.84x as long, Recipe ablations in BENCHMARKS.md)",
+    )
+    parser.add_argument(
         "--anneal-steps",
         type=int,
         default=0,
@@ -102,6 +109,8 @@ def main() -> None:
         cfg = cfg.replace(function_documents=args.function_documents)
     if args.fim_rate is not None:
         cfg = cfg.replace(fim_rate=args.fim_rate)
+    if args.vocab_size is not None:
+        cfg = cfg.replace(vocab_size=args.vocab_size)
     state = run_quickstart(cfg)
     train = state["steps"]["train"]["facts"]
     model = cfg.model_dir
