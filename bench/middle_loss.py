@@ -127,13 +127,12 @@ def fim_nats(
     return nats_after(model, ids, len(ids) - len(encode(middle)))
 
 
-def score(path: Path, files: list[Any], kind: str, args: argparse.Namespace) -> dict[str, float]:
+def score(
+    model: Any, tokenizer: Any, files: list[Any], kind: str, args: argparse.Namespace
+) -> dict[str, float]:
     """Mean nats per character of the middles for one checkpoint, per prompt order."""
     from codeparrot.fim import FimTokens
-    from codeparrot.models.checkpoint import load_checkpoint
 
-    model, tokenizer, _meta = load_checkpoint(path)
-    model.eval()
     fim = FimTokens.from_tokenizer(tokenizer)  # None: left to right only
     context = int(getattr(model.config, "n_positions", 0) or model.config.max_position_embeddings)
 
@@ -189,6 +188,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from codeparrot.eval.heldout import read_heldout
+    from codeparrot.models.checkpoint import load_checkpoint
 
     files = read_heldout(args.data, max_files=args.files, seed=args.seed)
     print(
@@ -196,8 +196,10 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     for path in args.checkpoints:
+        model, tokenizer, _meta = load_checkpoint(path)  # once for both kinds
+        model.eval()
         for kind in KINDS:
-            r = score(path, files, kind, args)
+            r = score(model, tokenizer, files, kind, args)
             print(
                 f"| {path} | {kind} | {r['middles']:,} | {r['chars']:,} | {r['left to right']:.4f} | "
                 f"{r['spm']:.4f} | {r['psm']:.4f} | {r['spm'] / r['left to right']:.3f} |",

@@ -131,9 +131,12 @@ def main() -> None:
         top = rows[f"fim+suffix, check {fim_check}"]["passed"]
         return top / max(rows[f"no-fim, prefix only, check {plain_check}"]["passed"], 1)
 
-    print(f"the suffix pays: {ratio(0, 0):.2f}x plain against plain; {ratio(k, k):.2f}x both "
-          f"checked; {ratio(k, 0):.2f}x checked against plain (the issue's comparison: "
-          f"the editor's use of the suffix against a model that never sees it)")  # fmt: skip
+    if k:
+        print(f"the suffix pays: {ratio(0, 0):.2f}x plain against plain; {ratio(k, k):.2f}x both "
+              f"checked; {ratio(k, 0):.2f}x checked against plain (the issue's comparison: "
+              f"the editor's use of the suffix against a model that never sees it)")  # fmt: skip
+    else:
+        print(f"the suffix pays: {ratio(0, 0):.2f}x (the check off)")
     if args.lines:
         for name, checkpoint in (("fim", args.fim), ("no-fim", args.no_fim)):
             for samples in dict.fromkeys((0, k)):
