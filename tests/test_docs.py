@@ -1,0 +1,335 @@
+"""The docs keep honest: links resolve, commands shown exist, and no file speaks of one machine.
+
+Three checks over the repository's tracked Markdown (and, by adding globs to
+``HYGIENE_GLOBS``, over code too):
+
+- every relative link resolves to a file, and an ``#anchor`` into a Markdown file names
+  one of its headings (GitHub's slugs);
+- every ``codeparrot ...`` command shown in README.md names a real subcommand path, and
+  ``python -m codeparrot <path> --help`` runs without error;
+- no absolute path of a machine (``/work/``, ``/root/``, ``/home/<user>``, ``/tmp/<name>``
+  in prose) and no reference to our own history or tracker ("session 12", "issue 20"); an
+  upstream project's issue ("evalplus issue #5", "owner/repo#12") is fine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Files the link check reads: Markdown only.
+LINK_GLOBS = ("*.md",)
+# Files the hygiene check reads. Add "*.py", "*.toml", ... to extend it to code.
+HYGIENE_GLOBS = ("*.md",)
+# Folders never read, even when a glob matches inside them.
+SKIP_PARTS = {".venv", "node_modules", ".git", "build", "runs"}
+
+
+@cache
+def repo_files(globs: tuple[str, ...]) -> tuple[Path, ...]:
+    """Tracked files (and new files git does not ignore) matching ``globs``."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *globs],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        paths = [REPO / line for line in out.splitlines() if line]
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: walk the tree
+        paths = [p for g in globs for p in REPO.rglob(g)]
+    return tuple(
+        sorted(
+            {
+                p
+                for p in paths
+                if p.is_file() and not SKIP_PARTS.intersection(p.relative_to(REPO).parts)
+            }
+        )
+    )
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
+
+
+# --- Markdown structure ---------------------------------------------------------------
+
+FENCE = re.compile(r"^\s*(```|~~~)")
+INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
+INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE_LINK = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
+HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"", re.IGNORECASE)
+HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def prose_lines(text: str, blank_code: bool = True) -> list[tuple[int, str]]:
+    """(line number, line) outside fenced code blocks, inline code spans blanked out
+    unless ``blank_code`` is False."""
+    lines, in_fence = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        if not in_fence:
+            if blank_code:
+                line = INLINE_CODE.sub(lambda m: " " * len(m.group(0)), line)
+            lines.append((number, line))
+    return lines
+
+
+def fenced_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) inside fenced code blocks."""
+    lines, in_fence = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            lines.append((number, line))
+    return lines
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: markup dropped, lower case, punctuation removed,
+    spaces turned into hyphens."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # links keep their text
+    text = re.sub(r"<[^>]+>", "", text).replace("`", "").replace("*", "")
+    text = re.sub(r"[^\w\- ]", "", text.strip().lower())
+    return text.replace(" ", "-")
+
+
+@cache
+def anchors(path: Path) -> frozenset[str]:
+    """Every anchor a Markdown file offers: its headings' slugs (numbered on repeats, as
+    GitHub does) and explicit ``<a id=...>`` / ``<a name=...>``."""
+    text = path.read_text(encoding="utf-8")
+    seen: dict[str, int] = {}
+    found = set(HTML_ANCHOR.findall(text))
+    for _, line in prose_lines(text, blank_code=False):
+        m = HEADING.match(line)
+        if not m:
+            continue
+        base = slug(m.group(2))
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        found.add(base if count == 0 else f"{base}-{count}")
+    return frozenset(found)
+
+
+def links(path: Path) -> list[tuple[int, str]]:
+    text = path.read_text(encoding="utf-8")
+    out = []
+    for number, line in prose_lines(text):
+        out += [(number, m.group(1)) for m in INLINE_LINK.finditer(line)]
+        m = REFERENCE_LINK.match(line)
+        if m:
+            out.append((number, m.group(1)))
+    return out
+
+
+def broken_link(path: Path, target: str) -> str | None:
+    """Why a link from ``path`` to ``target`` does not resolve, or None."""
+    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target):  # http:, https:, mailto:, ...
+        return None
+    file_part, _, anchor = target.partition("#")
+    if file_part.startswith("/"):
+        return "an absolute link: use a path relative to the file"
+    dest = (path.parent / file_part).resolve() if file_part else path
+    try:
+        dest.relative_to(REPO)
+    except ValueError:
+        return "points outside the repository"
+    if not dest.exists():
+        return "no such file"
+    if anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+        return f"{rel(dest)} has no heading with the anchor #{anchor}"
+    return None
+
+
+def test_slug_follows_github() -> None:
+    assert slug("Tokenizer (`bench/tokenizer.py`)") == "tokenizer-benchtokenizerpy"
+    assert slug("How the numbers compare") == "how-the-numbers-compare"
+    assert slug("Without LSP: `codeparrot serve`, an OpenAI-compatible endpoint") == (
+        "without-lsp-codeparrot-serve-an-openai-compatible-endpoint"
+    )
+    assert slug("**Bold** and [a link](x.md)") == "bold-and-a-link"
+
+
+def test_broken_links_are_found(tmp_path: Path) -> None:
+    """The checker itself can fail: a missing file and a missing heading are reported."""
+    doc = REPO / "README.md"
+    assert broken_link(doc, "no-such-file.md") == "no such file"
+    assert "no heading" in (broken_link(doc, "README.md#no-such-heading") or "")
+    assert broken_link(doc, "https://example.com/x.md") is None
+
+
+@pytest.mark.parametrize("path", repo_files(LINK_GLOBS), ids=rel)
+def test_relative_links_resolve(path: Path) -> None:
+    problems = [
+        f"{rel(path)}:{number}: {target}: {why}"
+        for number, target in links(path)
+        if (why := broken_link(path, target))
+    ]
+    assert not problems, "broken links:\n" + "\n".join(problems)
+
+
+# --- Commands shown in the README -----------------------------------------------------
+
+COMMAND = re.compile(r"(?<![^\s`$(])(?:[\w.~$/-]*/)?codeparrot(?![\w./:-])((?:[ \t]+[^\s`|;&#]+)*)")
+WORD = re.compile(r"[a-z][a-z0-9-]*")
+
+
+def shown_commands(text: str) -> list[tuple[int, list[str]]]:
+    """(line, words after ``codeparrot``) for each command in code blocks and code spans."""
+    candidates = list(fenced_lines(text))
+    for number, line in enumerate(text.splitlines(), 1):
+        candidates += [(number, m.group(0).strip("`")) for m in INLINE_CODE.finditer(line)]
+    return [
+        (number, m.group(1).split()) for number, line in candidates for m in COMMAND.finditer(line)
+    ]
+
+
+def subparsers_of(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def subcommand_path(words: list[str]) -> tuple[list[str], str | None]:
+    """The subcommand words at the start of ``words`` (up to the first flag or argument),
+    and an error when a word in a subcommand's place names none."""
+    from codeparrot.cli import build_parser
+
+    parser, path = build_parser(), []
+    for word in words:
+        choices = subparsers_of(parser)
+        if not choices or not WORD.fullmatch(word):
+            break  # a flag, an argument or a placeholder (RUN, <dir>, [--x])
+        if word not in choices:
+            if parser.prog != "codeparrot" and _takes_positionals(parser):
+                break  # an argument of a command that also has subcommands
+            return path, f"`{word}` is not a subcommand of `{parser.prog}`"
+        parser, path = choices[word], [*path, word]
+    return path, None
+
+
+def _takes_positionals(parser: argparse.ArgumentParser) -> bool:
+    return any(
+        not a.option_strings and not isinstance(a, argparse._SubParsersAction)
+        for a in parser._actions
+    )
+
+
+@cache
+def help_runs(path: tuple[str, ...]) -> str | None:
+    """None when ``python -m codeparrot PATH --help`` succeeds, else what it said."""
+    done = subprocess.run(
+        [sys.executable, "-m", "codeparrot", *path, "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return None if done.returncode == 0 and done.stdout.strip() else done.stderr[-500:]
+
+
+def test_readme_shows_commands() -> None:
+    """The command check below reads something: the README shows the set-up commands and
+    at least a table of subcommands."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "make quickstart" in text and "make test" in text
+    assert len({tuple(w[:1]) for _, w in shown_commands(text)}) >= 8
+
+
+def test_commands_in_readme_have_help() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    problems, paths = [], set()
+    for number, words in shown_commands(text):
+        path, error = subcommand_path(words)
+        if error:
+            problems.append(f"README.md:{number}: codeparrot {' '.join(words)}: {error}")
+        else:
+            paths.add(tuple(path))
+    for path in sorted(paths):
+        if (error := help_runs(path)) is not None:
+            problems.append(f"codeparrot {' '.join(path)} --help failed: {error}")
+    assert not problems, "\n".join(problems)
+
+
+def test_a_misspelt_command_is_caught() -> None:
+    assert subcommand_path(["evall", "humaneval"])[1] is not None
+    assert subcommand_path(["eval", "humaneval", "--checkpoint", "run"]) == (
+        ["eval", "humaneval"],
+        None,
+    )
+
+
+# --- What no file says --------------------------------------------------------------
+
+# (pattern, prose only: True where code blocks may show it, e.g. /tmp/x in an example)
+MACHINE_PATHS = (
+    (re.compile(r"(?<![\w.~-])/(?:work|root)/"), False),
+    (re.compile(r"(?<![\w.~-])/home/(?!<)[A-Za-z_][\w.-]*"), False),
+    (re.compile(r"(?<![\w.~-])/tmp/[\w.-]+"), True),
+)
+SESSION = re.compile(r"\bsessions?\s+\d+", re.IGNORECASE)
+ISSUE = re.compile(r"(\S+)?\s*\bissues?\s+(#?)(\d+)", re.IGNORECASE)
+NOT_A_PROJECT = {
+    "the", "this", "that", "our", "their", "its", "an", "a", "in", "of", "see", "and",
+    "or", "by", "for", "to", "from", "same", "which", "tracker", "open", "(", "as", "on",
+}  # fmt: skip
+
+
+def our_issue(match: re.Match[str]) -> bool:
+    """True for "issue 20" (our tracker), False for "evalplus issue #5" (upstream's)."""
+    before, hash_sign = (match.group(1) or "").strip("(["), match.group(2)
+    return not (hash_sign and before and before.lower() not in NOT_A_PROJECT)
+
+
+def hygiene_problems(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    prose = dict(prose_lines(text)) if path.suffix == ".md" else None
+    problems = []
+    for number, line in enumerate(text.splitlines(), 1):
+        in_prose = prose is None or number in prose
+        for pattern, prose_only in MACHINE_PATHS:
+            if (not prose_only or in_prose) and (m := pattern.search(line)):
+                problems.append(f"{rel(path)}:{number}: a machine's path: {m.group(0)}")
+        if m := SESSION.search(line):
+            problems.append(f"{rel(path)}:{number}: our history: {m.group(0)!r}")
+        for m in ISSUE.finditer(line):
+            if our_issue(m):
+                problems.append(f"{rel(path)}:{number}: our tracker: {m.group(0).strip()!r}")
+    return problems
+
+
+def test_hygiene_patterns() -> None:
+    def issues(s: str) -> list[bool]:
+        return [our_issue(m) for m in ISSUE.finditer(s)]
+
+    assert issues("issue 20's target") == [True]
+    assert issues("see issue #20") == [True]
+    assert issues("evalplus issue #5") == [False]
+    assert issues("(bigcode-evaluation-harness issue #221)") == [False]
+    assert SESSION.search("as in session 12") and not SESSION.search("for the session, once")
+    assert MACHINE_PATHS[0][0].search("ran in /work/qs-clone") is not None
+    assert MACHINE_PATHS[1][0].search("cmd = /home/me/x") is not None
+    assert MACHINE_PATHS[1][0].search("~/codeparrot/runs") is None
+    assert MACHINE_PATHS[2][0].search("a copy in `/tmp`") is None
+
+
+@pytest.mark.parametrize("path", repo_files(HYGIENE_GLOBS), ids=rel)
+def test_no_machine_paths_or_tracker_references(path: Path) -> None:
+    problems = hygiene_problems(path)
+    assert not problems, "\n".join(problems)
