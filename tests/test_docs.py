@@ -5,7 +5,8 @@ Three checks over the repository's tracked Markdown (and, by adding globs to
 
 - every relative link resolves to a file, and an ``#anchor`` into a Markdown file names
   one of its headings (GitHub's slugs);
-- every ``codeparrot ...`` command shown in README.md names a real subcommand path, and
+- every ``codeparrot ...`` command shown in README.md (and the other docs but the log)
+  names a real subcommand path and only flags that subcommand defines, and
   ``python -m codeparrot <path> --help`` runs without error;
 - no absolute path of a machine (``/work/``, ``/root/``, ``/home/<user>``, ``/tmp/<name>``
   in prose) and no reference to our own history or tracker ("session 12", "issue 20"); an
@@ -183,17 +184,26 @@ def test_relative_links_resolve(path: Path) -> None:
     assert not problems, "broken links:\n" + "\n".join(problems)
 
 
-# --- Commands shown in the README -----------------------------------------------------
+# --- Commands shown in the docs --------------------------------------------------------
+
+# Docs whose ``codeparrot ...`` commands are checked against the parser: every tracked
+# Markdown file but the log, whose dated entries show the commands of their day.
+COMMAND_DOCS = tuple(rel(p) for p in repo_files(LINK_GLOBS) if not rel(p).startswith("docs/log/"))
 
 COMMAND = re.compile(r"(?<![^\s`$(])(?:[\w.~$/-]*/)?codeparrot(?![\w./:-])((?:[ \t]+[^\s`|;&#]+)*)")
 WORD = re.compile(r"[a-z][a-z0-9-]*")
+# An inline code span, possibly over several lines of one paragraph (no blank line inside).
+CODE_SPAN = re.compile(r"(`+)((?:(?!\1)[^\n]|\n(?![ \t]*\n))+?)\1")
 
 
 def shown_commands(text: str) -> list[tuple[int, list[str]]]:
     """(line, words after ``codeparrot``) for each command in code blocks and code spans."""
     candidates = list(fenced_lines(text))
-    for number, line in enumerate(text.splitlines(), 1):
-        candidates += [(number, m.group(0).strip("`")) for m in INLINE_CODE.finditer(line)]
+    fenced = {number for number, _ in candidates}
+    prose = "\n".join("" if n in fenced else line for n, line in enumerate(text.splitlines(), 1))
+    for m in CODE_SPAN.finditer(prose):  # a span may run over a line break
+        number = prose.count("\n", 0, m.start()) + 1
+        candidates.append((number, " ".join(m.group(2).split())))
     return [
         (number, m.group(1).split()) for number, line in candidates for m in COMMAND.finditer(line)
     ]
@@ -206,9 +216,9 @@ def subparsers_of(parser: argparse.ArgumentParser) -> dict[str, argparse.Argumen
     return {}
 
 
-def subcommand_path(words: list[str]) -> tuple[list[str], str | None]:
+def subcommand_path(words: list[str]) -> tuple[list[str], argparse.ArgumentParser, str | None]:
     """The subcommand words at the start of ``words`` (up to the first flag or argument),
-    and an error when a word in a subcommand's place names none."""
+    the parser they lead to, and an error when a word in a subcommand's place names none."""
     from codeparrot.cli import build_parser
 
     parser, path = build_parser(), []
@@ -219,9 +229,16 @@ def subcommand_path(words: list[str]) -> tuple[list[str], str | None]:
         if word not in choices:
             if parser.prog != "codeparrot" and _takes_positionals(parser):
                 break  # an argument of a command that also has subcommands
-            return path, f"`{word}` is not a subcommand of `{parser.prog}`"
+            return path, parser, f"`{word}` is not a subcommand of `{parser.prog}`"
         parser, path = choices[word], [*path, word]
-    return path, None
+    return path, parser, None
+
+
+def unknown_flags(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
+    """The ``--flags`` among ``words`` that ``parser`` does not define (exactly, without
+    relying on argparse's abbreviations)."""
+    flags = {w.strip("[]").split("=")[0] for w in words if w.strip("[").startswith("--")}
+    return sorted(f for f in flags if f not in parser._option_string_actions)
 
 
 def _takes_positionals(parser: argparse.ArgumentParser) -> bool:
@@ -245,20 +262,25 @@ def help_runs(path: tuple[str, ...]) -> str | None:
 
 
 def test_readme_shows_commands() -> None:
-    """The command check below reads something: the README shows the set-up commands and
-    at least a table of subcommands."""
+    """The command check reads something: the README shows the set-up commands and a table
+    of subcommands."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert "make quickstart" in text and "make test" in text
     assert len({tuple(w[:1]) for _, w in shown_commands(text)}) >= 8
 
 
-def test_commands_in_readme_have_help() -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+@pytest.mark.parametrize("doc", COMMAND_DOCS)
+def test_commands_shown_exist(doc: str) -> None:
+    """Each ``codeparrot ...`` shown names a real subcommand and only flags it defines, and
+    ``codeparrot <subcommand> --help`` runs."""
+    text = (REPO / doc).read_text(encoding="utf-8")
     problems, paths = [], set()
     for number, words in shown_commands(text):
-        path, error = subcommand_path(words)
+        path, parser, error = subcommand_path(words)
+        if not error and (flags := unknown_flags(parser, words[len(path) :])):
+            error = f"`{parser.prog}` has no {', '.join(flags)}"
         if error:
-            problems.append(f"README.md:{number}: codeparrot {' '.join(words)}: {error}")
+            problems.append(f"{doc}:{number}: codeparrot {' '.join(words)}: {error}")
         else:
             paths.add(tuple(path))
     for path in sorted(paths):
@@ -267,12 +289,12 @@ def test_commands_in_readme_have_help() -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_a_misspelt_command_is_caught() -> None:
-    assert subcommand_path(["evall", "humaneval"])[1] is not None
-    assert subcommand_path(["eval", "humaneval", "--checkpoint", "run"]) == (
-        ["eval", "humaneval"],
-        None,
-    )
+def test_a_misspelt_command_or_flag_is_caught() -> None:
+    assert subcommand_path(["evall", "humaneval"])[2] is not None
+    path, parser, error = subcommand_path(["eval", "humaneval", "--checkpoint", "run"])
+    assert (path, error) == (["eval", "humaneval"], None)
+    assert unknown_flags(parser, ["--checkpoint", "run", "--n=5"]) == []
+    assert unknown_flags(parser, ["--checkpoint", "run", "[--no-such-flag]"]) == ["--no-such-flag"]
 
 
 # --- What no file says --------------------------------------------------------------
