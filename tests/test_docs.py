@@ -355,3 +355,39 @@ def test_hygiene_patterns() -> None:
 def test_no_machine_paths_or_tracker_references(path: Path) -> None:
     problems = hygiene_problems(path)
     assert not problems, "\n".join(problems)
+
+
+# --- RESULTS.md's rows ----------------------------------------------------------------
+
+DATE = re.compile(r"^20\d\d-[01]\d-[0-3]\d$")
+COMMIT = re.compile(r"\b[0-9a-f]{7,40}\b")
+
+
+def table_rows(text: str) -> list[tuple[int, dict[str, str]]]:
+    """(line, {header: cell}) for every row of every table outside code blocks."""
+    rows, header = [], None
+    for number, line in prose_lines(text, blank_code=False):
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in INLINE_CODE.sub("code", line).strip().strip("|").split("|")]
+        if header is None:
+            header = [c.lower() for c in cells]
+        elif not all(set(c) <= set("-: ") for c in cells):
+            rows.append((number, dict(zip(header, cells, strict=False))))
+    return rows
+
+
+def test_results_rows_carry_date_and_commit() -> None:
+    """A row of a RESULTS.md table with date and commit columns names both."""
+    rows = [
+        (n, r) for n, r in table_rows((REPO / "RESULTS.md").read_text(encoding="utf-8"))
+        if "date" in r and "commit" in r
+    ]  # fmt: skip
+    assert len(rows) >= 20
+    problems = [
+        f"RESULTS.md:{n}: date {r['date']!r}, commit {r['commit']!r}"
+        for n, r in rows
+        if not DATE.match(r["date"]) or not COMMIT.search(r["commit"])
+    ]
+    assert not problems, "\n".join(problems)
