@@ -7,7 +7,8 @@ Three checks over the repository's tracked Markdown (and, by adding globs to
   one of its headings (GitHub's slugs);
 - every ``codeparrot ...`` command shown in README.md (and the other docs but the log)
   names a real subcommand path and only flags that subcommand defines, and
-  ``python -m codeparrot <path> --help`` runs without error;
+  ``codeparrot <path> --help`` runs without error (through the console script's ``main``
+  in a fresh interpreter);
 - no absolute path of a machine (``/work/``, ``/root/``, ``/home/<user>``, ``/tmp/<name>``
   in prose) and no reference to our own history or tracker ("session 12", "issue 20"); an
   upstream project's issue ("evalplus issue #5", "owner/repo#12") is fine.
@@ -16,6 +17,7 @@ Three checks over the repository's tracked Markdown (and, by adding globs to
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -248,17 +250,77 @@ def _takes_positionals(parser: argparse.ArgumentParser) -> bool:
     )
 
 
-@cache
-def help_runs(path: tuple[str, ...]) -> str | None:
-    """None when ``python -m codeparrot PATH --help`` succeeds, else what it said."""
+# Run in a fresh interpreter: each path's `--help` through the console script's own
+# `main`, as `codeparrot PATH --help` runs it (one process for all paths: seconds, not one
+# start-up of Python per path).
+HELP_SCRIPT = """
+import contextlib, io, json, sys
+from codeparrot.cli import main
+failed = {}
+for path in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([*path, "--help"])
+    except SystemExit as e:
+        code = e.code
+    except Exception as e:  # an import error, a broken parser: report it, go on
+        code, err = 1, io.StringIO(f"{type(e).__name__}: {e}")
+    if code not in (0, None) or not out.getvalue().strip():
+        failed[" ".join(path)] = err.getvalue()[-500:] or f"exit status {code}"
+print(json.dumps(failed))
+"""
+
+
+def help_failures(paths: list[tuple[str, ...]]) -> dict[str, str]:
+    """``{path: what it said}`` for each subcommand path whose ``--help`` fails."""
     done = subprocess.run(
-        [sys.executable, "-m", "codeparrot", *path, "--help"],
+        [sys.executable, "-c", HELP_SCRIPT, json.dumps([list(p) for p in paths])],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
-    return None if done.returncode == 0 and done.stdout.strip() else done.stderr[-500:]
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# A path that must fail, run with the real ones: the check can tell a failure.
+BROKEN_PATH = ("no-such-command",)
+
+
+@cache
+def shown_paths(doc: str) -> tuple[list[str], frozenset[tuple[str, ...]]]:
+    """The problems of the commands ``doc`` shows, and the subcommand paths they name."""
+    problems, paths = [], set()
+    for number, words in shown_commands((REPO / doc).read_text(encoding="utf-8")):
+        path, parser, error = subcommand_path(words)
+        if not error and (flags := unknown_flags(parser, words[len(path) :])):
+            error = f"`{parser.prog}` has no {', '.join(flags)}"
+        if error:
+            problems.append(f"{doc}:{number}: codeparrot {' '.join(words)}: {error}")
+        else:
+            paths.add(tuple(path))
+    return problems, frozenset(paths)
+
+
+@cache
+def all_help_failures() -> dict[str, str]:
+    """``--help`` of every path any checked doc shows, in one interpreter."""
+    paths = {p for doc in COMMAND_DOCS for p in shown_paths(doc)[1]}
+    return help_failures(sorted(paths | {BROKEN_PATH}))
+
+
+def test_a_failing_help_is_reported() -> None:
+    assert " ".join(BROKEN_PATH) in all_help_failures()
+
+
+def test_console_script_answers_help() -> None:
+    """The installed entry point itself starts (the checks above call its ``main``)."""
+    script = Path(sys.executable).with_name("codeparrot")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "codeparrot"]
+    done = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "quickstart" in done.stdout, done.stderr[-2000:]
 
 
 def test_readme_shows_commands() -> None:
@@ -273,19 +335,13 @@ def test_readme_shows_commands() -> None:
 def test_commands_shown_exist(doc: str) -> None:
     """Each ``codeparrot ...`` shown names a real subcommand and only flags it defines, and
     ``codeparrot <subcommand> --help`` runs."""
-    text = (REPO / doc).read_text(encoding="utf-8")
-    problems, paths = [], set()
-    for number, words in shown_commands(text):
-        path, parser, error = subcommand_path(words)
-        if not error and (flags := unknown_flags(parser, words[len(path) :])):
-            error = f"`{parser.prog}` has no {', '.join(flags)}"
-        if error:
-            problems.append(f"{doc}:{number}: codeparrot {' '.join(words)}: {error}")
-        else:
-            paths.add(tuple(path))
-    for path in sorted(paths):
-        if (error := help_runs(path)) is not None:
-            problems.append(f"codeparrot {' '.join(path)} --help failed: {error}")
+    problems, paths = shown_paths(doc)
+    failures = all_help_failures()
+    problems = problems + [
+        f"codeparrot {' '.join(p)} --help failed: {failures[' '.join(p)]}"
+        for p in sorted(paths)
+        if " ".join(p) in failures
+    ]
     assert not problems, "\n".join(problems)
 
 
