@@ -21,7 +21,7 @@ import pytest
 
 from codeparrot.lsp.serve import make_server
 from codeparrot.lsp.serve_config import ServeConfig
-from codeparrot.lsp.serve_request import check_sender, host_name
+from codeparrot.lsp.serve_request import ApiError, check_sender, host_name
 
 GREEDY = {"prompt": "def fibonacci(n):\n", "max_tokens": 4, "temperature": 0, "seed": 0}
 
@@ -123,7 +123,7 @@ def test_configured_host_and_allowed_names_are_accepted(tmp_path):
     for host in ("192.168.1.5:8000", "parrot.lan", "PARROT.LAN:80", "localhost:8000"):
         assert check_sender(config, host, None, None) is None
     wide = ServeConfig(checkpoint=tmp_path, host="0.0.0.0")
-    with pytest.raises(Exception) as info:
+    with pytest.raises(ApiError) as info:
         check_sender(wide, "0.0.0.0:8000", None, None)  # a wildcard is no name of the server
     assert info.value.status == 421
     assert host_name("[::1]:80") == "[::1]"
