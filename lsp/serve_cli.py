@@ -19,7 +19,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Serve POST /v1/completions (prompt, suffix, max_tokens, temperature, top_p, n, "
             "stop, stream, seed) and GET /v1/models over one checkpoint, for clients that "
             "speak OpenAI's API instead of LSP (Continue, llm.nvim, curl). Listens on "
-            "127.0.0.1 unless --host says otherwise. Set-up: docs/editors.md."
+            "127.0.0.1 unless --host says otherwise, and answers only requests addressed to "
+            "it by a loopback name, --host or --allow-host, with JSON bodies, and from web "
+            "pages only of the origins given with --allow-origin. Set-up: docs/editors.md; "
+            "what is checked: docs/threat-model.md."
         ),
     )
     add_config_arguments(parser, ServeConfig)

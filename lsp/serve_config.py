@@ -50,5 +50,46 @@ class ServeConfig(Config):
     max_candidates: int = CANDIDATES.field(8, "most completions one request may ask for (n)")
     max_tokens_limit: int = MAX_NEW_TOKENS.field(512, "largest max_tokens one request may ask for")
     read_timeout: float = option(
-        10.0, "seconds a client may take to send its request (or read a streamed chunk)", gt=0
+        10.0, "seconds one read or write may wait (a streamed chunk the client does not take)", gt=0
     )
+    request_deadline: float = option(
+        10.0,
+        "seconds a client has to send a whole request, headers and body; a slower one is cut "
+        "off however steadily it trickles bytes",
+        gt=0,
+    )
+    max_connections: int = option(
+        32,
+        "connections served at once; more are refused at once with 503",
+        ge=1,
+        le=4096,
+    )
+    allowed_hosts: tuple[str, ...] = option(
+        (),
+        "names a client may give in its Host header besides localhost, 127.0.0.1, [::1] and "
+        "--host (with --host 0.0.0.0, the names the machine is reached by); others get 421",
+        flag="--allow-host",
+        metavar="NAME",
+    )
+    allowed_origins: tuple[str, ...] = option(
+        (),
+        "web origins (e.g. http://localhost:3000) whose pages may call the server; a request "
+        "from any other page is refused with 403, and CORS is off without one",
+        flag="--allow-origin",
+        metavar="ORIGIN",
+    )
+
+    def problems(self) -> list[str]:
+        found = []
+        for origin in self.allowed_origins:
+            if origin != origin.strip().rstrip("/") or "://" not in origin or origin == "null":
+                found.append(
+                    f"--allow-origin {origin!r}: give an origin as a browser sends it, "
+                    "scheme://host[:port] without a path (e.g. http://localhost:3000)"
+                )
+        for name in self.allowed_hosts:
+            if not name or any(c in name for c in "/ @"):
+                found.append(
+                    f"--allow-host {name!r}: give a host name or address, no scheme or path"
+                )
+        return found

@@ -1,6 +1,11 @@
-"""One OpenAI completions request, checked: sizes first, then types, then the bounds.
+"""One OpenAI completions request, checked: who sends it, then sizes, types and bounds.
 
-Every request is hostile until checked. :func:`parse_completion_request` reads only
+Every request is hostile until checked. :func:`check_sender` comes first: a web page
+the user happens to visit can make the browser send requests to a server on the
+user's own machine (a "simple" cross-site POST, or DNS rebinding, where a foreign name
+resolves to 127.0.0.1), so the ``Host`` must be a name of this server, a browser's
+``Origin`` one the user allowed, and a POST's body ``application/json`` (which a page
+cannot send cross-site without the CORS preflight this server refuses). :func:`parse_completion_request` reads only
 sizes and values (no tokenizer, no model), so an oversized prompt or a NaN temperature
 costs nothing but its JSON parsing. The sampling bounds are the ones
 :class:`~codeparrot.generation.GenerationConfig` declares: the request is turned into
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +30,10 @@ from codeparrot.lsp.serve_config import ServeConfig
 DEFAULT_MAX_TOKENS = 16
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_TOP_P = 1.0
+
+# what torch's generators accept as a seed
+SEED_RANGE = (-(2**63), 2**64 - 1)
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 # GenerationConfig's flags, as the request names them (its errors name the flags).
 _PARAMS = {
@@ -81,6 +91,98 @@ def bad(message: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, param=param)
 
 
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
+_WILDCARDS = frozenset({"", "0.0.0.0", "::", "[::]"})
+
+
+def allowed_host_names(config: ServeConfig) -> frozenset[str]:
+    """Names a ``Host`` header may give: loopback, ``--host`` (unless a wildcard) and
+    ``--allow-host``."""
+    names = set(LOOPBACK_NAMES)
+    for given in (config.host, *config.allowed_hosts):
+        given = given.strip()
+        if given.count(":") > 1 and not given.startswith("["):  # a bare IPv6 address
+            given = f"[{given}]"
+        name = host_name(given)
+        if name is not None and name not in _WILDCARDS:
+            names.add(name)
+    return frozenset(names)
+
+
+def host_name(header: str) -> str | None:
+    """The name of a ``Host`` header without its port (``[::1]`` keeps its brackets);
+    None when the header is not ``name``, ``name:port``, ``[v6]`` or ``[v6]:port``."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        name, _, port = header.partition("]")
+        name += "]"
+        if port and not (port.startswith(":") and port[1:].isdigit()):
+            return None
+    else:
+        name, colon, port = header.partition(":")
+        if colon and not port.isdigit():
+            return None
+    name = name.rstrip(".") if len(name) > 1 else name
+    return name or None
+
+
+def check_sender(
+    config: ServeConfig, host: str | None, origin: str | None, fetch_site: str | None
+) -> str | None:
+    """Refuse a request not meant for this server, or sent by a page the user did not allow.
+
+    ``host``, ``origin`` and ``fetch_site`` are the request's ``Host``, ``Origin`` and
+    ``Sec-Fetch-Site`` headers. Returns the origin to answer with CORS headers (an allowed
+    one), else None. Raises 421 for a foreign ``Host`` and 403 for a foreign page.
+    """
+    if host is None or host_name(host) not in allowed_host_names(config):
+        shown = "none" if host is None else repr(host[:100])
+        raise ApiError(
+            421,
+            f"The Host header ({shown}) is not a name of this server; it answers "
+            "localhost, 127.0.0.1, [::1], its --host and the names given with --allow-host "
+            "(a foreign name pointing at this machine is how DNS rebinding reaches it).",
+            type="forbidden",
+        )
+    allowed = {o.lower() for o in config.allowed_origins}
+    if origin is not None:
+        if origin.strip().lower() in allowed:
+            return origin.strip()
+        raise ApiError(
+            403,
+            f"Requests from the web page of origin {origin[:100]!r} are refused: this server "
+            "answers browsers only for the origins given with --allow-origin "
+            f"({', '.join(config.allowed_origins) or 'none are'}).",
+            type="forbidden",
+        )
+    if fetch_site is not None and fetch_site.strip().lower() in ("cross-site", "same-site"):
+        raise ApiError(
+            403,
+            f"A request a browser sent for another site (Sec-Fetch-Site: {fetch_site[:40]}) "
+            "is refused.",
+            type="forbidden",
+        )
+    return None
+
+
+def check_json_content_type(value: str | None) -> None:
+    """A POST body must be declared ``application/json`` (UTF-8): 415 otherwise.
+
+    A web page can send ``text/plain`` or a form to any address without asking first;
+    ``application/json`` needs a CORS preflight, which only allowed origins pass.
+    """
+    media, *params = [part.strip().lower() for part in (value or "").split(";")]
+    charsets = [p.partition("=")[2].strip('" ') for p in params if p.startswith("charset=")]
+    if media == "application/json" and all(c in ("utf-8", "utf8") for c in charsets):
+        return
+    shown = "none" if value is None else repr(value[:80])
+    raise ApiError(
+        415,
+        f"The Content-Type header ({shown}) must be application/json (UTF-8): send the "
+        "request body as JSON with that header.",
+    )
+
+
 @dataclass(frozen=True)
 class CompletionRequest:
     """What a checked request asks for."""
@@ -133,12 +235,15 @@ def parse_completion_request(
     ):
         if _is_number(value) and value > limit:
             raise bad(f"{name} is {value}; this server accepts at most {limit}.", name)
+    seed = data.get("seed")
+    if isinstance(seed, int) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise bad(f"seed is {seed}; it must be an integer from -2**63 to 2**64 - 1.", "seed")
     generation = _generation_config(
         max_new_tokens=max_tokens,
         temperature=_or(data.get("temperature"), DEFAULT_TEMPERATURE),
         top_p=_or(data.get("top_p"), DEFAULT_TOP_P),
         n=n,
-        seed=data.get("seed"),
+        seed=seed,
         stop=stop,
     )
     return CompletionRequest(prompt, suffix, generation, stream, include_usage)
@@ -169,6 +274,18 @@ def _text(name: str, value: Any, limit: int) -> None:
         raise bad(
             f"{name} is {len(value):,} characters; this server accepts at most {limit:,}.", name
         )
+    _unicode(name, value)
+
+
+def _unicode(name: str, value: str) -> None:
+    """JSON can spell half of a UTF-16 pair (``"\\ud800"``), which is no character at all."""
+    lone = _SURROGATE.search(value)
+    if lone is not None:
+        raise bad(
+            f"{name} holds a lone UTF-16 surrogate (\\u{ord(lone.group()):04x} at character "
+            f"{lone.start()}), which is not text; send valid Unicode.",
+            name,
+        )
 
 
 def _stop(value: Any, config: ServeConfig) -> tuple[str, ...]:
@@ -192,6 +309,7 @@ def _stop(value: Any, config: ServeConfig) -> tuple[str, ...]:
                 f"{config.max_stop_chars}.",
                 "stop",
             )
+        _unicode("stop", s)
     return tuple(stops)
 
 

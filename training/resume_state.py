@@ -8,7 +8,9 @@ not write:
 - ``model.safetensors``: the weights (safetensors: no code on load).
 - ``optimizer.bin``, ``scheduler.bin`` (and ``scaler.bin`` with an fp16 gradient scaler):
   the state dicts, plain tensors in plain containers, read back with
-  ``torch.load(weights_only=True)``, which refuses any other object (safe from torch 2.6).
+  ``torch.load(weights_only=True)``, which refuses any other object (safe from torch 2.6),
+  after the zip's central directory shows every record stored uncompressed and within
+  the file (``torch.load`` inflates a compressed record into whatever size it claims).
 - ``train_state.json`` + ``train_state.safetensors``: step, tokens seen and the data
   position; ``rng-R.json`` + ``rng-R.safetensors``: process R's random generators (Python,
   NumPy, torch CPU and CUDA). JSON holds the structure, safetensors the arrays.
@@ -39,7 +41,9 @@ _ALLOWED = re.compile(
 
 def check_state_files(directory: Path) -> None:
     """Refuse a state directory holding anything this module does not write (a pickle
-    from an older codeparrot or from elsewhere could run code when loaded)."""
+    from an older codeparrot or from elsewhere could run code when loaded), or a
+    ``torch.save`` file whose records could expand beyond the file (see
+    :func:`check_record_sizes`)."""
     if not directory.is_dir():
         raise CheckpointError(f"--resume: {directory}: no such directory")
     for path in sorted(directory.iterdir()):
@@ -50,6 +54,22 @@ def check_state_files(directory: Path) -> None:
                 "that could run code. Delete that checkpoint directory to resume from the "
                 "one before it, or start a new run."
             )
+        if path.suffix == ".bin":
+            check_record_sizes(path)
+
+
+def check_record_sizes(path: Path) -> None:
+    """A ``torch.save`` file's records must be stored uncompressed, none and all together
+    larger than the file: read from the zip's central directory before ``torch.load``,
+    which would allocate and inflate whatever a record claims (3 MB can ask for 3 GB)."""
+    from codeparrot.models.bounds import check_torch_archive
+
+    try:
+        check_torch_archive(path, "--resume")
+    except CheckpointError as e:
+        raise CheckpointError(
+            f"{e}. Delete that checkpoint directory to resume from the one before it."
+        ) from None
 
 
 # -- a tree of plain values as JSON + safetensors ---------------------------------------

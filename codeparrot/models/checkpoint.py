@@ -25,6 +25,7 @@ from typing import Any
 
 from codeparrot.errors import CheckpointError
 from codeparrot.io import atomic_directory, read_json, write_json
+from codeparrot.models.bounds import check_checkpoint_bounds
 
 CHECKPOINT_META = "codeparrot_checkpoint.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -83,7 +84,7 @@ def _read_object(file: Path, what: str) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise CheckpointError(f"{what} {file.parent}: {file.name} is not valid JSON ({e})") from e
     if not isinstance(data, dict):
         raise CheckpointError(f"{what} {file.parent}: {file.name} is not a JSON object")
@@ -137,6 +138,7 @@ def read_model_config(path: str | Path) -> dict[str, Any]:
             f"checkpoint {path}: not a loadable causal LM: no weights (model.safetensors) "
             "next to config.json"
         )
+    check_checkpoint_bounds(path, config_file, config)  # sizes, weight index, torch archives
     return config
 
 

@@ -277,7 +277,10 @@ def test_openai_client_completes_and_streams(server, engine):
 
 def test_body_without_content_length_is_refused(server, engine):
     before = engine.calls
-    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    head = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     with socket.create_connection(server.server_address[:2], timeout=10) as sock:
         sock.sendall(head)  # the chunks never come: the answer cannot wait for them
         resp = http.client.HTTPResponse(sock)
@@ -289,7 +292,10 @@ def test_body_without_content_length_is_refused(server, engine):
 
 def test_client_that_goes_away_mid_stream_stops_its_generation(server, engine):
     payload = json.dumps(GREEDY | {"max_tokens": 64, "stream": True}).encode()
-    head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n\r\n"
+    head = (
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    )
     engine.delay = 0.02  # 64 tokens take more than a second: time enough to hang up
     try:
         with socket.create_connection(server.server_address[:2], timeout=30) as sock:
