@@ -28,7 +28,10 @@ docstring. MBPP task ids become ``Mbpp/<id>`` (evalplus's form).
 
 from __future__ import annotations
 
+import ast
 import logging
+import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +51,7 @@ class ProblemSet:
 
     problems: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    task: str = ""  # the task they are of: a problem file may be recognised as another
 
 
 @dataclass(frozen=True)
@@ -80,12 +84,25 @@ def _humaneval(record: dict[str, Any], humaneval: dict[str, dict[str, Any]]) -> 
     return out | {"test": record["test"], "setup": record["prompt"]}
 
 
+# evalplus's human-eval-format release writes HumanEval/32's oracle with its arguments
+# swapped (the candidate's float is unpacked as the coefficients: a TypeError for every
+# sample); evalplus's own evaluator asserts |poly(xs, candidate(xs))| <= atol.
+_FIND_ZERO_ORACLE = re.compile(r"_poly\(\*candidate\(\*inp\), inp\)")
+_FIND_ZERO_FIXED = "abs(_poly(*inp, candidate(*inp)))"
+
+
+def plus_test(test: str) -> str:
+    """An evalplus test as evalplus's evaluator checks it (HumanEval/32's oracle fixed)."""
+    return _FIND_ZERO_ORACLE.sub(_FIND_ZERO_FIXED, test)
+
+
 def _humanevalplus(record: dict[str, Any], humaneval: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out = _humaneval(record, humaneval)
+    test = plus_test(record["test"])
     base = humaneval.get(record["task_id"])
     if base is None:  # not a HumanEval task id: only the file's own tests
-        return out
-    return out | {"test": base["test"], "plus_test": record["test"]}
+        return out | {"test": test}
+    return out | {"test": base["test"], "plus_test": test}
 
 
 def mbpp_prompt(description: str, first_test: str) -> str:
@@ -204,7 +221,7 @@ def convert_records(
     task: Task, records: Iterable[dict[str, Any]], where: Callable[[int], str]
 ) -> ProblemSet:
     """Problems of ``records`` (in order); a record missing a key is reported by ``where(i)``."""
-    out = ProblemSet()
+    out = ProblemSet(task=task.name)
     humaneval = {}
     if task.uses_humaneval:
         from codeparrot.eval.data import load_problems
@@ -265,11 +282,54 @@ def _read_hub(task: Task) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
     return list(data), lambda i: f"{dataset}: row {i + 1}"
 
 
+def imported_modules(code: str) -> set[str]:
+    """Top-level names of the modules ``code`` imports (none if it does not parse)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return set()
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def recognise(task: Task, records: list[dict[str, Any]], path: Path) -> Task:
+    """The task a problem file's records are of: ``task``, or HumanEval+ for evalplus's
+    human-eval-format file given as HumanEval. Tests that import a package the checker of
+    the task is not given are refused here, before any sample is generated or run (they
+    would fail every sample, the canonical solutions included)."""
+    needs: dict[str, int] = {}
+    for record in records:
+        code = "\n".join(str(record.get(k) or "") for k in ("test", "test_imports", "test_setup"))
+        for module in imported_modules(code) - set(sys.stdlib_module_names):
+            needs[module] = needs.get(module, 0) + 1
+    missing = sorted(set(needs) - set(task.checker_packages))
+    if not missing:
+        return task
+    plus = TASKS["humanevalplus"]
+    if task.name == "humaneval" and not set(needs) - set(plus.checker_packages):
+        logger.warning("%s: tests import %s: read as task humanevalplus", path, ", ".join(needs))
+        return plus
+    counts = ", ".join(f"{m} ({needs[m]} problems)" for m in missing)
+    hint = {"humaneval": "humanevalplus", "mbpp": "mbppplus"}.get(task.name)
+    raise DataError(
+        f"--problem-file {path}: its tests import {counts}, which the checker of --task "
+        f"{task.name} is not given, so every sample would fail"
+        + (f"; if it is {hint}'s file, pass --task {hint}" if hint else "")
+    )
+
+
 def load_task(name: str, problem_file: str | Path | None = None) -> ProblemSet:
-    """The problems of task ``name``: from ``problem_file`` when given, else from the task's source."""
+    """The problems of task ``name``: from ``problem_file`` when given, else from the task's
+    source. ``ProblemSet.task`` says which task they are of (see :func:`recognise`)."""
     task = get_task(name)
     if problem_file is not None:
         records, where = _read_file(Path(problem_file))
+        task = recognise(task, records, Path(problem_file))
     elif task.hub is not None:
         records, where = _read_hub(task)
     elif task.infill:
@@ -281,7 +341,7 @@ def load_task(name: str, problem_file: str | Path | None = None) -> ProblemSet:
     found = convert_records(task, records, where)
     if not found.problems:
         first = f" (first: {found.errors[0]})" if found.errors else ""
-        raise DataError(f"no usable {name} problems{first}")
+        raise DataError(f"no usable {task.name} problems{first}")
     return found
 
 
