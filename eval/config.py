@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
+from codeparrot.eval.prompts import PROMPT_FORMATS
 from codeparrot.eval.tasks import TASK_NAMES
 from codeparrot.options import (
     CANDIDATES,
@@ -158,6 +159,13 @@ class GenerationOptions(TaskOptions):
         "most new tokens per completion (default: the reference's 256, or half the "
         "model's context when that is less)",
     )
+    prompt_format: str = option(
+        "healed",
+        "how the prompt is given: healed (as is, with token healing), bigcode "
+        "(bigcode-evaluation-harness: HumanEval prompts stripped), bigcode-unstripped (its "
+        "humaneval-unstripped), evalplus (stripped + a line break); recorded with the samples",
+        choices=PROMPT_FORMATS,
+    )
     fim_order: str = FIM_ORDER.field(
         help="infilling tasks: psm (prefix, suffix, middle) or spm (suffix, then the prefix "
         "running straight into the middle)"
@@ -211,6 +219,11 @@ class GenerationOptions(TaskOptions):
 
     def problems(self) -> list[str]:
         out = super().problems()
+        if self.task.startswith("infill-") and self.prompt_format in ("bigcode", "evalplus"):
+            out.append(
+                f"--prompt-format {self.prompt_format} strips the prompt: an infilling task's "
+                "prefix ends mid-solution (use healed or bigcode-unstripped)"
+            )
         if self.backend == "openai":
             if not self.base_url:
                 out.append("--base-url is required with --backend openai")

@@ -75,7 +75,7 @@ def generation_settings(config: GenerationOptions) -> dict[str, Any]:
         "max_new_tokens": config.max_new_tokens,
         "seed": config.seed,
         "batch_size": config.batch_size,
-        "prompt": PROMPT_FORM,
+        "prompt": config.prompt_format,
         # a task's stop sequences may change between versions: samples made with others
         # are not silently mixed in on resume
         "stop": list(get_task(config.task).stop_sequences()),
@@ -96,13 +96,6 @@ def _model_settings(config: GenerationOptions) -> dict[str, Any]:
     return {"checkpoint": str(Path(config.checkpoint).resolve())}
 
 
-# How the prompt is given to the model: whole, with token healing (the engine backs up
-# over the prompt's last token and lets the first new token be any that starts with its
-# text). HumanEval prompts end in a line break; a tokenizer that keeps a line break with
-# the next line's indentation would otherwise end the prompt on a token the model rarely
-# saw there (a bare line break). bigcode's harness strips the prompt instead, which leaves
-# a small model reading the closing quotes of the docstring as opening ones.
-PROMPT_FORM = "healed"
 SHARD_GLOB = "samples.shard-*.jsonl"
 
 
@@ -324,6 +317,7 @@ def _generate_into(
     on_sample: Callable[[dict[str, Any]], None] | None,
     threads: int = 1,
 ) -> None:
+    from codeparrot.eval.prompts import completion_after, render_prompt
     from codeparrot.eval.scoring import program_text
     from codeparrot.generation import GenerationConfig
     from codeparrot.generation.syntax import checked_generate, parses
@@ -338,6 +332,16 @@ def _generate_into(
 
     def work(item: tuple[str, int, int]) -> list[dict[str, Any]]:
         task_id, batch, seed = item
+        problem = problems[task_id]
+        prompt, heal = render_prompt(problem["prompt"], config.prompt_format, task.name)
+
+        def completion(text: str) -> str:  # of the task's own prompt
+            return (
+                text
+                if prompt == problem["prompt"]
+                else completion_after(problem["prompt"], prompt, text)
+            )
+
         gen = GenerationConfig(
             n=batch,
             temperature=config.temperature,
@@ -345,17 +349,16 @@ def _generate_into(
             max_new_tokens=config.max_new_tokens,
             stop=task.stop_sequences(),
             seed=seed,
-            heal=True,
+            heal=heal,
             fim_order=config.fim_order,
             fim_suffix_share=config.fim_suffix_share,
         )
-        problem = problems[task_id]
         extra = {"suffix": problem["suffix"]} if task.infill else {}
         made = checked_generate(
             engine,
-            problem["prompt"],
+            prompt,
             gen,
-            lambda completion: parses(program_text(problem, completion)),
+            lambda text: parses(program_text(problem, completion(text))),
             config.syntax_samples,
             cancel=cancel,
             **extra,
@@ -363,8 +366,8 @@ def _generate_into(
         if cancel.is_set():  # stopped part-way: nothing of it is kept
             return []
         return [
-            {"task_id": task_id, "completion": c.text, "finish_reason": c.finish_reason,
-             "seed": seed}
+            {"task_id": task_id, "completion": completion(c.text),
+             "finish_reason": c.finish_reason, "seed": seed}
             for c in made
         ]  # fmt: skip
 
