@@ -36,6 +36,10 @@ _PROBE = {"prompt": "def f():\n", "max_tokens": 1, "temperature": 0}
 class BackendError(CodeparrotError):
     """The server could not be used: unreachable, refusing, or answering out of shape."""
 
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
 
 @dataclass(frozen=True)
 class ServedCompletion:
@@ -91,10 +95,13 @@ class ServedEngine:
     def check(self, *, infill: bool = False) -> None:
         """Refuse, naming the flag, a server that is unreachable, does not know ``model``,
         or (``infill``) does not take a ``suffix``. Costs one request, two with ``infill``."""
-        try:
-            listing = self._request("GET", "/models", None, timeout=30)
+        try:  # a server that is down is told at once, not after the whole backoff
+            listing = self._request("GET", "/models", None, timeout=30, retries=1)
         except BackendError as e:
-            raise ConfigError(f"--base-url {self.base_url}: {e}") from None
+            raise ConfigError(
+                f"--base-url {self.base_url}: no OpenAI-compatible server answered "
+                f"GET {self.api}/models ({e.reason})"
+            ) from None
         ids = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict)]
         if self.model not in ids:
             known = ", ".join(str(i) for i in ids[:20]) or "none"
@@ -186,16 +193,23 @@ class ServedEngine:
     # -- HTTP ------------------------------------------------------------------------
 
     def _request(
-        self, method: str, path: str, body: dict[str, Any] | None, *, timeout: float | None = None
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        *,
+        timeout: float | None = None,
+        retries: int | None = None,
     ) -> dict[str, Any]:
         """The JSON answer of one request, retried on 429/5xx and dropped connections."""
         last = ""
-        for attempt in range(self.retries + 1):
+        retries = self.retries if retries is None else min(retries, self.retries)
+        for attempt in range(retries + 1):
             try:
                 return self._once(method, path, body, timeout or self.request_timeout)
             except _Retryable as e:
                 last = e.reason
-                if attempt == self.retries:
+                if attempt == retries:
                     break
                 wait = self.backoff * 2**attempt * (1 + 0.1 * random.random())
                 if e.retry_after is not None:
@@ -205,9 +219,10 @@ class ServedEngine:
                 )
                 self.sleep(wait)
         raise BackendError(
-            f"{method} {self.api}{path} still failing after {self.retries} retries ({last}); "
+            f"{method} {self.api}{path} still failing after {retries} retries ({last}); "
             "raise --retries or lower --concurrency (samples written so far are kept: rerun "
-            "to resume)"
+            "to resume)",
+            last,
         )
 
     def _once(

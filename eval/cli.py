@@ -71,6 +71,14 @@ def _print_summary(summary: dict) -> None:
             print(f"{name}: {100 * value:.2f}% (base tests), {100 * plus[name]:.2f}% (base + plus)")
     if "exact_match" in summary:
         print(f"exact match: {100 * summary['exact_match']:.2f}%")
+    timing = summary.get("scoring", {}).get("time_limit", {})
+    if timing.get("mode") == "per-task" and timing["limits"]:
+        limits = timing["limits"].values()
+        print(
+            f"time limits per task: {min(limits):.1f}-{max(limits):.1f} s (the larger of "
+            f"{timing['min_time_limit']} s and {timing['gt_time_limit_factor']} x the "
+            f"reference solution's time; {len(timing['reference_failures'])} references failed)"
+        )
 
 
 def run_humaneval(args: argparse.Namespace) -> int:

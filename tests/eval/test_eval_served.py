@@ -200,3 +200,16 @@ def test_a_rate_limit_outlasting_the_retries_stops_the_run_and_keeps_samples(fla
         "HumanEval/0",
         "HumanEval/1",
     ]
+
+
+def test_cli_generates_from_a_served_model(served, tmp_path, capsys):
+    from codeparrot.cli import main
+
+    out = tmp_path / "gen"
+    argv = ["eval", "generate", "--backend", "openai", "--base-url", served, "--model", "tiny",
+            "--output", str(out), "--n", "2", "--batch-size", "2", "--max-new-tokens", "4",
+            "--limit", "2", "--concurrency", "2"]  # fmt: skip
+    assert main(argv) == 0
+    assert "4 samples of 2 problems" in capsys.readouterr().out
+    meta = json.loads((out / "samples.meta.json").read_text())
+    assert meta["generation"]["backend"] == "openai" and meta["generation"]["model"] == "tiny"
