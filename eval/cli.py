@@ -71,6 +71,8 @@ def _print_summary(summary: dict) -> None:
             print(f"{name}: {100 * value:.2f}% (base tests), {100 * plus[name]:.2f}% (base + plus)")
     if "exact_match" in summary:
         print(f"exact match: {100 * summary['exact_match']:.2f}%")
+    for language, value in summary.get("exact_match_by_language", {}).items():
+        print(f"{language} exact match: {100 * value:.2f}%")
     timing = summary.get("scoring", {}).get("time_limit", {})
     if timing.get("mode") == "per-task" and timing["limits"]:
         limits = timing["limits"].values()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from codeparrot.config import Config, option
 from codeparrot.eval.prompts import PROMPT_FORMATS
-from codeparrot.eval.tasks import TASK_NAMES
+from codeparrot.eval.tasks import TASK_NAMES, TASKS
 from codeparrot.options import (
     CANDIDATES,
     DEVICE,
@@ -219,7 +219,8 @@ class GenerationOptions(TaskOptions):
 
     def problems(self) -> list[str]:
         out = super().problems()
-        if self.task.startswith("infill-") and self.prompt_format in ("bigcode", "evalplus"):
+        infill = self.task in TASKS and TASKS[self.task].infill
+        if infill and self.prompt_format in ("bigcode", "evalplus"):
             out.append(
                 f"--prompt-format {self.prompt_format} strips the prompt: an infilling task's "
                 "prefix ends mid-solution (use healed or bigcode-unstripped)"
@@ -251,7 +252,7 @@ class HumanEvalConfig(GenerationOptions, ExecutionOptions):
     """Generate completions of a task with a checkpoint, execute them, report pass@k."""
 
 
-INFILL_KINDS = ("single-line", "multi-line")
+INFILL_KINDS = ("single-line", "multi-line", "santacoder-fim")
 
 
 @dataclass(frozen=True)
@@ -261,7 +262,10 @@ class InfillConfig(HumanEvalConfig):
     sandbox; pass@1 and exact match. The same run as `eval humaneval --task infill-KIND`."""
 
     task: str = option(
-        "single-line", "which infilling benchmark (1,033 or 5,815 tasks)", choices=INFILL_KINDS
+        "single-line",
+        "which infilling benchmark: OpenAI's single-line or multi-line (1,033 or 5,815 tasks, "
+        "executed) or bigcode's santacoder-fim (4,792 in 3 languages, exact match)",
+        choices=INFILL_KINDS,
     )
     n: int = option(1, "samples per task", ge=1, le=1000)
     batch_size: int = CANDIDATES.field(1, "samples generated per call of the engine")
@@ -270,4 +274,5 @@ class InfillConfig(HumanEvalConfig):
     def humaneval_config(self) -> HumanEvalConfig:
         """The equivalent `eval humaneval` config (task ``infill-KIND``)."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(HumanEvalConfig)}
-        return HumanEvalConfig(**values | {"task": f"infill-{self.task}"})
+        task = self.task if self.task == "santacoder-fim" else f"infill-{self.task}"
+        return HumanEvalConfig(**values | {"task": task})

@@ -448,6 +448,8 @@ def score(
 ) -> tuple[list[dict[str, Any]], Isolation, dict[str, Any]]:
     """Result rows of ``samples`` (see :mod:`codeparrot.eval.scoring`), the isolation used
     and how time was limited (``{"mode": "flat", ...}`` or the per-task report)."""
+    if not get_task(config.task).executes:
+        return match_rows(samples, problems), NOT_RUN, {"mode": "not run"}
     require_permission(config.allow_code_execution)
     isolation = detect_isolation(config.sandbox)
     secret = _secret_dirs(config)
@@ -478,6 +480,53 @@ def score(
     return rows, isolation, timing
 
 
+class _NotRun:
+    """The isolation of a task that runs nothing (exact match only)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": "not run (exact match)", "missing": [], "accounting": None}
+
+
+NOT_RUN: Any = _NotRun()
+
+
+def match_rows(samples: SampleFile, problems: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of a task scored by exact match alone: a middle is right when it equals the
+    reference once both are stripped (bigcode-evaluation-harness's santacoder_fim)."""
+    rows = []
+    for s in samples.samples:
+        problem = problems[s.task_id]
+        match = s.completion.strip() == problem["canonical_solution"].strip()
+        rows.append(
+            dict(s.record)
+            | {
+                "task_id": s.task_id,
+                "completion_id": s.completion_id,
+                "completion": s.completion,
+                "passed": match,
+                "result": "exact match" if match else "failed: no exact match",
+                "duration": 0.0,
+                "exact_match": match,
+                **({"language": problem["language"]} if "language" in problem else {}),
+            }
+        )
+    return rows
+
+
+def exact_match_by_language(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean exact match of each language (bigcode's "py Exact Match", ...)."""
+    per: dict[str, list[bool]] = {}
+    for r in rows:
+        if "language" in r:
+            per.setdefault(r["language"], []).append(bool(r["exact_match"]))
+    return {lang: sum(v) / len(v) for lang, v in per.items()}
+
+
+def _by_language(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    by_language = exact_match_by_language(rows)
+    return {"exact_match_by_language": by_language} if by_language else {}
+
+
 def scoring_settings(
     config: ExecutionOptions, timing: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -494,7 +543,8 @@ def scoring_settings(
 
 def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
     """Score a samples file; writes RESULTS.jsonl and RESULTS.summary.json. Returns the summary."""
-    require_permission(config.allow_code_execution)
+    if get_task(config.task).executes:
+        require_permission(config.allow_code_execution)
     config, found = with_problems(config)
     assert config.samples is not None
     samples = read_samples(config.samples, found.problems)
@@ -517,14 +567,15 @@ def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
         scoring=scoring_settings(config, timing),
         isolation=isolation.to_dict(),
         provenance=provenance(config),
-    )
+    ) | _by_language(rows)
     write_summary(out.with_name(out.name.removesuffix(".jsonl") + ".summary.json"), summary)
     return summary
 
 
 def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -> dict[str, Any]:
     """Generate, execute and report; returns the summary written to OUT/summary.json."""
-    require_permission(config.allow_code_execution)
+    if get_task(config.task).executes:
+        require_permission(config.allow_code_execution)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError(
             "eval humaneval runs in one process; under a launcher run `eval generate` "
@@ -557,7 +608,7 @@ def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -
         scoring=scoring_settings(config, timing),
         isolation=isolation.to_dict(),
         provenance=provenance(config),
-    )
+    ) | _by_language(rows)
     write_summary(out / "summary.json", summary)
     write_chart(out / "pass_at_k.png", summary, title=f"{config.task}: {config.model_label()}")
     return summary

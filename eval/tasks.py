@@ -21,6 +21,9 @@ Sources (schemas checked against the Hub datasets' cards and bigcode-evaluation-
 - ``mbpp``: ``google-research-datasets/mbpp`` config ``sanitized`` split ``test``
   (``source_file, task_id, prompt, code, test_imports, test_list``).
 - ``mbppplus``: ``evalplus/mbppplus`` (the same keys plus ``test``: base + plus inputs).
+- ``santacoder-fim``: ``bigcode/santacoder-fim-task`` split ``train`` (``name, language,
+  prompt, suffix, canonical_solution, tests``); nothing is executed: a middle is right when
+  it equals the reference once both are stripped, as bigcode-evaluation-harness scores it.
 
 MBPP prompts follow bigcode-evaluation-harness: the description and the first test in a
 docstring. MBPP task ids become ``Mbpp/<id>`` (evalplus's form).
@@ -70,6 +73,7 @@ class Task:
     # installed packages the trusted tests import, given to the checker read-only (never
     # to the sample): evalplus's tests compare floats with numpy's tolerance
     checker_packages: tuple[str, ...] = ()
+    executes: bool = True  # False: scored by exact match alone, nothing is run
 
     def stop_sequences(self) -> tuple[str, ...]:
         if self.stop is not None:
@@ -142,6 +146,21 @@ def _infill(kind: str) -> Callable[[dict[str, Any], dict[str, dict[str, Any]]], 
     return convert
 
 
+def _santacoder_fim(record: dict[str, Any], humaneval: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    # The masked line is the prompt's line count: with the problem's name and language, an
+    # id that stays the same whatever order the rows come in.
+    line = record["prompt"].count("\n")
+    return {
+        "task_id": f"SantaCoderFIM/{record['language']}/{record['name']}/L{line}",
+        "prompt": record["prompt"],
+        "suffix": record["suffix"],
+        "canonical_solution": record["canonical_solution"],
+        "language": record["language"],
+        "entry_point": "",
+        "test": "",
+    }
+
+
 HUMANEVAL_KEYS = ("task_id", "prompt", "canonical_solution", "entry_point", "test")
 MBPP_KEYS = ("task_id", "prompt", "code", "test_list")
 
@@ -195,6 +214,18 @@ TASKS: dict[str, Task] = {
             stop=("\n",),
             infill=True,
             uses_humaneval=True,
+        ),
+        Task(
+            "santacoder-fim",
+            "bigcode's santacoder_fim: single-line infilling in Python, JavaScript and Java "
+            "(4,792 tasks), exact match",
+            ("bigcode/santacoder-fim-task", None, "train"),
+            ("name", "language", "prompt", "suffix", "canonical_solution"),
+            _santacoder_fim,
+            # bigcode's task stops at end-of-text only
+            stop=(),
+            infill=True,
+            executes=False,
         ),
         Task(
             "infill-multi-line",
