@@ -259,7 +259,10 @@ def _choices(answer: dict[str, Any], n: int, seed: int | None) -> list[ServedCom
     choices = answer.get("choices")
     if not isinstance(choices, list) or len(choices) != n:
         got = len(choices) if isinstance(choices, list) else "no"
-        raise BackendError(f"asked for n={n} completions, the server returned {got} choices")
+        raise BackendError(
+            f"asked for n={n} completions, the server returned {got} choices"
+            + ("; a server that answers one per request needs --batch-size 1" if got == 1 else "")
+        )
     out = []
     for choice in sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0):
         text = choice.get("text") if isinstance(choice, dict) else None

@@ -155,7 +155,7 @@ class FlakyHandler(BaseHTTPRequestHandler):
                        [("Retry-After", "0")])  # fmt: skip
             return
         choices = [{"index": i, "text": f"    return {i}\n", "finish_reason": "stop"}
-                   for i in range(request["n"])]  # fmt: skip
+                   for i in range(min(request["n"], self.server.max_choices))]  # fmt: skip
         self._send(200, {"object": "text_completion", "choices": choices})
 
 
@@ -163,6 +163,7 @@ class FlakyHandler(BaseHTTPRequestHandler):
 def flaky():
     server = ThreadingHTTPServer(("127.0.0.1", 0), FlakyHandler)
     server.lock, server.posts, server.failures, server.status = threading.Lock(), 0, 0, 503
+    server.max_choices = 100
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -213,3 +214,11 @@ def test_cli_generates_from_a_served_model(served, tmp_path, capsys):
     assert "4 samples of 2 problems" in capsys.readouterr().out
     meta = json.loads((out / "samples.meta.json").read_text())
     assert meta["generation"]["backend"] == "openai" and meta["generation"]["model"] == "tiny"
+
+
+def test_a_server_ignoring_n_is_told_to_use_batch_size_one(flaky):
+    flaky.max_choices = 1  # a server that ignores n
+    engine = ServedEngine(url(flaky), "m")
+    with pytest.raises(BackendError, match=r"returned 1 choices.*--batch-size 1"):
+        engine.complete("def f():\n", n=2, max_tokens=4)
+    assert [c.text for c in engine.complete("def f():\n", n=1, max_tokens=4)] == ["    return 0\n"]
