@@ -54,8 +54,11 @@ def _print_errors(summary: dict) -> None:
         print(f"skipped {error}")
 
 
-def _print_summary(summary: dict) -> None:
+def _print_summary(summary: dict, asked: str | None = None) -> None:
     _print_errors(summary)
+    task = summary.get("scoring", {}).get("task")
+    if asked is not None and task is not None and task != asked:
+        print(f"the problem file is {task}'s (scored as --task {task})")
     isolation = summary["isolation"]
     if isolation["missing"]:
         print(f"WARNING: weak sandbox ({isolation['mode']}): " + "; ".join(isolation["missing"]))
@@ -88,7 +91,7 @@ def run_humaneval(args: argparse.Namespace) -> int:
 
     config = config_from_args(HumanEvalConfig, args)
     summary = run(config)
-    _print_summary(summary)
+    _print_summary(summary, config.task)
     print(f"report: {config.output_dir()}")
     return 0
 
@@ -108,7 +111,7 @@ def run_execute(args: argparse.Namespace) -> int:
 
     config = config_from_args(ExecuteConfig, args)
     summary = execute(config)
-    _print_summary(summary)
+    _print_summary(summary, config.task)
     print(f"results: {config.results_path()}")
     return 0
 

@@ -157,3 +157,20 @@ def test_tests_needing_what_the_checker_lacks_are_refused_before_any_work(tmp_pa
         DataError, match=r"--problem-file .*pandas \(1 problems\).*--task humaneval"
     ):
         load_task("humaneval", path)
+
+
+def test_cli_says_what_the_file_was_read_as(plus_file, tmp_path, capsys):
+    from codeparrot.cli import main
+
+    samples = tmp_path / "samples.jsonl"
+    record = plus_records()[0]
+    samples.write_text(
+        json.dumps({"task_id": record["task_id"], "completion": record["canonical_solution"]})
+        + "\n"
+    )
+    argv = ["eval", "execute", str(samples), "--problem-file", str(plus_file),
+            "--allow-code-execution", "--ks", "1", "--workers", "1"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "the problem file is humanevalplus's" in printed
+    assert "pass@1: 100.00% (base tests), 100.00% (base + plus)" in printed
