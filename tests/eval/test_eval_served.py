@@ -107,7 +107,7 @@ def test_unknown_model_unreachable_url_and_missing_suffix_are_refused(served, tm
                              n=1, batch_size=1, allow_code_execution=True)  # fmt: skip
     with pytest.raises(ConfigError, match=r"does not fill in the middle.*suffix"):
         run(config, progress=False)
-    assert not (tmp_path / "fim" / "samples.jsonl").exists()
+    assert not (tmp_path / "fim").exists()  # nothing written
 
 
 def test_flags_are_checked_before_any_work():
