@@ -194,8 +194,8 @@ def generate_samples(
     meta_path = out / "samples.meta.json"
     settings = generation_settings(config)
     _check_settings(path, meta_path, settings)
-    if engine is None and config.backend == "openai":  # its checks come before any write
-        engine = served_engine(config)
+    if engine is None and config.backend == "openai" and not path.exists():
+        engine = served_engine(config)  # a fresh run: its checks come before any write
     group = _process_group()
     rank, world = (group.process_index, group.num_processes) if group else (0, 1)
     if rank == 0:
