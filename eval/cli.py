@@ -54,8 +54,11 @@ def _print_errors(summary: dict) -> None:
         print(f"skipped {error}")
 
 
-def _print_summary(summary: dict) -> None:
+def _print_summary(summary: dict, asked: str | None = None) -> None:
     _print_errors(summary)
+    task = summary.get("scoring", {}).get("task")
+    if asked is not None and task is not None and task != asked:
+        print(f"the problem file is {task}'s (scored as --task {task})")
     isolation = summary["isolation"]
     if isolation["missing"]:
         print(f"WARNING: weak sandbox ({isolation['mode']}): " + "; ".join(isolation["missing"]))
@@ -71,6 +74,16 @@ def _print_summary(summary: dict) -> None:
             print(f"{name}: {100 * value:.2f}% (base tests), {100 * plus[name]:.2f}% (base + plus)")
     if "exact_match" in summary:
         print(f"exact match: {100 * summary['exact_match']:.2f}%")
+    for language, value in summary.get("exact_match_by_language", {}).items():
+        print(f"{language} exact match: {100 * value:.2f}%")
+    timing = summary.get("scoring", {}).get("time_limit", {})
+    if timing.get("mode") == "per-task" and timing["limits"]:
+        limits = timing["limits"].values()
+        print(
+            f"time limits per task: {min(limits):.1f}-{max(limits):.1f} s (the larger of "
+            f"{timing['min_time_limit']} s and {timing['gt_time_limit_factor']} x the "
+            f"reference solution's time; {len(timing['reference_failures'])} references failed)"
+        )
 
 
 def run_humaneval(args: argparse.Namespace) -> int:
@@ -78,7 +91,7 @@ def run_humaneval(args: argparse.Namespace) -> int:
 
     config = config_from_args(HumanEvalConfig, args)
     summary = run(config)
-    _print_summary(summary)
+    _print_summary(summary, config.task)
     print(f"report: {config.output_dir()}")
     return 0
 
@@ -98,7 +111,7 @@ def run_execute(args: argparse.Namespace) -> int:
 
     config = config_from_args(ExecuteConfig, args)
     summary = execute(config)
-    _print_summary(summary)
+    _print_summary(summary, config.task)
     print(f"results: {config.results_path()}")
     return 0
 

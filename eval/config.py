@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
-from codeparrot.eval.tasks import TASK_NAMES
+from codeparrot.eval.prompts import PROMPT_FORMATS
+from codeparrot.eval.tasks import TASK_NAMES, TASKS
 from codeparrot.options import (
     CANDIDATES,
     DEVICE,
@@ -20,6 +21,7 @@ from codeparrot.options import (
 )
 
 SANDBOX_MODES = ("root", "userns", "none")
+BACKENDS = ("local", "openai")
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,20 @@ class ExecutionOptions(TaskOptions):
         "wall-clock seconds per sample and test set (HumanEval+/MBPP+: consider 20)",
         gt=0,
         le=600,
+    )
+    gt_time_limit_factor: float | None = option(
+        None,
+        "per-task limits as evalplus sets them (evalplus: 4): each task's test set gets the "
+        "larger of --min-time-limit and this many times its reference solution's time, "
+        "measured in the same sandbox first (at most 60 s); unset: the flat --timeout",
+        gt=0,
+        le=1000,
+    )
+    min_time_limit: float = option(
+        4.0,
+        "with --gt-time-limit-factor: the least seconds a task gets (evalplus 0.3: 4.0)",
+        gt=0,
+        le=60,
     )
     workers: int | None = option(
         None,
@@ -111,7 +127,27 @@ class GenerationOptions(TaskOptions):
     """How completions are generated (shared by `eval generate` and `eval humaneval`)."""
 
     checkpoint: Path | None = option(None, "checkpoint directory (model and tokenizer)")
-    output: Path | None = option(None, "report directory (default: CHECKPOINT/TASK)")
+    output: Path | None = option(
+        None, "report directory (default: CHECKPOINT/TASK, or MODEL/TASK with --backend openai)"
+    )
+    backend: str = option(
+        "local",
+        "local: generate with --checkpoint here; openai: ask a server's /v1/completions "
+        "(codeparrot serve, vLLM, llama.cpp's server, Ollama) at --base-url for --model",
+        choices=BACKENDS,
+    )
+    base_url: str | None = option(
+        None, "--backend openai: the server's root or its /v1 (e.g. http://127.0.0.1:8000/v1)"
+    )
+    model: str | None = option(None, "--backend openai: the model id the server lists")
+    concurrency: int = option(4, "--backend openai: requests in flight at once", ge=1, le=256)
+    retries: int = option(
+        5,
+        "--backend openai: retries of a request refused (429, 5xx) or dropped, waiting "
+        "1, 2, 4, ... s",
+        ge=0,
+        le=20,
+    )
     n: int = option(10, "samples per problem (the reference uses 200)", ge=1, le=1000)
     batch_size: int = CANDIDATES.field(10, "samples generated per call of the engine")
     temperature: float = TEMPERATURE.field(
@@ -122,6 +158,13 @@ class GenerationOptions(TaskOptions):
         None,
         "most new tokens per completion (default: the reference's 256, or half the "
         "model's context when that is less)",
+    )
+    prompt_format: str = option(
+        "healed",
+        "how the prompt is given: healed (as is, with token healing), bigcode "
+        "(bigcode-evaluation-harness: HumanEval prompts stripped), bigcode-unstripped (its "
+        "humaneval-unstripped), evalplus (stripped + a line break); recorded with the samples",
+        choices=PROMPT_FORMATS,
     )
     fim_order: str = FIM_ORDER.field(
         help="infilling tasks: psm (prefix, suffix, middle) or spm (suffix, then the prefix "
@@ -160,13 +203,41 @@ class GenerationOptions(TaskOptions):
     )
 
     def output_dir(self) -> Path:
+        if self.output is not None:
+            return self.output
+        if self.backend == "openai":
+            assert self.model is not None
+            return Path(self.model.replace("/", "--").replace(":", "-")) / self.task
         assert self.checkpoint is not None
-        return self.output if self.output is not None else self.checkpoint / self.task
+        return self.checkpoint / self.task
+
+    def model_label(self) -> str:
+        """What generated the samples: the checkpoint, or the served model and its URL."""
+        if self.backend == "openai":
+            return f"{self.model} at {self.base_url}"
+        return str(self.checkpoint)
 
     def problems(self) -> list[str]:
         out = super().problems()
-        if self.checkpoint is None:
-            out.append("--checkpoint is required")
+        infill = self.task in TASKS and TASKS[self.task].infill
+        if infill and self.prompt_format in ("bigcode", "evalplus"):
+            out.append(
+                f"--prompt-format {self.prompt_format} strips the prompt: an infilling task's "
+                "prefix ends mid-solution (use healed or bigcode-unstripped)"
+            )
+        if self.backend == "openai":
+            if not self.base_url:
+                out.append("--base-url is required with --backend openai")
+            elif not self.base_url.startswith(("http://", "https://")):
+                out.append(f"--base-url {self.base_url!r}: give an http:// or https:// URL")
+            if not self.model:
+                out.append("--model is required with --backend openai")
+            if self.checkpoint is not None:
+                out.append("--checkpoint and --backend openai exclude each other")
+            if self.syntax_samples:
+                out.append("--syntax-samples needs --backend local (it draws more samples)")
+        elif self.checkpoint is None:
+            out.append("--checkpoint is required (or --backend openai --base-url URL --model NAME)")
         return out
 
 
@@ -181,7 +252,7 @@ class HumanEvalConfig(GenerationOptions, ExecutionOptions):
     """Generate completions of a task with a checkpoint, execute them, report pass@k."""
 
 
-INFILL_KINDS = ("single-line", "multi-line")
+INFILL_KINDS = ("single-line", "multi-line", "santacoder-fim")
 
 
 @dataclass(frozen=True)
@@ -191,7 +262,10 @@ class InfillConfig(HumanEvalConfig):
     sandbox; pass@1 and exact match. The same run as `eval humaneval --task infill-KIND`."""
 
     task: str = option(
-        "single-line", "which infilling benchmark (1,033 or 5,815 tasks)", choices=INFILL_KINDS
+        "single-line",
+        "which infilling benchmark: OpenAI's single-line or multi-line (1,033 or 5,815 tasks, "
+        "executed) or bigcode's santacoder-fim (4,792 in 3 languages, exact match)",
+        choices=INFILL_KINDS,
     )
     n: int = option(1, "samples per task", ge=1, le=1000)
     batch_size: int = CANDIDATES.field(1, "samples generated per call of the engine")
@@ -200,4 +274,5 @@ class InfillConfig(HumanEvalConfig):
     def humaneval_config(self) -> HumanEvalConfig:
         """The equivalent `eval humaneval` config (task ``infill-KIND``)."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(HumanEvalConfig)}
-        return HumanEvalConfig(**values | {"task": f"infill-{self.task}"})
+        task = self.task if self.task == "santacoder-fim" else f"infill-{self.task}"
+        return HumanEvalConfig(**values | {"task": task})

