@@ -83,8 +83,8 @@ class EnginePool:
             engine = self._engines.get(key)
             if engine is None:
                 engine = Engine.load(self.checkpoints[key], device=self.device)
-                if self.compile and engine.can_compile_steps:
-                    engine.compile_steps()
+                if self.compile:
+                    engine.compile_steps_if_possible()
                 self._engines[key] = engine
             return engine
 
