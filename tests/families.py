@@ -242,3 +242,27 @@ def bias_head(model: Any, logits: dict[int, float]) -> None:
         for i, value in logits.items():
             biased.bias[i] = value
     model.set_output_embeddings(biased)
+
+
+class ScriptedHead:
+    """Make a loaded model (the transformers forward) write ``script`` token by token:
+    each call of its output head after :meth:`reset` gives the next id all the mass.
+    Past the script's end the last id is repeated."""
+
+    def __init__(self, model: Any, script: list[int]) -> None:
+        self.script = list(script)
+        self.calls = 0
+        head = model.get_output_embeddings()
+        self.handle = head.register_forward_hook(self._hook)
+
+    def reset(self, script: list[int] | None = None) -> None:
+        self.calls = 0
+        if script is not None:
+            self.script = list(script)
+
+    def _hook(self, module: Any, args: Any, output: Any) -> Any:
+        tok = self.script[min(self.calls, len(self.script) - 1)]
+        self.calls += 1
+        forced = output.new_full(output.shape, -1e4)
+        forced[..., tok] = 1e4
+        return forced
