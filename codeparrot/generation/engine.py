@@ -341,21 +341,13 @@ class Engine:
         model.to(getattr(torch, dtype))
         model.eval()
         if quantize == "auto":
-            from codeparrot.generation.gpt2 import int8_supported
-            from codeparrot.generation.lean import has_lean_decoder
-
-            usable = on_cpu and has_lean_decoder(model) and int8_supported()
-            quantize = "int8" if usable else "none"
-            if not usable:
+            missing = _int8_missing(model, on_cpu)
+            quantize = "none" if missing else "int8"
+            if missing:
                 logger.info(
                     "quantize auto: decoding %s with its own weights (int8 steps need %s)",
                     path,
-                    "a CPU"
-                    if not on_cpu
-                    else "the lean decoder, which covers GPT-2 and Qwen3 models, not "
-                    f"{getattr(model.config, 'model_type', 'this one')}"
-                    if not has_lean_decoder(model)
-                    else "torch's int8 weight-only CPU kernel",
+                    missing,
                 )
         # one thread per one-token step on a CPU: measured 2-7x faster than two on a
         # shared 2-core machine (bench/generate.py); the prompt keeps torch's setting
@@ -1003,6 +995,21 @@ def _intra_op_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def _int8_missing(model: Any, on_cpu: bool) -> str:
+    """What int8 decoding steps would need that this model or machine lacks ("": nothing)."""
+    from codeparrot.generation.gpt2 import int8_supported
+    from codeparrot.generation.lean import has_lean_decoder
+
+    if not on_cpu:
+        return "a CPU"
+    if not has_lean_decoder(model):
+        kind = getattr(model.config, "model_type", "this one")
+        return f"the lean decoder, which covers GPT-2 and Qwen3 models, not {kind}"
+    if not int8_supported():
+        return "torch's int8 weight-only CPU kernel"
+    return ""
 
 
 def _leading_special_ids(tokenizer: Any) -> list[int]:
