@@ -191,7 +191,7 @@ def build_tokenizer(family: Family, vocab_size: int = 600) -> Any:
 def _model_config(family: Family, vocab: int, bos: int, eos: int) -> Any:
     import transformers as tf
 
-    small = {"vocab_size": vocab, "bos_token_id": bos, "eos_token_id": eos}
+    small = {"vocab_size": vocab, "bos_token_id": bos, "eos_token_id": eos, "pad_token_id": eos}
     llama_like = {
         "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
