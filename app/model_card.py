@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codeparrot.fim import SENTINELS
+from codeparrot.fim import TEMPLATES
 
 CHECKPOINT_FACTS = "codeparrot_checkpoint.json"
 
@@ -193,9 +193,10 @@ def _fills_in(path: Path, facts: dict[str, Any]) -> bool | None:
 
 
 def has_fim_sentinels(path: Path) -> bool | None:
-    """Whether the tokenizer beside the checkpoint has all four FIM sentinels as special
-    tokens (read from ``tokenizer.json``, else ``tokenizer_config.json``); ``None`` when
-    neither file can be read. The engine decides for good once the model is loaded."""
+    """Whether the tokenizer beside the checkpoint has the three FIM sentinels of a known
+    family (:data:`codeparrot.fim.TEMPLATES`) as added tokens (read from ``tokenizer.json``,
+    else ``tokenizer_config.json``); ``None`` when neither file can be read. The engine
+    decides for good once the model is loaded."""
     tokenizer = _read_json_object(path / "tokenizer.json", [])
     if tokenizer is not None:
         entries = tokenizer.get("added_tokens")
@@ -205,12 +206,13 @@ def has_fim_sentinels(path: Path) -> bool | None:
             return None
         entries = config.get("added_tokens_decoder")
         entries = list(entries.values()) if isinstance(entries, dict) else None
-    special = {
+    # not only special ones: DeepSeek-Coder's tokenizer marks its FIM tokens as not special
+    added = {
         t["content"]
         for t in (entries if isinstance(entries, list) else [])
-        if isinstance(t, dict) and t.get("special") and isinstance(t.get("content"), str)
+        if isinstance(t, dict) and isinstance(t.get("content"), str)
     }
-    return set(SENTINELS) <= special
+    return any({t.prefix, t.suffix, t.middle} <= added for t in TEMPLATES)
 
 
 def training_run_dir(path: Path) -> Path | None:

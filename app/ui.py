@@ -83,8 +83,8 @@ class EnginePool:
             engine = self._engines.get(key)
             if engine is None:
                 engine = Engine.load(self.checkpoints[key], device=self.device)
-                if self.compile and engine.can_compile_steps:
-                    engine.compile_steps()
+                if self.compile:
+                    engine.compile_steps_if_possible()
                 self._engines[key] = engine
             return engine
 
@@ -149,9 +149,10 @@ FILLS_IN = (
     "and this code."
 )
 NO_SENTINELS = (
-    "⚠️ This checkpoint cannot fill in the middle: no fill-in-the-middle sentinels "
-    "(`<fim_prefix>`, `<fim_suffix>`, `<fim_middle>`) in its tokenizer, or a model trained "
-    "without them. The code after the cursor is not used, the candidates continue the "
+    "⚠️ This checkpoint cannot fill in the middle: no fill-in-the-middle sentinels of a "
+    "known family (StarCoder's `<fim_prefix>`, SantaCoder's `<fim-prefix>`, Qwen2.5-Coder's "
+    "`<|fim_prefix|>`, CodeLlama's `▁<PRE>`, DeepSeek-Coder's `<｜fim▁begin｜>`) in its "
+    "tokenizer, or a model trained without them. The code after the cursor is not used, the candidates continue the "
     "prompt alone."
 )
 

@@ -164,14 +164,24 @@ FIM_MODE = Declaration(
     choices=FIM_MODES,
 )
 
-# spm by measurement (BENCHMARKS.md, "Fill in the middle"): on held-out lines the quickstart
-# model completes as well with the suffix in SPM order as with the prefix alone, and far
-# worse in PSM order, where the middle must be written after the suffix.
+# auto by default: each model family's template documents its order (PSM for StarCoder,
+# Qwen2.5-Coder, CodeLlama and DeepSeek-Coder); our own checkpoints train on both and complete
+# best in SPM (BENCHMARKS.md, "Fill in the middle": on held-out lines the quickstart model
+# completes as well with the suffix in SPM order as with the prefix alone, far worse in PSM).
 FIM_ORDER = Declaration(
-    "spm",
+    "auto",
     "fill in the middle (a prompt with a suffix): spm puts the suffix first so that the "
-    "prefix runs straight into the middle, psm the prefix first",
-    choices=("psm", "spm"),  # codeparrot.fim.ORDERS
+    "prefix runs straight into the middle, psm the prefix first; auto: the model family's "
+    "own order (spm for checkpoints trained here, psm for the others)",
+    choices=("auto", "psm", "spm"),  # codeparrot.fim.ORDER_CHOICES
+)
+FIM_TOKENS = Declaration(
+    "",
+    "fill in the middle with a model whose template is not known: its PREFIX,SUFFIX,MIDDLE "
+    "tokens, and optionally an END token that ends the middle, comma-separated token names "
+    "of its tokenizer (empty: detected from the tokenizer, as for StarCoder, SantaCoder, "
+    "Qwen2.5-Coder, CodeGemma, CodeLlama and DeepSeek-Coder)",
+    metavar="PRE,SUF,MID[,END]",
 )
 
 # -- editor prompts (the language server's, and eval lines, which asks as it does) -----------

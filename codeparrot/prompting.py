@@ -62,7 +62,7 @@ def window_start(text: str, offset: int, prefix_chars: int, grid: int = 1) -> in
     return lo
 
 
-FIM_SENTINEL_TOKENS = 3  # <fim_prefix>, <fim_suffix>, <fim_middle> (codeparrot.fim.layout)
+FIM_SENTINEL_TOKENS = 3  # prefix, suffix and middle of any family (codeparrot.fim.TEMPLATES)
 
 
 def prompt_budget(context_length: int, context_tokens: int, max_new_tokens: int) -> tuple[int, int]:

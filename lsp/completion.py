@@ -85,6 +85,7 @@ def suggest(
         seed=0,
         stop=MULTILINE_STOPS if multiline else ("\n",),
         fim_order=config.fim_order,
+        fim_tokens=config.fim_tokens,
     )
     raw = ""
     finish = "length"
@@ -183,11 +184,18 @@ def fim_prompt(
         window.suffix,
         budget,
         suffix_share=config.fim_suffix_share,
-        fim=config.fim and getattr(engine, "fim", None) is not None,
+        fim=config.fim and _can_infill(engine, config),
         others=others,
         workspace_share=config.workspace_share,
     )
     return parts.text, parts.suffix
+
+
+def _can_infill(engine: Engine, config: LspConfig) -> bool:
+    """Has the model a FIM template: its family's, or the ``fim_tokens`` setting's?"""
+    if not config.fim_tokens:
+        return getattr(engine, "fim", None) is not None
+    return engine.infill_template(config.fim_tokens) is not None
 
 
 def _block_ended(text: str, base: int | None) -> bool:

@@ -24,6 +24,7 @@ from codeparrot.options import (
     DEVICE,
     FIM_ORDER,
     FIM_SUFFIX_SHARE,
+    FIM_TOKENS,
     MAX_NEW_TOKENS,
     QUANTIZE_WEIGHTS,
     SYNTAX_SAMPLES,
@@ -47,6 +48,7 @@ EDITOR_SETTINGS = (
     "fim",
     "fim_suffix_share",
     "fim_order",
+    "fim_tokens",
     "workspace_share",
     "syntax_samples",
     "syntax_deadline_ms",
@@ -97,6 +99,7 @@ class LspConfig(Config):
     )
     fim_suffix_share: float = FIM_SUFFIX_SHARE.field()
     fim_order: str = FIM_ORDER.field()
+    fim_tokens: str = FIM_TOKENS.field()
     workspace_share: float = WORKSPACE_SHARE.field(
         help="the most of the prompt budget that snippets of other open documents may take "
         "(`# Path:` comment blocks of the lines most like the code before the cursor); 0, "
@@ -158,9 +161,16 @@ class LspConfig(Config):
     )
 
     def problems(self) -> list[str]:
+        from codeparrot.fim import parse_fim_tokens
+
+        out = []
         if self.tcp is not None and parse_host_port(self.tcp) is None:
-            return [f"--tcp must look like HOST:PORT (e.g. 127.0.0.1:2087), got {self.tcp!r}"]
-        return []
+            out.append(f"--tcp must look like HOST:PORT (e.g. 127.0.0.1:2087), got {self.tcp!r}")
+        try:
+            parse_fim_tokens(self.fim_tokens)
+        except ValueError as e:
+            out.append(str(e))
+        return out
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -243,6 +253,15 @@ def _coerce(name: str, value: Any) -> Any:
     if name == "fim_order":
         if value not in FIM_ORDER.choices:
             raise ValueError(name)
+        return value
+    if name == "fim_tokens":
+        from codeparrot.fim import parse_fim_tokens
+
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            raise TypeError(name)
+        parse_fim_tokens(value)  # ValueError: a malformed list
         return value
     if name in ("temperature", "top_p", "fim_suffix_share", "workspace_share"):
         if isinstance(value, bool):

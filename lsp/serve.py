@@ -26,6 +26,7 @@ One :class:`~codeparrot.generation.Engine` serves every request.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging
@@ -111,11 +112,17 @@ class CompletionService:
 
     def request(self, data: dict[str, Any]) -> CompletionRequest:
         request = parse_completion_request(data, self.config, self.engine.context_length)
-        if request.suffix is not None and self.engine.fim is None:
+        fim = {"fim_order": self.config.fim_order, "fim_tokens": self.config.fim_tokens}
+        request = dataclasses.replace(request, generation=request.generation.replace(**fim))
+        if (
+            request.suffix is not None
+            and self.engine.infill_template(self.config.fim_tokens) is None
+        ):
             raise bad(
                 "suffix: this checkpoint cannot fill in the middle (its tokenizer has no "
-                "<fim_prefix>/<fim_suffix>/<fim_middle> tokens, or its model was trained "
-                "without them); send the prompt alone.",
+                "fill-in-the-middle tokens of a known family, or its model was trained "
+                "without them; start the server with --fim-tokens to name them); send the "
+                "prompt alone.",
                 "suffix",
             )
         return request

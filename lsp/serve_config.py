@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
-from codeparrot.options import CANDIDATES, DEVICE, DTYPE, MAX_NEW_TOKENS, QUANTIZE_WEIGHTS
+from codeparrot.options import (
+    CANDIDATES,
+    DEVICE,
+    DTYPE,
+    FIM_ORDER,
+    FIM_TOKENS,
+    MAX_NEW_TOKENS,
+    QUANTIZE_WEIGHTS,
+)
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,8 @@ class ServeConfig(Config):
     quantize: str = QUANTIZE_WEIGHTS.field(
         "auto", "weights of the one-token steps: auto (int8 where it applies), none or int8"
     )
+    fim_order: str = FIM_ORDER.field()
+    fim_tokens: str = FIM_TOKENS.field()
     queue_size: int = option(
         8,
         "requests allowed to wait while one generates; more are refused at once with 503",
@@ -92,4 +102,10 @@ class ServeConfig(Config):
                 found.append(
                     f"--allow-host {name!r}: give a host name or address, no scheme or path"
                 )
+        from codeparrot.fim import parse_fim_tokens
+
+        try:
+            parse_fim_tokens(self.fim_tokens)
+        except ValueError as e:
+            found.append(str(e))
         return found

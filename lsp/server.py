@@ -36,7 +36,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from codeparrot import __version__
-from codeparrot.errors import CodeparrotError
+from codeparrot.errors import CodeparrotError, ConfigError
 from codeparrot.generation.syntax import fits_in_window
 from codeparrot.lsp.cache import PREFIX_KEY, SuggestionCache
 from codeparrot.lsp.completion import Outcome, suggest
@@ -446,9 +446,15 @@ def _load(path, device: str | None, threads: int, quantize: str, compile: bool):
     from codeparrot.generation import Engine
 
     torch.set_num_threads(threads)
-    engine = Engine.load(path, device=device, quantize=quantize)
-    if compile and engine.can_compile_steps:
-        engine.compile_steps()  # in the background; see CodeparrotServer.engine
+    try:
+        engine = Engine.load(path, device=device, quantize=quantize)
+    except ConfigError as e:
+        if quantize != "int8":
+            raise
+        # an unsupported architecture must not leave every suggestion empty
+        logger.warning("--quantize int8 does not apply (%s): decoding with its own weights", e)
+        engine = Engine.load(path, device=device, quantize="none")
+    if compile and engine.compile_steps_if_possible():  # in the background; see .engine
         logger.info("compiling the decoding step of %s in the background", path)
     return engine
 

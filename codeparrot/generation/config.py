@@ -16,6 +16,7 @@ from codeparrot.options import (
     DTYPES,
     FIM_ORDER,
     FIM_SUFFIX_SHARE,
+    FIM_TOKENS,
     LOAD_QUANTIZE,
     MAX_NEW_TOKENS,
     QUANTIZE,
@@ -50,9 +51,17 @@ class GenerationConfig(Config):
     )
     fim_order: str = FIM_ORDER.field()
     fim_suffix_share: float = FIM_SUFFIX_SHARE.field()
+    fim_tokens: str = FIM_TOKENS.field()
 
     def problems(self) -> list[str]:
-        return ["--stop strings must not be empty"] if "" in self.stop else []
+        from codeparrot.fim import parse_fim_tokens
+
+        out = ["--stop strings must not be empty"] if "" in self.stop else []
+        try:
+            parse_fim_tokens(self.fim_tokens)
+        except ValueError as e:
+            out.append(str(e))
+        return out
 
 
 @dataclass(frozen=True)

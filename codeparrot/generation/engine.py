@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.errors import CheckpointError, ConfigError
-from codeparrot.fim import PSM, FimTokens, layout
+from codeparrot.fim import PSM, FimPrompter, detect_template, resolve_order
 from codeparrot.generation.config import (
     DTYPES,
     LOAD_QUANTIZE,
@@ -48,6 +49,12 @@ from codeparrot.options import FIM_SUFFIX_SHARE
 
 # The names above imported "as" something were this module's before the engine was split
 # by job; they stay importable from here (the sampling tests use the private ones).
+
+logger = logging.getLogger(__name__)
+
+# Put before a text to encode it without the SentencePiece space before its first word (its
+# ids are dropped after): CodeLlama's reference infilling code uses this character.
+_BARE_MARKER = "\u263a"
 
 # A prompt longer than its budget loses a multiple of this many tokens at the start, so
 # that the prompts of a growing document keep the same first token (and their cached
@@ -142,6 +149,7 @@ class Engine:
         decode_threads: int | None = None,
         quantize: str = "none",
         infills: bool | None = None,
+        own_checkpoint: bool = False,
     ) -> None:
         """Wrap a loaded model; :meth:`load` is the usual way in.
 
@@ -156,6 +164,8 @@ class Engine:
         ``infills``: whether the model learnt fill-in-the-middle (None: it did if its
         tokenizer has the sentinels). A model that did not is never sent a suffix
         (:attr:`fim` is None) even when its tokenizer has the sentinels.
+        ``own_checkpoint``: trained here (FIM order ``auto`` is then SPM, see
+        :func:`codeparrot.fim.resolve_order`).
         ``quantize``: ``"int8"`` runs the one-token steps on int8 weight-only copies of
         the matrices (GPT-2 or Qwen3 checkpoints on a CPU): ~2.3x faster steps, logits within
         ~1% (prompts keep full precision). ``"none"``: the model's own weights.
@@ -173,10 +183,18 @@ class Engine:
         )
         eos = tokenizer.eos_token_id
         self.eos_token_id: int | None = int(eos) if eos is not None else None
-        # the tokenizer's fill-in-the-middle sentinels (never text, they end a completion),
-        # and the same where the model learnt to use them, else None: a suffix needs them
-        self.sentinels: FimTokens | None = FimTokens.from_tokenizer(tokenizer)
-        self.fim: FimTokens | None = self.sentinels if infills is not False else None
+        # the family's fill-in-the-middle template found in the tokenizer (its tokens are
+        # never text, they end a completion), and the same where the model learnt to use
+        # it, else None: a suffix needs it (or an explicit --fim-tokens)
+        self.sentinels: FimPrompter | None = detect_template(tokenizer)
+        self.fim: FimPrompter | None = self.sentinels if infills is not False else None
+        self.own_checkpoint = own_checkpoint
+        # ids a prompt starts with where the tokenizer's own post-processor adds them (BOS)
+        self.bos_ids: list[int] = _leading_special_ids(tokenizer)
+        # ids that end a completion: every end id of generation_config.json, and every
+        # special token (a special token's text is never a completion's)
+        self.end_ids: frozenset[int] = _end_ids_of(model, self.eos_token_id)
+        self.special_ids: frozenset[int] = _special_ids(tokenizer) | self.end_ids
         # the lean decoder of GPT-2 or Qwen3 checkpoints (codeparrot.generation.lean)
         self._gpt2 = lean_decoder(model) if lean_gpt2 else None
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -220,6 +238,20 @@ class Engine:
     def can_compile_steps(self) -> bool:
         """Does :meth:`compile_steps` apply (a GPT-2 checkpoint on the lean decode path)?"""
         return self._gpt2 is not None
+
+    def compile_steps_if_possible(self) -> bool:
+        """:meth:`compile_steps` in the background where it applies; else one log line
+        saying why not. Returns whether a compile was started."""
+        if self._gpt2 is None:
+            logger.info(
+                "--compile skipped for %s: compiled steps need the lean decoder, which covers "
+                "GPT-2 and Qwen3 models, not %s",
+                self.path or "the model",
+                getattr(self.model.config, "model_type", "this one"),
+            )
+            return False
+        self.compile_steps()
+        return True
 
     def compile_steps(self, *, background: bool = True) -> threading.Thread | None:
         """torch.compile the one-token step of single completions (GPT-2 checkpoints).
@@ -309,11 +341,14 @@ class Engine:
         model.to(getattr(torch, dtype))
         model.eval()
         if quantize == "auto":
-            from codeparrot.generation.gpt2 import int8_supported
-            from codeparrot.generation.lean import has_lean_decoder
-
-            usable = on_cpu and has_lean_decoder(model) and int8_supported()
-            quantize = "int8" if usable else "none"
+            missing = _int8_missing(model, on_cpu)
+            quantize = "none" if missing else "int8"
+            if missing:
+                logger.info(
+                    "quantize auto: decoding %s with its own weights (int8 steps need %s)",
+                    path,
+                    missing,
+                )
         # one thread per one-token step on a CPU: measured 2-7x faster than two on a
         # shared 2-core machine (bench/generate.py); the prompt keeps torch's setting
         return cls(
@@ -324,6 +359,7 @@ class Engine:
             decode_threads=1 if on_cpu else None,
             quantize=quantize,
             infills=trained_to_infill(meta),
+            own_checkpoint=bool(meta),
         )
 
     # -- prompts ---------------------------------------------------------------------
@@ -342,15 +378,16 @@ class Engine:
                 f"model's context of {self.context_length} tokens"
             )
         ids = self.tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"]
-        if not ids:
+        bos = self.bos_ids
+        if not ids and not bos:
             ids = [self.eos_token_id if self.eos_token_id is not None else 0]
-        budget = self.context_length - max_new_tokens
+        budget = self.context_length - max_new_tokens - len(bos)
         if len(ids) <= budget:
-            return ids, False
+            return [*bos, *ids], False
         cut = len(ids) - budget
         if stride > 1 and budget > stride:
             cut = -(-cut // stride) * stride
-        return ids[cut:], True
+        return [*bos, *ids[cut:]], True
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
@@ -363,6 +400,7 @@ class Engine:
         max_new_tokens: int,
         order: str = PSM,
         suffix_share: float = FIM_SUFFIX_SHARE.default,
+        fim_tokens: str = "",
     ) -> tuple[list[int], bool]:
         """Token ids of a fill-in-the-middle prompt fitted to the context; (ids, truncated).
 
@@ -370,19 +408,39 @@ class Engine:
         text. Over the budget (context minus ``max_new_tokens`` and the three sentinels),
         the prefix loses whole lines at its start and the suffix at its end; the suffix
         keeps at most ``suffix_share`` of the budget unless the prefix leaves more (the
-        language server's split, ``--fim-suffix-share``).
+        language server's split, ``--fim-suffix-share``). ``order`` may be ``"auto"`` (the
+        template's own), ``fim_tokens`` an override template (``--fim-tokens``).
         """
-        fim = self._require_fim()
+        fim = self._require_fim(fim_tokens)
         prefix_ids, suffix_ids, truncated = self._fit_infill(
-            prefix, suffix, max_new_tokens, suffix_share
+            prefix, suffix, max_new_tokens, suffix_share, fim
         )
-        return layout(prefix_ids, suffix_ids, [], fim, order), truncated
+        return self._infill_ids(fim, prefix_ids, suffix_ids, order), truncated
 
-    def _require_fim(self) -> FimTokens:
-        if self.fim is None:
+    def infill_template(self, fim_tokens: str = "") -> FimPrompter | None:
+        """The template a suffix is laid out with: the ``fim_tokens`` override
+        (``--fim-tokens``) if given, else :attr:`fim`; None when there is none."""
+        if not fim_tokens:
+            return self.fim
+        try:
+            return detect_template(self.tokenizer, fim_tokens)
+        except ValueError as e:
+            raise ConfigError(f"checkpoint {self.path or 'in memory'}: {e}") from None
+
+    def fim_order(self, order: str, fim_tokens: str = "") -> str:
+        """The order a FIM prompt is laid out in: ``order``, or for ``"auto"`` the template's."""
+        template = self._require_fim(fim_tokens).template
+        return resolve_order(order, template, self.own_checkpoint)
+
+    def _require_fim(self, fim_tokens: str = "") -> FimPrompter:
+        fim = self.infill_template(fim_tokens)
+        if fim is None:
             why = (
-                "its tokenizer has no fill-in-the-middle sentinels (<fim_prefix>, "
-                "<fim_middle>, <fim_suffix>, <fim_pad>)"
+                "its tokenizer has no fill-in-the-middle sentinels of a known family "
+                "(StarCoder's <fim_prefix>, SantaCoder's <fim-prefix>, Qwen2.5-Coder's "
+                "<|fim_prefix|>, CodeLlama's ▁<PRE>, DeepSeek-Coder's <｜fim▁begin｜>); name "
+                "them with --fim-tokens PREFIX,SUFFIX,MIDDLE[,END] (the editor setting "
+                "fim_tokens)"
                 if self.sentinels is None
                 else "it was trained without fill-in-the-middle examples (fim_rate 0), "
                 "though its tokenizer has the sentinels"
@@ -391,7 +449,14 @@ class Engine:
                 f"checkpoint {self.path or 'in memory'}: {why}, so it cannot complete with a "
                 "suffix; complete the prefix alone or use a checkpoint trained with FIM"
             )
-        return self.fim
+        return fim
+
+    def _infill_ids(
+        self, fim: FimPrompter, prefix_ids: list[int], suffix_ids: list[int], order: str
+    ) -> list[int]:
+        """BOS (where the tokenizer adds it), then the template's layout in ``order``."""
+        order = resolve_order(order, fim.template, self.own_checkpoint)
+        return [*self.bos_ids, *fim.layout(prefix_ids, suffix_ids, order)]
 
     def _infill_prompt(
         self, prefix: str, suffix: str, config: GenerationConfig
@@ -403,31 +468,34 @@ class Engine:
         inside a word (there the model would otherwise continue a token it never saw cut);
         the sentinels and the suffix are never touched.
         """
-        fim = self._require_fim()
+        fim = self._require_fim(config.fim_tokens)
+        order = resolve_order(config.fim_order, fim.template, self.own_checkpoint)
         if not isinstance(prefix, str) or not isinstance(suffix, str):
             raise ConfigError("the prefix and the suffix must be text")
         if not prefix and not suffix:
             raise ConfigError("the prompt is empty (no prefix and no suffix)")
         prefix_ids, suffix_ids, truncated = self._fit_infill(
-            prefix, suffix, config.max_new_tokens, config.fim_suffix_share
+            prefix, suffix, config.max_new_tokens, config.fim_suffix_share, fim
         )
         healed = self._heal(prefix_ids) if config.heal else None
-        if healed is not None and config.fim_order == PSM and not _ends_in_word(healed[0]):
+        if healed is not None and order == PSM and not _ends_in_word(healed[0]):
             healed = None
         if healed is not None:
             prefix_ids = prefix_ids[:-1]
-        return layout(prefix_ids, suffix_ids, [], fim, config.fim_order), truncated, healed
+        return self._infill_ids(fim, prefix_ids, suffix_ids, order), truncated, healed
 
     def _fit_infill(
-        self, prefix: str, suffix: str, max_new_tokens: int, suffix_share: float
+        self, prefix: str, suffix: str, max_new_tokens: int, suffix_share: float, fim: FimPrompter
     ) -> tuple[list[int], list[int], bool]:
-        budget = self.context_length - max_new_tokens - 3  # three sentinels
+        # three sentinels and the BOS the tokenizer adds
+        budget = self.context_length - max_new_tokens - 3 - len(self.bos_ids)
         if budget < 1:
             raise ConfigError(
                 f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in the "
                 f"model's context of {self.context_length} tokens"
             )
-        prefix_ids, suffix_ids = self._encode_text(prefix), self._encode_text(suffix)
+        bare = fim.template.bare_suffix
+        prefix_ids, suffix_ids = self._encode_text(prefix), self._encode_text(suffix, bare=bare)
         if len(prefix_ids) + len(suffix_ids) <= budget:
             return prefix_ids, suffix_ids, False
         suffix_cap = int(budget * suffix_share)
@@ -436,13 +504,24 @@ class Engine:
         if len(prefix_ids) > prefix_room:
             prefix_ids = self._last_lines(prefix, prefix_room)
         if len(suffix_ids) > suffix_room:
-            suffix_ids = self._first_lines(suffix, suffix_room)
+            suffix_ids = self._first_lines(suffix, suffix_room, bare=bare)
         return prefix_ids, suffix_ids, True
 
-    def _encode_text(self, text: str) -> list[int]:
-        """Ids of ``text`` with special-token text (sentinels, end-of-text) split as text."""
+    def _encode_text(self, text: str, *, bare: bool = False) -> list[int]:
+        """Ids of ``text`` with special-token text (sentinels, end-of-text) split as text.
+
+        ``bare``: without the SentencePiece space a tokenizer may put before the first word
+        (encoded after a marker character whose ids are then dropped, as CodeLlama's
+        reference ``encode_infilling`` does).
+        """
         if not text:
             return []
+        if bare:
+            marker = self._encode_text(_BARE_MARKER)
+            ids = self._encode_text(_BARE_MARKER + text)
+            if ids[: len(marker)] == marker:
+                return ids[len(marker) :]
+            return ids
         out = self.tokenizer(
             text, add_special_tokens=False, split_special_tokens=True, verbose=False
         )
@@ -462,19 +541,19 @@ class Engine:
             return self._encode_text(text[starts[lo] :])
         return self._encode_text(text)[-room:] if room > 0 else []  # one line over the room
 
-    def _first_lines(self, text: str, room: int) -> list[int]:
+    def _first_lines(self, text: str, room: int, *, bare: bool = False) -> list[int]:
         """Ids of the most whole lines at the start of ``text`` within ``room`` tokens."""
         ends = [i + 1 for i, ch in enumerate(text) if ch == "\n"]
         lo, hi = 0, len(ends)  # count of line ends whose head fits (heads grow)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if len(self._encode_text(text[: ends[mid - 1]])) <= room:
+            if len(self._encode_text(text[: ends[mid - 1]], bare=bare)) <= room:
                 lo = mid
             else:
                 hi = mid - 1
         if lo > 0:
-            return self._encode_text(text[: ends[lo - 1]])
-        return self._encode_text(text)[:room]  # the first line alone is over the room
+            return self._encode_text(text[: ends[lo - 1]], bare=bare)
+        return self._encode_text(text, bare=bare)[:room]  # the first line alone is over the room
 
     # -- generation ------------------------------------------------------------------
     def generate(
@@ -560,7 +639,7 @@ class Engine:
         ids of each text (cached)."""
         with self._table_lock:
             if self._table is None:
-                special = set(self.tokenizer.all_special_ids)
+                special = set(self.special_ids)
                 special |= self.sentinels.ids if self.sentinels is not None else set()
                 pairs = sorted(
                     (self.tokenizer.decode([i], skip_special_tokens=False), i)
@@ -726,10 +805,16 @@ class Engine:
         )
 
     def _end_ids(self, config: GenerationConfig) -> frozenset[int]:
-        """Tokens that end a candidate: end-of-text, and any FIM sentinel (never text)."""
-        ends = set(self.sentinels.ids) if self.sentinels is not None else set()
-        if config.stop_at_eos and self.eos_token_id is not None:
-            ends.add(self.eos_token_id)
+        """Tokens that end a candidate: every end id (generation_config.json's, the
+        tokenizer's end-of-text), every special token and every token of the FIM template
+        (none of them is ever text). ``stop_at_eos=False`` (benchmarks of a fixed length)
+        keeps going through the end ids alone."""
+        ends = set(self.special_ids)
+        for fim in (self.sentinels, self.infill_template(config.fim_tokens)):
+            if fim is not None:
+                ends |= fim.ids
+        if not config.stop_at_eos:
+            ends -= self.end_ids
         return frozenset(ends)
 
     # -- detokenization ----------------------------------------------------------------
@@ -742,14 +827,28 @@ class Engine:
 
     def _append_text(self, c: _Candidate, tok: int) -> None:
         if c.decoder is not None:
-            piece = c.decoder.step(self._backend, tok)
+            try:
+                piece = c.decoder.step(self._backend, tok)
+            except Exception:
+                # byte-fallback tokenizers (the Llama family) make DecodeStream raise
+                # "Invalid prefix encountered while decoding stream" where a prefix's bytes
+                # decode differently once more follow: decode the whole text from now on
+                c.decoder = None
+                self._redecode(c)
+                return
             if piece and c.skip:  # the start of a healed prompt's last token
                 dropped = min(c.skip, len(piece))
                 piece, c.skip = piece[dropped:], c.skip - dropped
             if piece:
                 c.text += piece
         else:  # a slow tokenizer: decode everything (held back while it ends in U+FFFD)
-            c.text = self._decoded(c)
+            self._redecode(c)
+
+    def _redecode(self, c: _Candidate) -> None:
+        """``c.text`` decoded again from all its ids; text already streamed never changes."""
+        full = self._decoded(c)
+        streamed = c.text[: c.emitted]
+        c.text = full if full.startswith(streamed) else streamed + full[len(streamed) :]
 
     def _decoded(self, c: _Candidate) -> str:
         """The whole text of ``c`` decoded again (without a healed prompt's end)."""
@@ -819,16 +918,16 @@ class _HFSteps:
 
     def __init__(self, model: Any, ids: list[int], n: int, device: Any) -> None:
         self.model, self.ids, self.n, self.device = model, ids, n, device
-        self.past: Any = None
+        self.past: Any = None  # the model's own Cache object after the first step
 
     def _forward(self, input_ids: Any) -> Any:
+        name = _cache_argument(self.model)
+        cache = {name: self.past}
         try:
-            out = self.model(
-                input_ids=input_ids, past_key_values=self.past, use_cache=True, logits_to_keep=1
-            )
+            out = self.model(input_ids=input_ids, use_cache=True, logits_to_keep=1, **cache)
         except TypeError:  # an older model class without logits_to_keep
-            out = self.model(input_ids=input_ids, past_key_values=self.past, use_cache=True)
-        self.past = out.past_key_values
+            out = self.model(input_ids=input_ids, use_cache=True, **cache)
+        self.past = getattr(out, name)
         return out.logits[:, -1, :].float()
 
     def prefill(self) -> Any:
@@ -853,6 +952,19 @@ class _HFSteps:
         index = torch.tensor(rows, device=next_ids.device)
         self.past = _select_rows(self.past, index)
         return next_ids[index]
+
+
+def _cache_argument(model: Any) -> str:
+    """The name under which the model's forward takes and returns its key/value cache:
+    ``cache`` since transformers 5.24 (``past_key_values`` is deprecated there and goes in
+    5.40), ``past_key_values`` before."""
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def _select_rows(past: Any, rows: Any) -> Any:
@@ -883,6 +995,55 @@ def _intra_op_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def _int8_missing(model: Any, on_cpu: bool) -> str:
+    """What int8 decoding steps would need that this model or machine lacks ("": nothing)."""
+    from codeparrot.generation.gpt2 import int8_supported
+    from codeparrot.generation.lean import has_lean_decoder
+
+    if not on_cpu:
+        return "a CPU"
+    if not has_lean_decoder(model):
+        kind = getattr(model.config, "model_type", "this one")
+        return f"the lean decoder, which covers GPT-2 and Qwen3 models, not {kind}"
+    if not int8_supported():
+        return "torch's int8 weight-only CPU kernel"
+    return ""
+
+
+def _leading_special_ids(tokenizer: Any) -> list[int]:
+    """The special ids the tokenizer's own post-processor puts before a text (BOS), if any."""
+    try:
+        full = list(tokenizer("a", verbose=False)["input_ids"])
+        bare = list(tokenizer("a", add_special_tokens=False, verbose=False)["input_ids"])
+    except Exception:
+        return []
+    special = set(tokenizer.all_special_ids)
+    for k in range(len(full) - len(bare) + 1):
+        if full[k : k + len(bare)] == bare:
+            head = full[:k]
+            return head if all(i in special for i in head) else []
+    return []
+
+
+def _special_ids(tokenizer: Any) -> frozenset[int]:
+    """Ids of every special token of ``tokenizer`` (named ones and added ones marked special)."""
+    ids = {int(i) for i in tokenizer.all_special_ids}
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    ids |= {int(i) for i, token in added.items() if getattr(token, "special", False)}
+    return frozenset(ids)
+
+
+def _end_ids_of(model: Any, eos: int | None) -> frozenset[int]:
+    """End-of-text ids: the tokenizer's, and every one of the model's generation config
+    (``eos_token_id`` of generation_config.json may be a list) and config."""
+    ids = {eos} if eos is not None else set()
+    for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        value = getattr(source, "eos_token_id", None)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        ids |= {int(v) for v in values if isinstance(v, int) and not isinstance(v, bool)}
+    return frozenset(ids)
 
 
 def _cpu_has_native_bf16() -> bool:

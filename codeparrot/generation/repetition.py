@@ -7,12 +7,18 @@ blocks and trims lines that end in repetition; Continue stops at repeated lines)
 
 - a *unit* (a run of tokens, a word group, or a group of lines) may occur at most
   :data:`MAX_REPEATS` times in a row; the text is cut before the next occurrence;
+- a line may not end in a short string repeated :data:`LINE_END_REPEATS` times or more
+  (``for q in = = = = =``, ``dtemp.unkunkunkunk``, ``def __init________``: a unit of one
+  token or a few characters that tokenization hides from the token runs above); the text is
+  cut before the run (Tabby trims such lines too);
 - a line may not repeat one of the lines just above the cursor; the text is cut before it;
 - what is left is ``""`` when the text was only repetition.
 
 Units made only of literals and punctuation (``0, 0, 0, 0``, ``None, None, None``,
 ``'-' * 8``) are data, not loops, and are left alone, and so are short or structural lines
-(``pass``, ``return None``, ``)``) that honest code repeats.
+(``pass``, ``return None``, ``)``) that honest code repeats; so are numbers
+(``0x00000000``, ``1000000``) and rulers (``====`` or ``# ----`` on a line of their own, in
+a comment or a string).
 
 Used by the language server's post-processing and the playground.
 """
@@ -27,6 +33,9 @@ MAX_REPEATS = 2
 MAX_UNIT_TOKENS = 16
 # Lines above the cursor that a suggested line may not repeat.
 LINES_ABOVE = 40
+# A line may not end in a unit of up to LINE_END_UNIT_CHARS characters repeated this often.
+LINE_END_REPEATS = 4
+LINE_END_UNIT_CHARS = 8
 
 _TOKEN = re.compile(r"\w+|\s+|[^\w\s]+")
 _LITERAL_WORD = re.compile(r"(?:\d\w*|None|True|False|_)\Z")
@@ -46,6 +55,12 @@ def cut_repetition(text: str, before: str = "", above: str = "") -> str:
         _line_run_cut(text, before),
         _line_above_cut(text, before, above),
     )
+    # a run at a line end cuts there unless a token run already cut that line (which keeps
+    # the allowed repeats: ``polys.polys``)
+    lines_before = text[: text.rfind("\n", 0, end) + 1] if end < len(text) else text
+    run = _line_end_cut(lines_before, before)
+    if run < len(lines_before):
+        end = min(end, run)
     if end >= len(text):
         return text
     kept = text[:end].rstrip()
@@ -128,5 +143,51 @@ def _line_above_cut(text: str, before: str, above: str) -> int:
         whole = (before.split("\n")[-1] + line) if i == 0 else line
         if whole.strip() in seen:
             return offset
+        offset += len(line) + 1
+    return len(text)
+
+
+def _line_end_run(line: str) -> tuple[int, str] | None:
+    """(start, unit) of the run at the end of ``line``: its shortest unit of at most
+    :data:`LINE_END_UNIT_CHARS` characters repeated :data:`LINE_END_REPEATS` times or more
+    right up to the end; None when there is none."""
+    for size in range(1, LINE_END_UNIT_CHARS + 1):
+        if len(line) < size * LINE_END_REPEATS:
+            break
+        unit = line[len(line) - size :]
+        start = len(line) - size
+        while start >= size and line[start - size : start] == unit:
+            start -= size
+        if (len(line) - start) // size >= LINE_END_REPEATS and unit.strip():
+            return start, unit
+    return None
+
+
+def _honest_run(line: str, start: int, unit: str) -> bool:
+    """A run that honest code writes: a number or a table of numbers (``0x00000000``,
+    ``0xFFFFFFFF``, ``0, 0, 0, 0``), or a ruler of punctuation alone on its line, in a comment or a string."""
+    word = start
+    while word > 0 and (line[word - 1].isalnum() or line[word - 1] == "_"):
+        word -= 1
+    if word < start and line[word].isdigit() and unit.isalnum():
+        return True  # inside a number (0xFFFFFFFF)
+    if not any(ch.isalpha() or ch == "_" for ch in unit):
+        if any(ch.isdigit() for ch in unit):
+            return True  # digits: a literal or a table of them
+        head = line[:start].strip()
+        return not head or head.endswith(("#", '"', "'", "//", "/*", "*"))
+    return False
+
+
+def _line_end_cut(text: str, before: str) -> int:
+    """Offset of the first run that ends one of the suggested lines (``len(text)``: none)."""
+    head = before.split("\n")[-1]
+    offset = 0
+    for i, line in enumerate(text.split("\n")):
+        lead = head if i == 0 else ""
+        whole = (lead + line).rstrip()
+        found = _line_end_run(whole)
+        if found is not None and not _honest_run(whole, *found):
+            return offset + max(0, found[0] - len(lead))
         offset += len(line) + 1
     return len(text)

@@ -70,7 +70,7 @@ def test_the_middle_is_streamed_between_prompt_and_suffix(served):
     engine = InfillEngine(fim=True)
     url, playground = served(engine)
     outputs = generate(url, playground)
-    assert engine.suffixes == [SUFFIX] and engine.infill_orders == ["spm"]  # the default order
+    assert engine.suffixes == [SUFFIX] and engine.infill_orders == ["auto"]  # the template decides
     editors = [o[2]["value"] for o in outputs if isinstance(o[2], dict) and "value" in o[2]]
     # (Gradio's code editor strips the whitespace at both ends of what it shows)
     assert editors[-1] == (PREFIX + "".join(MIDDLE) + SUFFIX).strip()

@@ -68,7 +68,7 @@ def engine_calls(monkeypatch) -> list[dict]:
     def spy(self, prompt, config, cancel=None, **kwargs):
         calls.append(
             {"prompt": prompt, "suffix": kwargs.get("suffix"), "fim": self.fim,
-             "order": config.fim_order}
+             "order": self.fim_order(config.fim_order) if self.fim else config.fim_order}
         )  # fmt: skip
         return real(self, prompt, config, cancel, **kwargs)
 
@@ -100,11 +100,23 @@ def test_a_fim_checkpoint_gets_the_suffix(fim_checkpoint, engine_calls):
     assert line_start["suffix"].endswith("\n")  # whole lines
     assert mid_line["prompt"].endswith("    return ")
     assert mid_line["suffix"].startswith("os.path.join(*parts)\n")
-    # suffix first by default (the order measured best), PSM when the editor asks
-    assert line_start["order"] == mid_line["order"] == "spm"
+    # a checkpoint from elsewhere with StarCoder's tokens: StarCoder's order (PSM) by
+    # default, SPM when the editor asks
+    assert line_start["order"] == mid_line["order"] == "psm"
     engine_calls.clear()
-    ask(fim_checkpoint, [(5, 11)], fim_order="psm")
-    assert engine_calls[0]["order"] == "psm"
+    ask(fim_checkpoint, [(5, 11)], fim_order="spm")
+    assert engine_calls[0]["order"] == "spm"
+
+
+def test_a_checkpoint_trained_here_keeps_spm_by_default(fim_checkpoint, tmp_path, engine_calls):
+    import json
+    import shutil
+
+    ours = tmp_path / "ours"
+    shutil.copytree(fim_checkpoint, ours)
+    (ours / "codeparrot_checkpoint.json").write_text(json.dumps({"fim_trained": True}))
+    ask(ours, [(5, 11)])
+    assert engine_calls[0]["order"] == "spm"  # the order measured best for our models
 
 
 def test_the_suffix_window_keeps_to_its_share_of_the_budget(fim_checkpoint, engine_calls):

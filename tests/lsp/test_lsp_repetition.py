@@ -90,3 +90,41 @@ def test_pure_functions_directly():
     assert not is_repetitive("for i in range(10):")
     assert is_repetitive("b.b.b", "a.")
     assert cut_repetition("", "anything") == ""
+
+
+# Suggestions an undertrained quickstart model showed on held-out lines: a unit repeated
+# within the line, which tokenization hides from the token runs (one word, or punctuation).
+@pytest.mark.parametrize(
+    ("document", "raw", "expected"),
+    [
+        ("    |", "for q in = = = = = = = = = = =", "for q in"),
+        ("    |", "dtemp.unkunkunkunkunkunkunkunk", "dtemp"),
+        ("class A:\n    |", "def __init________________", "def __init"),
+    ],
+)  # fmt: skip
+def test_a_unit_repeated_at_a_line_end_is_cut(document: str, raw: str, expected: str):
+    assert suggest(document, raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("document", "raw"),
+    [
+        ('def f():\n    """Title.\n\n    |', "=========="),  # a ruler in a docstring
+        ("MASK = |", "0x00000000"),
+        ("MASK = |", "0xFFFFFFFF"),
+        ("N = |", "1000000"),
+        ("x = compute()  |", "# ------------"),
+        ("SEP = |", '"--------------"'),
+    ],
+)
+def test_honest_runs_within_a_line_are_kept(document: str, raw: str):
+    assert suggest(document, raw) == raw
+
+
+def test_a_line_end_run_cut_directly():
+    assert cut_repetition("________", "def __init") == ""
+    assert cut_repetition(" = = = = =", "for q in") == ""
+    assert cut_repetition("kunkunk", "dtemp.unkun") == ""
+    # on any line of a block suggestion; what follows goes too
+    block = "\n    x = go(1)\n    y = barbarbarbarbar\n    z = 2"
+    assert cut_repetition(block, "def f():") == "\n    x = go(1)\n    y ="

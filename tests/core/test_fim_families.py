@@ -1,0 +1,233 @@
+"""Each code-model family's fill-in-the-middle prompt, special tokens and decoding.
+
+The models are tiny random ones in each family's Hub layout (``tests/families.py``); the
+expected prompts are written out from each family's documentation, not from our templates.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from codeparrot.errors import CheckpointError
+from codeparrot.fim import PSM, SPM, detect_template, parse_fim_tokens
+from codeparrot.generation import Engine, GenerationConfig
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from families import FAMILIES, bias_head, build_family
+
+PRE = "def add(a, b):\n    return"
+SUF = "\n\nprint(add(1, 2))\n"
+
+# The documented prompts (bos, then the layout), sentinels written by name.
+DOCUMENTED = {
+    # bigcode Megatron-LM / StarCoder model card; SPM is bigcode's variant
+    "tiny_starcoder_py": {
+        PSM: "<fim_prefix>{pre}<fim_suffix>{suf}<fim_middle>",
+        SPM: "<fim_prefix><fim_suffix>{suf}<fim_middle>{pre}",
+    },
+    "starcoder2": {
+        PSM: "<fim_prefix>{pre}<fim_suffix>{suf}<fim_middle>",
+        SPM: "<fim_prefix><fim_suffix>{suf}<fim_middle>{pre}",
+    },
+    "santacoder": {
+        PSM: "<fim-prefix>{pre}<fim-suffix>{suf}<fim-middle>",
+        SPM: "<fim-prefix><fim-suffix>{suf}<fim-middle>{pre}",
+    },
+    # Qwen2.5-Coder's README
+    "qwen2.5-coder": {
+        PSM: "<|fim_prefix|>{pre}<|fim_suffix|>{suf}<|fim_middle|>",
+        SPM: "<|fim_prefix|><|fim_suffix|>{suf}<|fim_middle|>{pre}",
+    },
+    # DeepSeek-Coder's README (the tokenizer puts BOS first)
+    "deepseek-coder": {
+        PSM: "<｜begin▁of▁sentence｜><｜fim▁begin｜>{pre}<｜fim▁hole｜>{suf}<｜fim▁end｜>",
+        SPM: "<｜begin▁of▁sentence｜><｜fim▁begin｜><｜fim▁hole｜>{suf}<｜fim▁end｜>{pre}",
+    },
+}
+ORDER_OF = {  # the order a family documents ("auto")
+    "tiny_starcoder_py": PSM,
+    "starcoder2": PSM,
+    "santacoder": PSM,
+    "qwen2.5-coder": PSM,
+    "deepseek-coder": PSM,
+    "codellama": PSM,
+}
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Engine]:
+    root = tmp_path_factory.mktemp("families")
+    return {name: Engine.load(build_family(name, root / name)) for name in FAMILIES}
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED))
+@pytest.mark.parametrize("order", [PSM, SPM])
+def test_fim_prompt_is_the_documented_one(engines, name: str, order: str) -> None:
+    engine = engines[name]
+    ids, truncated = engine.encode_infill(PRE, SUF, 16, order)
+    text = DOCUMENTED[name][order].format(pre=PRE, suf=SUF)
+    expected = engine.tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert not truncated
+    assert ids == expected
+    assert engine.fim is not None and engine.fim.template.name == FAMILIES[name].template
+
+
+def _sp_text(tokens: list[str]) -> str:
+    """SentencePiece tokens back to text: ``▁`` is a space, ``<0xNN>`` a byte."""
+    out = bytearray()
+    for t in tokens:
+        if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+            out.append(int(t[3:5], 16))
+        else:
+            out += t.replace("▁", " ").encode()
+    return out.decode()
+
+
+@pytest.mark.parametrize("order", [PSM, SPM])
+def test_codellama_prompt_is_metas(engines, order: str) -> None:
+    """Meta's reference: PSM ``<s> <PRE> + encode(pre) + <SUF> + encode_infilling(suf) +
+    <MID>``, SPM ``<s> <PRE> <SUF> + encode_infilling(suf) + <MID> + encode(pre)``, where
+    encode puts SentencePiece's space before the text and encode_infilling does not."""
+    engine = engines["codellama"]
+    ids, _ = engine.encode_infill(PRE, SUF, 16, order)
+    tokens = engine.tokenizer.convert_ids_to_tokens(ids)
+    mid = tokens.index("▁<MID>")
+    if order == PSM:
+        suf_at = tokens.index("▁<SUF>")
+        assert tokens[:2] == ["<s>", "▁<PRE>"] and mid == len(tokens) - 1
+        assert _sp_text(tokens[2:suf_at]) == " " + PRE
+        assert _sp_text(tokens[suf_at + 1 : mid]) == SUF
+    else:
+        assert tokens[:3] == ["<s>", "▁<PRE>", "▁<SUF>"]
+        assert _sp_text(tokens[3:mid]) == SUF
+        assert _sp_text(tokens[mid + 1 :]) == " " + PRE
+
+
+@pytest.mark.parametrize("name", sorted(ORDER_OF))
+def test_auto_order_is_the_familys(engines, name: str) -> None:
+    engine = engines[name]
+    auto, _ = engine.encode_infill(PRE, SUF, 16, "auto")
+    assert auto == engine.encode_infill(PRE, SUF, 16, ORDER_OF[name])[0]
+    assert engine.fim_order("auto") == ORDER_OF[name]
+
+
+def test_our_own_checkpoints_keep_spm(engines) -> None:
+    engine = engines["tiny_starcoder_py"]
+    ours = Engine(engine.model, engine.tokenizer, own_checkpoint=True)
+    assert ours.fim_order("auto") == SPM
+    assert ours.encode_infill(PRE, SUF, 16, "auto")[0] == engine.encode_infill(PRE, SUF, 16, SPM)[0]
+
+
+@pytest.mark.parametrize("name", ["codeparrot-small", "codegen", "phi-1"])
+def test_no_template_is_a_clear_error_naming_the_override(engines, name: str) -> None:
+    engine = engines[name]
+    assert engine.fim is None
+    with pytest.raises(CheckpointError, match="--fim-tokens PREFIX,SUFFIX,MIDDLE"):
+        engine.encode_infill(PRE, SUF, 16)
+
+
+def test_override_names_the_tokens(engines) -> None:
+    """llm-ls style: any model whose tokenizer has the tokens, named by hand."""
+    engine = engines["qwen2.5-coder"]
+    spec = "<|fim_prefix|>,<|fim_suffix|>,<|fim_middle|>,<|fim_pad|>"
+    ids, _ = engine.encode_infill(PRE, SUF, 16, PSM, fim_tokens=spec)
+    assert ids == engine.encode_infill(PRE, SUF, 16, PSM)[0]
+    assert engine.infill_template(spec).template.name == "custom"
+    with pytest.raises(Exception, match="no single token '<nope>'"):
+        engine.encode_infill(PRE, SUF, 16, PSM, fim_tokens="<nope>,<|fim_suffix|>,<|fim_middle|>")
+    with pytest.raises(ValueError, match="PREFIX,SUFFIX,MIDDLE"):
+        parse_fim_tokens("<a>,<b>")
+
+
+def test_fim_pad_is_not_required(engines) -> None:
+    tokenizer = engines["deepseek-coder"].tokenizer  # no pad sentinel at all
+    assert detect_template(tokenizer).template.name == "deepseek"
+
+
+@pytest.mark.parametrize("name", ["codellama", "deepseek-coder"])
+def test_bos_starts_left_to_right_prompts_where_the_tokenizer_adds_it(engines, name) -> None:
+    engine = engines[name]
+    ids, _ = engine.encode_prompt("x = 1", 16)
+    assert ids[0] == engine.tokenizer.bos_token_id
+    assert ids == engine.tokenizer("x = 1")["input_ids"]
+
+
+@pytest.mark.parametrize("name", ["codeparrot-small", "tiny_starcoder_py", "qwen2.5-coder"])
+def test_no_bos_where_the_tokenizer_adds_none(engines, name) -> None:
+    engine = engines[name]
+    ids, _ = engine.encode_prompt("x = 1", 16)
+    assert ids == engine.tokenizer("x = 1", add_special_tokens=False)["input_ids"]
+
+
+def test_every_end_id_of_the_generation_config_ends(engines) -> None:
+    engine = engines["qwen2.5-coder"]
+    im_end = engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert engine.model.generation_config.eos_token_id == [engine.eos_token_id, im_end]
+    assert im_end in engine._end_ids(GenerationConfig())
+
+
+STOPPERS = {
+    "codellama": "▁<EOT>",
+    "deepseek-coder": "<｜fim▁begin｜>",  # not special in its tokenizer: a template token
+    "qwen2.5-coder": "<|file_sep|>",
+    "starcoder2": "<file_sep>",
+    "santacoder": "<fim-pad>",
+    "codegen": "<|endoftext|>",
+    "phi-1": "<|endoftext|>",
+}
+
+
+@pytest.mark.parametrize("name", sorted(STOPPERS))
+def test_a_sampled_special_token_ends_the_completion_and_is_never_text(
+    tmp_path: Path, name: str
+) -> None:
+    """The model writes two ordinary tokens, then the special one, then more text: the
+    completion holds the two tokens' text and nothing of the special token's."""
+    engine = Engine.load(build_family(name, tmp_path / name))
+    tok = engine.tokenizer
+    special = tok.convert_tokens_to_ids(STOPPERS[name])
+    word = tok("x", add_special_tokens=False)["input_ids"][-1]
+    bias_head(engine.model, {special: 1e4})
+    suffix = SUF if engine.fim is not None else None
+    config = GenerationConfig(max_new_tokens=8, temperature=0.0, heal=False)
+    out = engine.generate(PRE, config, suffix=suffix)[0]
+    assert (out.text, out.finish_reason, out.new_tokens) == ("", "eos", 0)
+    # now it writes "x" first: the text stops before the special token
+    bias_head(engine.model, {special: 1e4, word: 2e4})
+    seen = []
+
+    def forward_hook(module, args, output):  # after one "x", the special token
+        seen.append(1)
+        if len(seen) > 1:
+            output[..., word] = -1e9
+        return output
+
+    engine.model.get_output_embeddings().register_forward_hook(forward_hook)
+    out = engine.generate(PRE, config, suffix=suffix)[0]
+    assert out.finish_reason == "eos" and out.new_tokens == 1
+    assert out.text == tok.decode([word])
+    assert STOPPERS[name] not in out.text and "<" not in out.text
+
+
+def test_byte_fallback_streams_never_crash(engines) -> None:
+    """300 random 24-token streams through CodeLlama's byte-fallback tokenizer: tokenizers'
+    DecodeStream raises on many ("Invalid prefix", a byte after text that a later byte
+    turns invalid); the engine goes on, with the text the whole decode has up to its first
+    invalid byte (after which the stream may keep characters the whole decode replaces)."""
+    from codeparrot.generation.engine import _Candidate
+
+    engine = engines["codellama"]
+    rng = random.Random(0)
+    special = set(engine.special_ids)
+    ordinary = [i for i in range(len(engine.tokenizer)) if i not in special]
+    for _ in range(300):
+        ids = [rng.choice(ordinary) for _ in range(24)]
+        c = _Candidate(engine._new_decoder())
+        for tok in ids:
+            c.ids.append(tok)
+            engine._append_text(c, tok)
+        assert c.text.startswith(engine.tokenizer.decode(ids).split("\ufffd")[0])
