@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import mmap
 import os
 import platform
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy
@@ -294,6 +296,47 @@ def test_every_stdlib_extension_module_that_imports_here_imports_in_the_sandbox(
     if platform.machine() == "x86_64" and os.path.isdir("/usr/lib/x86_64-linux-gnu"):
         (verdict,) = run_programs([Program(listing, test, "f")], isolation=strong)
         assert verdict.passed, verdict.result
+
+
+def resident_pages(path: str) -> int:
+    """Pages of ``path`` in the page cache (mincore on a mapping of it)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
+    libc.mmap.argtypes += [ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = os.path.getsize(path)
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        vector = (ctypes.c_ubyte * pages)()
+        assert libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size), vector) == 0
+        libc.munmap(address, size)
+    finally:
+        os.close(fd)
+    return sum(b & 1 for b in vector)
+
+
+def test_the_runtime_is_read_into_the_page_cache_before_samples_run(strong):
+    """A page of a shared file that nothing had read would carry a bit from one sample
+    (or run) to the next, told by timing a read: proving the mode reads them all in."""
+    import sysconfig
+
+    path = os.path.join(sysconfig.get_paths()["stdlib"], "pydoc_data", "topics.py")
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    if resident_pages(path) != 0:
+        pytest.skip("the page cache kept the file (mapped elsewhere)")
+    detect_isolation(strong.mode)
+    for _ in range(100):  # readahead completes asynchronously
+        if resident_pages(path) * mmap.PAGESIZE >= os.path.getsize(path):
+            break
+        time.sleep(0.05)
+    assert resident_pages(path) * mmap.PAGESIZE >= os.path.getsize(path)
 
 
 def test_the_checker_imports_numpy_and_the_sample_cannot(strong):
