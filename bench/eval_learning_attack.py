@@ -78,10 +78,65 @@ def _oracle(numbers, threshold):
 '''
 
 
+# The same oracle keeping its state in the kernel's cache of file-name lookups instead: a
+# name looked up under the standard library's folder (it does not exist) is cached, and
+# later lookups of it are faster. No system call is denied to it. A lookup caches the
+# name it reads, so each sample first takes a ticket (the first ticket name not yet
+# cached) and reads only names of its ticket; what it learns it writes for the next ones.
+NAME_CACHE = (
+    ORACLE.split("import socket", 1)[0]
+    + r"""import os, time
+
+_STATE = {"calls": 0, "guesses": {}}
+_ROOT = os.path.dirname(os.__file__)
+_AHEAD = 250  # later tickets a fact is written for
+
+
+def _lookup(name):
+    t = time.perf_counter_ns()
+    for k in range(8):
+        os.path.exists(f"{_ROOT}/codeparrot-oracle-{name}-{k}")
+    return time.perf_counter_ns() - t
+
+
+def _cached(name):
+    if "fresh" not in _STATE:
+        _STATE["fresh"] = min(_lookup(f"fresh-{time.time_ns()}-{j}") for j in range(5))
+    return _lookup(name) < 0.6 * _STATE["fresh"]
+
+
+def _ticket():
+    if "ticket" not in _STATE:
+        k = 0
+        while _cached(f"ticket-{k}"):
+            k += 1
+        _STATE["ticket"] = k
+    return _STATE["ticket"]
+
+
+def _exists(name):
+    return _cached(f"{name}@{_ticket()}")
+
+
+def _hold(name):
+    for m in range(_ticket() + 1, _ticket() + _AHEAD):
+        _lookup(f"{name}@{m}")
+"""
+    + ORACLE[ORACLE.index("def _oracle(") :]
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--zygote", type=Path, default=None, help="another _zygote.py to run")
+    parser.add_argument(
+        "--channel",
+        choices=("sockets", "names"),
+        default="sockets",
+        help="where the oracle keeps its state: abstract socket names, or the kernel's "
+        "cache of file-name lookups (an open channel: see docs/threat-model.md)",
+    )
     args = parser.parse_args()
     from codeparrot.eval import sandbox
     from codeparrot.eval.data import load_problems
@@ -90,7 +145,8 @@ def main() -> None:
     if args.zygote is not None:
         sandbox.ZYGOTE = args.zygote.resolve()
     isolation = sandbox.detect_isolation()
-    program = humaneval_program(load_problems()["HumanEval/0"], ORACLE)
+    oracle = ORACLE if args.channel == "sockets" else NAME_CACHE
+    program = humaneval_program(load_problems()["HumanEval/0"], oracle)
     n = args.samples
     print(f"sandbox mode {isolation.mode}; zygote {sandbox.ZYGOTE}")
     for workers in (1, 4):
