@@ -603,9 +603,7 @@ def runtime_paths(extra_objects=()):
     library the system has (a larger surface, and more pages to signal through).
     """
     paths = {os.path.realpath(p) for p in sys.path if os.path.isdir(p)}
-    with open("/proc/self/maps") as maps:
-        mapped = {line.split(None, 5)[5].strip() for line in maps if line.count(" /") == 1}
-    objects = [os.path.realpath(p) for p in mapped if ".so" in os.path.basename(p)]
+    objects = [os.path.realpath(p) for p in mapped_objects()]
     for folder in sorted(paths):  # lib-dynload is on sys.path itself
         objects += [os.path.join(folder, n) for n in os.listdir(folder) if ".so" in n]
     for root in extra_objects:
@@ -648,6 +646,13 @@ def warm_page_cache(paths):
                     pass
                 finally:
                     os.close(fd)
+
+
+def mapped_objects():
+    """The shared objects this process has loaded (from /proc/self/maps)."""
+    with open("/proc/self/maps") as maps:
+        mapped = {line.split(None, 5)[5].strip() for line in maps if line.count(" /") == 1}
+    return sorted(p for p in mapped if ".so" in os.path.basename(p))
 
 
 # Libraries the C library loads by name at run time, bound when present beside it.
@@ -741,16 +746,25 @@ def build_root(libc, secret, checker, user_namespace):
     # Every source is held open before the staging tmpfs covers /tmp: a runtime or a package
     # that lives under /tmp (a checkout or virtualenv there) would otherwise be hidden by it.
     objects = [os.path.realpath(path) for path, _ in checker or ()]
-    runtime = [(_hold(path), new + path, MS_NODEV) for path in runtime_paths(objects)]
+    paths = runtime_paths(objects)
+    # Libraries not yet loaded are copied (a few dozen files: private pages, and one mount
+    # fewer each in every sample's namespace); folders and the loaded objects are bound.
+    loaded = {os.path.realpath(path) for path in mapped_objects()}
+    copies = [p for p in paths if os.path.isfile(p) and os.path.realpath(p) not in loaded]
+    runtime = [(_hold(path), new + path, MS_NODEV) for path in paths if path not in copies]
+    copied = [(_hold(path), new + path) for path in copies]
     devices = [(_hold(path), new + path, 0) for path in DEVICES]
     packages = [
         (_hold(os.path.realpath(path)), f"{new}{CHECKER_SITE}/{name}", MS_NODEV)
         for path, name in checker or ()
     ]
-    _mount(libc, b"tmpfs", new.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=755")
+    size = b"size=%d,mode=755" % ((1 << 20) + sum(os.path.getsize(p) for p in copies))
+    _mount(libc, b"tmpfs", new.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
     stdlib = [p for p in sys.path if os.path.isdir(p)]
     for held, target, flags in (*runtime, *devices):
         _bind_read_only(libc, held, target, flags)
+    for (fd, _is_dir), target in copied:
+        _copy(fd, target)
     for name in ("lib", "lib32", "lib64", "libx32"):  # the loader's default search path
         if os.path.islink("/" + name):
             os.symlink(os.readlink("/" + name), f"{new}/{name}")
@@ -782,6 +796,20 @@ def build_root(libc, secret, checker, user_namespace):
     _remount_read_only(libc, "/", MS_NODEV)
     for (fd, _is_dir), _target, _flags in (*runtime, *devices, *packages):
         os.close(fd)
+    for (fd, _is_dir), _target in copied:
+        os.close(fd)
+
+
+def _copy(fd, target):
+    """Copy the file held by the O_PATH descriptor ``fd`` to ``target`` (mode 0755)."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(f"/proc/self/fd/{fd}", "rb") as source:
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
+        try:
+            while chunk := source.read(1 << 20):
+                os.write(out, chunk)
+        finally:
+            os.close(out)
 
 
 def _hold(path):
