@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -146,7 +147,15 @@ def read_samples(
         raise DataError(f"{path}: no such samples file")
     out = SampleFile()
     per_task: Counter[str] = Counter()
-    for number, line in _lines(path, max_line_bytes):
+    lines = _lines(path, max_line_bytes)
+    while True:
+        try:
+            number, line = next(lines)
+        except StopIteration:
+            break
+        except (OSError, EOFError, zlib.error) as e:  # a truncated or corrupt .gz
+            out.errors.append(f"{path}: unreadable after the lines above ({e})")
+            break
         if line is None:
             out.errors.append(f"{path}:{number}: line longer than {max_line_bytes} bytes")
             continue

@@ -124,3 +124,13 @@ def test_rows_of_a_forged_line_keep_the_users_other_fields(tmp_path, problems):
     found = read_samples(path, problems)
     assert found.forged_fields == 1
     assert found.samples[0].record == {"task_id": "HumanEval/0", "completion": "x", "model": "m"}
+
+
+def test_a_truncated_gz_keeps_the_lines_before_the_damage(tmp_path, problems):
+    path = tmp_path / "s.jsonl.gz"
+    good = json.dumps({"task_id": "HumanEval/0", "completion": "    return 1\n"}) + "\n"
+    whole = gzip.compress((good * 2000).encode())
+    path.write_bytes(whole[: len(whole) // 2])
+    found = read_samples(path, problems)
+    assert found.samples and len(found.errors) == 1
+    assert "unreadable after the lines above" in found.errors[0]
