@@ -747,27 +747,24 @@ def build_root(libc, secret, checker, user_namespace):
     # that lives under /tmp (a checkout or virtualenv there) would otherwise be hidden by it.
     objects = [os.path.realpath(path) for path, _ in checker or ()]
     paths = runtime_paths(objects)
-    # The standard library (trimmed) and the libraries not yet loaded are copied: a file
-    # system of the zygote's own keeps no failed lookups and shares no cached pages with
-    # other samples and runs (both channels for a sample's bits), and adds no mount to
-    # copy into every sample's namespace. Only the objects already loaded are bound.
+    # Libraries not yet loaded are copied (a few dozen files: private pages, and one mount
+    # fewer each in every sample's namespace); folders and the loaded objects are bound.
     loaded = {os.path.realpath(path) for path in mapped_objects()}
-    runtime = [(_hold(path), new + path, MS_NODEV) for path in paths if path in loaded]
-    copied = [
-        (root, _hold(root)[0], tree_files(root, secret)) for root in paths if root not in loaded
-    ]
+    copies = [p for p in paths if os.path.isfile(p) and os.path.realpath(p) not in loaded]
+    runtime = [(_hold(path), new + path, MS_NODEV) for path in paths if path not in copies]
+    copied = [(_hold(path), new + path) for path in copies]
     devices = [(_hold(path), new + path, 0) for path in DEVICES]
     packages = [
         (_hold(os.path.realpath(path)), f"{new}{CHECKER_SITE}/{name}", MS_NODEV)
         for path, name in checker or ()
     ]
-    total = sum(size for _, _, files in copied for _, size, _ in files)
-    size = b"size=%d,mode=755" % ((4 << 20) + total * 11 // 10)
+    size = b"size=%d,mode=755" % ((1 << 20) + sum(os.path.getsize(p) for p in copies))
     _mount(libc, b"tmpfs", new.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
+    stdlib = [p for p in sys.path if os.path.isdir(p)]
     for held, target, flags in (*runtime, *devices):
         _bind_read_only(libc, held, target, flags)
-    for root, fd, files in copied:
-        _copy_tree(fd, files, new + root)
+    for (fd, _is_dir), target in copied:
+        _copy(fd, target)
     for name in ("lib", "lib32", "lib64", "libx32"):  # the loader's default search path
         if os.path.islink("/" + name):
             os.symlink(os.readlink("/" + name), f"{new}/{name}")
@@ -779,6 +776,10 @@ def build_root(libc, secret, checker, user_namespace):
         # fully visible: keep the host's under the mount point; every sample's own
         # /proc is mounted over it.
         _mount(libc, b"/proc", (new + "/proc").encode(), None, MS_BIND | MS_REC)
+    hidden = [os.path.join(p, d) for p in stdlib for d in HIDDEN_PACKAGES]
+    for path in [*hidden, *secret]:  # e.g. pip install-ed data under the runtime
+        if os.path.isdir(new + path):
+            _mount(libc, b"tmpfs", (new + path).encode(), b"tmpfs", MS_READ_ONLY, b"size=4k")
     if checker:
         os.mkdir(new + "/checker")
         _mount(libc, b"tmpfs", (new + "/checker").encode(), b"tmpfs", 0, b"size=64k,mode=755")
@@ -795,56 +796,20 @@ def build_root(libc, secret, checker, user_namespace):
     _remount_read_only(libc, "/", MS_NODEV)
     for (fd, _is_dir), _target, _flags in (*runtime, *devices, *packages):
         os.close(fd)
-    for _, fd, _ in copied:
+    for (fd, _is_dir), _target in copied:
         os.close(fd)
 
 
-# Parts of the standard library no sample needs, left out of its copy: test suites, the
-# IDE and demos, the bootstrap installer, help()'s texts, installed packages.
-LEFT_OUT = ("test", "tests", "idle_test", "idlelib", "turtledemo", "lib2to3", "ensurepip")
-LEFT_OUT += ("pydoc_data", *HIDDEN_PACKAGES)
-
-
-def tree_files(root, secret=()):
-    """``(relative path, size, mtime in ns)`` of what a sample gets of ``root`` (a file or
-    a folder): no LEFT_OUT folder, no ``config-*`` (the static library), no optimised
-    bytecode (``.opt-N.pyc``), nothing under a ``secret`` folder."""
-    if not os.path.isdir(root):
-        stat = os.stat(root)
-        return [("", stat.st_size, stat.st_mtime_ns)]
-    hidden = {os.path.realpath(path) for path in secret}
-    found = []
-    for folder, folders, names in os.walk(root):
-        folders[:] = [
-            d
-            for d in folders
-            if d not in LEFT_OUT
-            and not d.startswith("config-")
-            and os.path.realpath(os.path.join(folder, d)) not in hidden
-        ]
-        for name in names:
-            path = os.path.join(folder, name)
-            if ".opt-" not in name and os.path.isfile(path):
-                stat = os.stat(path)
-                found.append((os.path.relpath(path, root), stat.st_size, stat.st_mtime_ns))
-    return found
-
-
-def _copy_tree(fd, files, target):
-    """Copy ``files`` (from :func:`tree_files`) of the file or folder held by the O_PATH
-    descriptor ``fd`` to ``target``, keeping modification times (bytecode checks them)."""
-    base = f"/proc/self/fd/{fd}"
-    for relative, _size, mtime in files:
-        destination = os.path.join(target, relative) if relative else target
-        os.makedirs(os.path.dirname(destination), exist_ok=True)
-        with open(os.path.join(base, relative) if relative else base, "rb") as source:
-            out = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
-            try:
-                while chunk := source.read(1 << 20):
-                    os.write(out, chunk)
-            finally:
-                os.close(out)
-        os.utime(destination, ns=(mtime, mtime))
+def _copy(fd, target):
+    """Copy the file held by the O_PATH descriptor ``fd`` to ``target`` (mode 0755)."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(f"/proc/self/fd/{fd}", "rb") as source:
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
+        try:
+            while chunk := source.read(1 << 20):
+                os.write(out, chunk)
+        finally:
+            os.close(out)
 
 
 def _hold(path):
@@ -1131,9 +1096,7 @@ def main():
     import json
 
     if sys.argv[1:] == ["warm"]:  # run once per harness run, outside any worker's cgroup
-        import ctypes  # loads what the zygote has loaded (libffi)
-
-        warm_page_cache(mapped_objects())  # the rest of the sample's root is copied
+        warm_page_cache(runtime_paths())
         return
     mode, slot, config = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     join_cgroups(config["cgroups"])

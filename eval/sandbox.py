@@ -179,8 +179,7 @@ class WorkerCgroup:
         self.dirs = [base / name for base in bases]
 
     def create(self, limits: Limits) -> None:
-        # + zygote and checker, and the copy of the runtime in the zygote's root (~55 MB)
-        memory = limits.memory + 2 * limits.file_size + (192 << 20)
+        memory = limits.memory + 2 * limits.file_size + (128 << 20)  # + zygote and checker
         pids = limits.processes + 32  # + zygote, checker, their threads
         if self.kind == "cgroup2":
             values = {"cpu.max": f"{CPU_PERIOD_US} {CPU_PERIOD_US}", "memory.max": memory}
