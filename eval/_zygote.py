@@ -40,6 +40,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
 MS_RDONLY = 1
 MS_REMOUNT = 32
 MS_BIND = 4096
@@ -59,7 +60,9 @@ PR_SET_NO_NEW_PRIVS = 38
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 # Per sample: its own PIDs, mounts, SysV/POSIX IPC objects (they die with the sample)
-# and host name.
+# and host name. The network namespace is the worker's (a fresh one per sample costs 10-20%
+# of the throughput): no socket outlives the sample's processes, since none can be sent
+# "in flight" (sendmsg is denied), and Z makes itself a new one should any be left.
 NAMESPACES = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS
 
 
@@ -200,7 +203,13 @@ def _decode(text, pos, depth):
 
 # System calls a HumanEval sample never needs, per architecture: io_uring, the kernel
 # keyrings (per uid, so they would outlive the sample), bpf, perf_event_open, ptrace and
-# process_vm_*, userfaultfd, new namespaces, mounts, module and kexec loading, handles.
+# process_vm_*, userfaultfd, new namespaces, mounts, module and kexec loading, handles;
+# machine-wide pools and work: the AIO calls (the host's fs.aio-nr events), sync and
+# syncfs; and what reads or drops the page cache of files shared with the host and with
+# later samples (mincore, cachestat, fadvise, process_madvise; madvise's MADV_COLD and
+# MADV_PAGEOUT below), a channel across samples and runs; sendmsg and sendmmsg, the only
+# way to put a descriptor "in flight" (SCM_RIGHTS), where a socket and its abstract name
+# outlive every process of the sample (send and sendto remain).
 DENIED = {
     "x86_64": {
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
@@ -213,6 +222,10 @@ DENIED = {
         "kexec_load": 246, "kexec_file_load": 320, "init_module": 175,
         "finit_module": 313, "delete_module": 176,
         "name_to_handle_at": 303, "open_by_handle_at": 304,
+        "io_setup": 206, "io_destroy": 207, "io_getevents": 208, "io_submit": 209,
+        "io_cancel": 210, "io_pgetevents": 333, "sync": 162, "syncfs": 306,
+        "mincore": 27, "cachestat": 451, "fadvise64": 221, "process_madvise": 440,
+        "sendmsg": 46, "sendmmsg": 307,
     },
     "aarch64": {
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
@@ -225,10 +238,19 @@ DENIED = {
         "kexec_load": 104, "kexec_file_load": 294, "init_module": 105,
         "finit_module": 273, "delete_module": 106,
         "name_to_handle_at": 264, "open_by_handle_at": 265,
+        "io_setup": 0, "io_destroy": 1, "io_submit": 2, "io_cancel": 3, "io_getevents": 4,
+        "io_pgetevents": 292, "sync": 81, "syncfs": 267,
+        "mincore": 232, "cachestat": 451, "fadvise64": 223, "process_madvise": 440,
+        "sendmsg": 211, "sendmmsg": 269,
     },
 }  # fmt: skip
-# (audit arch, socket, socketpair, clone, clone3)
-ARCH = {"x86_64": (0xC000003E, 41, 53, 56, 435), "aarch64": (0xC00000B7, 198, 199, 220, 435)}
+# (audit arch, socket, socketpair, clone, clone3, madvise)
+ARCH = {
+    "x86_64": (0xC000003E, 41, 53, 56, 435, 28),
+    "aarch64": (0xC00000B7, 198, 199, 220, 435, 233),
+}
+MADV_COLD = 20
+MADV_PAGEOUT = 21
 AF_UNIX = 1
 CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
 X32_BIT = 0x40000000
@@ -254,7 +276,7 @@ def seccomp_program(machine):
     """
     if machine not in ARCH:
         return None
-    audit_arch, socket, socketpair, clone, clone3 = ARCH[machine]
+    audit_arch, socket, socketpair, clone, clone3, madvise = ARCH[machine]
     deny = (RET, 0, 0, RET_ERRNO | EPERM)
     program = [(LD_ABS_W, 0, 0, 4), (JEQ, 1, 0, audit_arch), (RET, 0, 0, RET_KILL_PROCESS)]
     program.append((LD_ABS_W, 0, 0, 0))  # the system call number
@@ -268,6 +290,8 @@ def seccomp_program(machine):
         program += [(RET, 0, 0, RET_ALLOW), deny]
     program += [(JEQ, 0, 4, clone), (LD_ABS_W, 0, 0, 16), (JSET, 0, 1, CLONE_NAMESPACES)]
     program += [deny, (RET, 0, 0, RET_ALLOW)]
+    program += [(JEQ, 0, 5, madvise), (LD_ABS_W, 0, 0, 32)]  # arg 2: the advice
+    program += [(JEQ, 1, 0, MADV_COLD), (JEQ, 0, 1, MADV_PAGEOUT), deny, (RET, 0, 0, RET_ALLOW)]
     program.append((RET, 0, 0, RET_ALLOW))
     return program
 
@@ -569,23 +593,146 @@ def _limit_ipc(libc, memory, strict, host_namespaces):
                 raise
 
 
-def runtime_paths():
+def runtime_paths(extra_objects=()):
     """What the sample may see of the host, read-only: the Python runtime.
 
     The standard library (this process runs with ``-I -S``: ``sys.path`` holds nothing
-    else), the shared objects the interpreter has mapped, and the directory of the C
-    library, where the extension modules' own libraries (libffi, libz, ...) live.
+    else), the shared objects the interpreter has mapped, and the shared libraries that
+    those, the standard library's extension modules and ``extra_objects`` (the checker's
+    packages) load, file by file: not the C library's whole directory, which holds every
+    library the system has (a larger surface, and more pages to signal through).
     """
     paths = {os.path.realpath(p) for p in sys.path if os.path.isdir(p)}
+    objects = [os.path.realpath(p) for p in mapped_objects()]
+    for folder in sorted(paths):  # lib-dynload is on sys.path itself
+        objects += [os.path.join(folder, n) for n in os.listdir(folder) if ".so" in n]
+    for root in extra_objects:
+        for folder, _, names in os.walk(root):
+            objects += [os.path.join(folder, n) for n in names if ".so" in n]
+    libraries = library_closure([p for p in objects if os.path.isfile(p)])
+    if libraries is None:  # not an ELF layout this reads: the C library's directory instead
+        libc = next((p for p in objects if os.path.basename(p).startswith("libc.")), None)
+        libraries = {os.path.dirname(libc)} if libc else set()
+    ordered = sorted(paths | {p for p in objects if os.path.isfile(p)} | libraries)
+    return [p for p in ordered if not any(p.startswith(q + os.sep) for q in ordered)]
+
+
+HIDDEN_PACKAGES = ("site-packages", "dist-packages")  # under the stdlib: not the sample's
+
+
+def warm_page_cache(paths):
+    """Have the kernel read every file under ``paths`` into the page cache (readahead).
+
+    The sample's files are the host's, so their cached pages are shared with every later
+    sample and run: a page nothing had read would carry one bit (read or not, told apart
+    by timing a read). With every page resident there is none left to write, and the
+    sample cannot drop one (fadvise, MADV_PAGEOUT and MADV_COLD are denied).
+    """
+    for root in paths:
+        if os.path.isdir(root):
+            walk = os.walk(root)
+        else:
+            walk = [(os.path.dirname(root), [], [os.path.basename(root)])]
+        for folder, folders, names in walk:
+            folders[:] = [d for d in folders if d not in HIDDEN_PACKAGES]
+            for name in names:
+                try:
+                    fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NONBLOCK)
+                except OSError:
+                    continue
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
+
+
+def mapped_objects():
+    """The shared objects this process has loaded (from /proc/self/maps)."""
     with open("/proc/self/maps") as maps:
         mapped = {line.split(None, 5)[5].strip() for line in maps if line.count(" /") == 1}
-    for path in mapped:
-        path = os.path.realpath(path)
-        if ".so" not in os.path.basename(path) or not os.path.isfile(path):
+    return sorted(p for p in mapped if ".so" in os.path.basename(p))
+
+
+# Libraries the C library loads by name at run time, bound when present beside it.
+DLOPENED = ("libgcc_s.so.1",)
+DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_RPATH, DT_RUNPATH = 1, 5, 10, 15, 29
+
+
+def elf_dependencies(path):
+    """``(needed names, search folders)`` of a 64-bit little-endian ELF object, or None."""
+    import struct
+
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if len(head) < 64 or head[:4] != b"\x7fELF" or head[4:6] != b"\x02\x01":
+            return None
+        phoff = struct.unpack_from("<Q", head, 32)[0]
+        size, count = struct.unpack_from("<HH", head, 54)
+        f.seek(phoff)
+        table = f.read(size * count)
+        loads, dynamic = [], None
+        for i in range(count):
+            kind, _, offset, vaddr, _, filesz = struct.unpack_from("<IIQQQQ", table, i * size)
+            if kind == 1:  # PT_LOAD
+                loads.append((vaddr, offset, filesz))
+            elif kind == 2:  # PT_DYNAMIC
+                dynamic = (offset, filesz)
+        if dynamic is None:
+            return [], []
+        f.seek(dynamic[0])
+        raw = f.read(dynamic[1])
+        entries = [struct.unpack_from("<qQ", raw, j) for j in range(0, len(raw) - 15, 16)]
+        found = {tag: value for tag, value in entries if tag in (DT_STRTAB, DT_STRSZ)}
+        address = found.get(DT_STRTAB)
+        where = [off + address - va for va, off, n in loads if va <= address < va + n]
+        if not where:
+            return None
+        f.seek(where[0])
+        strings = f.read(found.get(DT_STRSZ, 0))
+
+    def name(offset):
+        return strings[offset : strings.index(b"\0", offset)].decode("utf-8", "replace")
+
+    origin = os.path.dirname(path)
+    folders = [name(v) for t, v in entries if t in (DT_RPATH, DT_RUNPATH)]
+    folders = [d.replace("$ORIGIN", origin) for f in folders for d in f.split(":") if d]
+    return [name(v) for t, v in entries if t == DT_NEEDED], folders
+
+
+def library_closure(objects):
+    """Every library ``objects`` load, transitively, as the paths the loader opens (each
+    resolved file bound at its name); None where an object is not an ELF this reads."""
+    libc = next((p for p in objects if os.path.basename(p).startswith("libc.")), None)
+    if libc is None:
+        return None
+    system = [os.path.dirname(libc)]
+    arch = os.path.basename(system[0])
+    for folder in (f"/lib/{arch}", f"/usr/lib/{arch}", "/lib64", "/usr/lib64", "/lib", "/usr/lib"):
+        if os.path.isdir(folder) and os.path.realpath(folder) not in system:
+            system.append(os.path.realpath(folder))
+    found = {
+        os.path.join(system[0], n) for n in DLOPENED if os.path.isfile(os.path.join(system[0], n))
+    }
+    todo, seen = list(objects) + sorted(found), set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
             continue
-        paths.add(os.path.dirname(path) if os.path.basename(path).startswith("libc.") else path)
-    ordered = sorted(paths)
-    return [p for p in ordered if not any(p.startswith(q + os.sep) for q in ordered)]
+        seen.add(path)
+        dependencies = elf_dependencies(path)
+        if dependencies is None:
+            return None
+        needed, folders = dependencies
+        for name in needed:
+            for folder in [*folders, *system]:
+                candidate = os.path.join(os.path.realpath(folder), name)
+                if os.path.isfile(candidate):
+                    found.add(candidate)
+                    todo.append(candidate)
+                    break
+    return found
 
 
 def build_root(libc, secret, checker, user_namespace):
@@ -598,16 +745,26 @@ def build_root(libc, secret, checker, user_namespace):
     new = "/tmp"  # only in this process's private mount namespace
     # Every source is held open before the staging tmpfs covers /tmp: a runtime or a package
     # that lives under /tmp (a checkout or virtualenv there) would otherwise be hidden by it.
-    runtime = [(_hold(path), new + path, MS_NODEV) for path in runtime_paths()]
+    objects = [os.path.realpath(path) for path, _ in checker or ()]
+    paths = runtime_paths(objects)
+    # Libraries not yet loaded are copied (a few dozen files: private pages, and one mount
+    # fewer each in every sample's namespace); folders and the loaded objects are bound.
+    loaded = {os.path.realpath(path) for path in mapped_objects()}
+    copies = [p for p in paths if os.path.isfile(p) and os.path.realpath(p) not in loaded]
+    runtime = [(_hold(path), new + path, MS_NODEV) for path in paths if path not in copies]
+    copied = [(_hold(path), new + path) for path in copies]
     devices = [(_hold(path), new + path, 0) for path in DEVICES]
     packages = [
         (_hold(os.path.realpath(path)), f"{new}{CHECKER_SITE}/{name}", MS_NODEV)
         for path, name in checker or ()
     ]
-    _mount(libc, b"tmpfs", new.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=755")
+    size = b"size=%d,mode=755" % ((1 << 20) + sum(os.path.getsize(p) for p in copies))
+    _mount(libc, b"tmpfs", new.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
     stdlib = [p for p in sys.path if os.path.isdir(p)]
     for held, target, flags in (*runtime, *devices):
         _bind_read_only(libc, held, target, flags)
+    for (fd, _is_dir), target in copied:
+        _copy(fd, target)
     for name in ("lib", "lib32", "lib64", "libx32"):  # the loader's default search path
         if os.path.islink("/" + name):
             os.symlink(os.readlink("/" + name), f"{new}/{name}")
@@ -619,7 +776,7 @@ def build_root(libc, secret, checker, user_namespace):
         # fully visible: keep the host's under the mount point; every sample's own
         # /proc is mounted over it.
         _mount(libc, b"/proc", (new + "/proc").encode(), None, MS_BIND | MS_REC)
-    hidden = [os.path.join(p, d) for p in stdlib for d in ("site-packages", "dist-packages")]
+    hidden = [os.path.join(p, d) for p in stdlib for d in HIDDEN_PACKAGES]
     for path in [*hidden, *secret]:  # e.g. pip install-ed data under the runtime
         if os.path.isdir(new + path):
             _mount(libc, b"tmpfs", (new + path).encode(), b"tmpfs", MS_READ_ONLY, b"size=4k")
@@ -639,6 +796,20 @@ def build_root(libc, secret, checker, user_namespace):
     _remount_read_only(libc, "/", MS_NODEV)
     for (fd, _is_dir), _target, _flags in (*runtime, *devices, *packages):
         os.close(fd)
+    for (fd, _is_dir), _target in copied:
+        os.close(fd)
+
+
+def _copy(fd, target):
+    """Copy the file held by the O_PATH descriptor ``fd`` to ``target`` (mode 0755)."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(f"/proc/self/fd/{fd}", "rb") as source:
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
+        try:
+            while chunk := source.read(1 << 20):
+                os.write(out, chunk)
+        finally:
+            os.close(out)
 
 
 def _hold(path):
@@ -902,9 +1073,31 @@ def warm_up(libc):
     gc.freeze()
 
 
+def sockets_left(proc_fd):
+    """Whether any AF_UNIX socket is left in Z's network namespace (read through ``proc_fd``,
+    the host's /proc, held from start-up). Called once a sample's processes are all dead:
+    whatever is still listed (a bound abstract name, say) outlived them."""
+    fd = os.open(f"{os.getpid()}/net/unix", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
+    try:
+        table = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    return table.count(b"\n") > 1  # more than the header
+
+
+def renew_network_namespace(libc, proc_fd):
+    """Move Z (and so every later sample) into a new, empty network namespace if the last
+    sample left a socket in this one; the old one goes with that socket."""
+    if proc_fd >= 0 and sockets_left(proc_fd) and libc.unshare(CLONE_NEWNET) != 0:
+        raise OSError(ctypes_errno(), "unshare(CLONE_NEWNET) failed")
+
+
 def main():
     import json
 
+    if sys.argv[1:] == ["warm"]:  # run once per harness run, outside any worker's cgroup
+        warm_page_cache(runtime_paths())
+        return
     mode, slot, config = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     # Samples and checkers (forks of Z) exchange ints as decimal text, and HumanEval+
     # expects ints of over 4,300 digits (/83, /139): the limit is lifted, as evalplus does.
@@ -922,7 +1115,9 @@ def main():
     # filter, and Z's namespaces (a sample's must differ).
     context = {"seccomp": prepare_seccomp(), "namespaces": namespaces, "pid_ns": pid_ns}
     checker = sorted({os.path.dirname(path) for path, _ in config["checker"]})
+    proc_fd = -1
     if mode != "none":
+        proc_fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         build_root(libc, config["secret"], config["checker"], mode == "userns")
         checker = [CHECKER_SITE] if checker else []
     context["checker"] = checker
@@ -937,6 +1132,7 @@ def main():
             header, program.decode("utf-8", "surrogatepass"), libc, mode, slot, context
         )
         write_frame(1, b"%.6f " % duration + verdict.encode("utf-8", "replace"))
+        renew_network_namespace(libc, proc_fd)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _print_errors(summary: dict) -> None:
     for error in summary.get("input_errors", []):
         print(f"skipped {error}")
+    if summary.get("verdict_fields_dropped"):
+        print(
+            f"ignored the verdict fields (passed, plus_passed, exact_match, ...) of "
+            f"{summary['verdict_fields_dropped']} input lines: only the harness writes them"
+        )
 
 
 def _print_summary(summary: dict, asked: str | None = None) -> None:

