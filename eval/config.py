@@ -10,6 +10,7 @@ from codeparrot.config import Config, option
 from codeparrot.eval.tasks import TASK_NAMES
 from codeparrot.options import (
     CANDIDATES,
+    CHECKPOINT,
     DEVICE,
     FIM_ORDER,
     FIM_SUFFIX_SHARE,
@@ -110,7 +111,7 @@ class ExecuteConfig(ExecutionOptions):
 class GenerationOptions(TaskOptions):
     """How completions are generated (shared by `eval generate` and `eval humaneval`)."""
 
-    checkpoint: Path | None = option(None, "checkpoint directory (model and tokenizer)")
+    checkpoint: Path | None = CHECKPOINT.field(None)
     output: Path | None = option(None, "report directory (default: CHECKPOINT/TASK)")
     n: int = option(10, "samples per problem (the reference uses 200)", ge=1, le=1000)
     batch_size: int = CANDIDATES.field(10, "samples generated per call of the engine")

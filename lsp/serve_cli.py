@@ -9,6 +9,11 @@ import argparse
 
 from codeparrot.config import add_config_arguments, config_from_args
 from codeparrot.lsp.serve_config import ServeConfig
+from codeparrot.lsp.serve_request import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_P,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,6 +25,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "stop, stream, seed) and GET /v1/models over one checkpoint, for clients that "
             "speak OpenAI's API instead of LSP (Continue, llm.nvim, curl). Listens on "
             "127.0.0.1 unless --host says otherwise. Set-up: docs/editors.md."
+        ),
+        epilog=(
+            f"Sampling settings a request leaves out take OpenAI's defaults: max_tokens "
+            f"{DEFAULT_MAX_TOKENS}, temperature {DEFAULT_TEMPERATURE} (sampling, unlike `lsp`'s "
+            f"greedy 0 and `complete`'s 0.2), top_p {DEFAULT_TOP_P}, n 1; editor clients "
+            "usually send their own."
         ),
     )
     add_config_arguments(parser, ServeConfig)

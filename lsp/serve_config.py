@@ -9,14 +9,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
-from codeparrot.options import CANDIDATES, DEVICE, DTYPE, MAX_NEW_TOKENS, QUANTIZE_WEIGHTS
+from codeparrot.options import (
+    CANDIDATES,
+    CHECKPOINT,
+    DEVICE,
+    DTYPE,
+    MAX_NEW_TOKENS,
+    QUANTIZE_WEIGHTS,
+)
 
 
 @dataclass(frozen=True)
 class ServeConfig(Config):
     """An OpenAI-compatible completion endpoint (POST /v1/completions) over one checkpoint."""
 
-    checkpoint: Path = option(help="checkpoint directory to complete with", metavar="DIR")
+    checkpoint: Path = CHECKPOINT.field()
     host: str = option(
         "127.0.0.1", "address to listen on (0.0.0.0 exposes the model to the whole network)"
     )
