@@ -139,7 +139,7 @@ async def test_inline_and_completion_items_agree(
     suggesting: LanguageClient, suggesting_checkpoint: tuple[Path, str]
 ):
     text = "import os\n\n\ndef read(path):\n    with open(path) as fh:\n        data = fh.re"
-    uri = open_doc(suggesting, text, "file:///work/agree.py")
+    uri = open_doc(suggesting, text, "file:///project/agree.py")
     line, col = 5, len("        data = fh.re")
     items = (await inline(suggesting, uri, line, col)).items
     listing = await complete(suggesting, uri, line, col)
@@ -174,7 +174,7 @@ async def test_typing_through_a_suggestion_uses_the_cache(
 ):
     client = suggesting
     head = "value_0 = compute(0"
-    uri = open_doc(client, head, "file:///work/typing.py")
+    uri = open_doc(client, head, "file:///project/typing.py")
     items = (await inline(client, uri, 0, len(head))).items
     suggestion = items[0].insert_text
     assert suggestion == suggesting_checkpoint[1] and len(suggestion) >= 2
@@ -483,7 +483,7 @@ async def suggestion_somewhere(c: LanguageClient, tag: str) -> tuple[str, str, t
     """(uri, suggestion, position) on a fresh line of a server over the suggesting
     checkpoint, which suggests there."""
     head = f"result_{tag} = compute({len(tag)}, "
-    uri = open_doc(c, head, f"file:///work/stats_{tag}.py")
+    uri = open_doc(c, head, f"file:///project/stats_{tag}.py")
     (item,) = (await inline(c, uri, 0, len(head))).items
     assert item.insert_text
     return uri, item, t.Position(0, len(head))

@@ -70,15 +70,15 @@ def test_no_path_records_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
     monkeypatch.chdir(cwd)
 
-    def session(rec: StatsRecorder) -> None:
+    def edit(rec: StatsRecorder) -> None:
         rec.shown("1", "u", 0, "x", 1.0)
         rec.accepted("1")
         rec.shown("2", "u", 5, "yy", 2.0)
         rec.edited("u", 5, 0, "yy")
 
     control = tmp_path / "control.jsonl"
-    session(StatsRecorder(control, "runs/a"))
+    edit(StatsRecorder(control, "runs/a"))
     assert len(control.read_text().splitlines()) == 4  # the same events, recorded
-    session(StatsRecorder(None, "runs/a"))
+    edit(StatsRecorder(None, "runs/a"))
     assert not default_stats_file().exists()
     assert list(state.rglob("*")) == [] and list(cwd.iterdir()) == []
