@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from codeparrot.app.config import AppConfig
-from codeparrot.config import add_config_arguments, config_from_args
+from codeparrot.config import add_config_arguments, add_either_form, config_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,22 +13,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "app",
         help="serve the Gradio playground over one or more checkpoints",
         description=(
-            "A Gradio playground: prompt editor, sampling controls, streamed candidates, "
-            "the CodeParrot chapter's examples, and each checkpoint's model card, training "
-            "curve and HumanEval report."
+            "A Gradio playground over the checkpoints given (a picker when several): prompt "
+            "editor, sampling controls, streamed candidates, the CodeParrot chapter's "
+            "examples, and each checkpoint's model card, training curve and HumanEval report."
         ),
     )
-    # --checkpoint repeats (``--checkpoint A --checkpoint B``) and takes lists (``A B``).
-    parser.add_argument(
-        "--checkpoint",
-        dest="checkpoints",
-        action="extend",
-        nargs="+",
-        type=Path,
-        required=True,
-        metavar="DIR",
-        help="checkpoint directory to offer in the picker; repeat for several",
-    )
+    # `codeparrot app A B`; the earlier `--checkpoint A --checkpoint B` still works (hidden)
+    add_either_form(parser, AppConfig, "checkpoints", positional=True)
     add_config_arguments(parser, AppConfig, skip=("checkpoints",))
     parser.set_defaults(func=run)
 

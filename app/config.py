@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
-from codeparrot.options import DEVICE, MAX_NEW_TOKENS
+from codeparrot.options import CHECKPOINT, DEVICE, MAX_NEW_TOKENS
 
 # Candidates shown side by side: each is a pre-built editor in the page.
 MAX_CANDIDATES = 8
@@ -16,12 +16,7 @@ MAX_CANDIDATES = 8
 class AppConfig(Config):
     """A Gradio playground over one or more checkpoints."""
 
-    checkpoints: tuple[Path, ...] = option(
-        (),
-        "checkpoint directory to offer in the picker; repeat for several",
-        flag="--checkpoint",
-        metavar="DIR",
-    )
+    checkpoints: tuple[Path, ...] = CHECKPOINT.field(())  # offered in the picker
     host: str = option("127.0.0.1", "address to listen on (0.0.0.0: every interface)")
     port: int = option(7860, "port to listen on (0: any free port)", ge=0, le=65535)
     concurrency: int = option(
@@ -62,4 +57,4 @@ class AppConfig(Config):
     )
 
     def problems(self) -> list[str]:
-        return [] if self.checkpoints else ["--checkpoint: give at least one checkpoint directory"]
+        return [] if self.checkpoints else ["give at least one CHECKPOINT"]

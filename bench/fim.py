@@ -77,6 +77,7 @@ def main() -> None:
             train(
                 TrainConfig(
                     data=args.corpus, tokenizer=tokenizer, output=run, preset="tiny",
+                    optimizer="adamw", schedule="cosine",
                     max_steps=args.steps, batch_size=args.batch_size, compile=args.compile,
                     pretokenized=True, seed=args.seed, progress=False,
                     fim_rate=0.0 if variant == "off" else args.fim_rate,

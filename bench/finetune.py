@@ -58,6 +58,9 @@ def build_base(work: Path, minutes: float, files: int, seed: int) -> Path:
             tokenizer=tokenizer,
             output=model,
             preset="tiny",
+            optimizer="adamw",  # the settings this bench was measured with
+            schedule="cosine",
+            pretokenized=False,
             batch_size=16,
             learning_rate=1e-3,  # a short budget: higher peak, short warmup
             warmup_steps=20,
@@ -127,6 +130,9 @@ def control(args: argparse.Namespace) -> None:
             data=args.work / "base_corpus",
             output=out,
             init_from=base,
+            optimizer="adamw",
+            schedule="cosine",
+            pretokenized=False,
             learning_rate=2e-4,
             warmup_steps=20,
             batch_size=8,

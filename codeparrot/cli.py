@@ -48,8 +48,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="codeparrot",
         description=(
             "Build your own code-completion model end to end: a cleaned Python corpus, a "
-            "byte-level BPE tokenizer, GPT-2 pretraining with Accelerate, a HumanEval pass@k "
-            "harness, a Gradio playground and a language server."
+            "byte-level BPE tokenizer, GPT-2 or Qwen3-style pretraining with Accelerate, a "
+            "HumanEval pass@k harness, a Gradio playground, a language server and an "
+            "OpenAI-compatible endpoint."
         ),
         epilog="Start with `codeparrot quickstart`; every subcommand has --help.",
     )

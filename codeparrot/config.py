@@ -358,59 +358,126 @@ def add_config_arguments(
     *,
     skip: typing.Iterable[str] = (),
     positional: typing.Iterable[str] = (),
+    required: typing.Iterable[str] = (),
 ) -> None:
     """Add one flag per field of ``cls`` (help from the field's metadata).
 
     Defaults are suppressed on the parser so that :func:`config_from_args` only
     overrides what the user typed; ``--help`` still shows the dataclass default.
-    ``positional`` names fields given as positional arguments (a tuple field takes ``*``).
+    ``positional`` names fields given as positional arguments (a tuple field takes ``*``);
+    ``required`` names fields the command line must give although the config has a default
+    (one a library caller may leave unset, such as a checkpoint its rules then ask for).
+
+    A boolean that defaults to False is one flag, ``--name``; one that defaults to True is
+    ``--name``/``--no-name``. ``--no-name`` of the first kind is still accepted (hidden).
     """
-    hints = typing.get_type_hints(cls)
-    skip = set(skip)
-    positional = set(positional)
+    skip, positional, required = set(skip), set(positional), set(required)
     for f in dataclasses.fields(cls):
         if f.name in skip or f.metadata.get("cli", True) is False:
             continue
-        tp, _optional = _strip_optional(hints[f.name])
-        default = (
-            f.default
-            if f.default is not dataclasses.MISSING
-            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        )
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        help_text = _help_text(f, tp, default, required)
-        # argparse %-formats help texts: a literal "%" must reach it doubled
-        kwargs: dict[str, Any] = {"help": help_text.replace("%", "%%")}
-        if "choices" in f.metadata:
-            kwargs["choices"] = f.metadata["choices"]
-        if "metavar" in f.metadata:
-            kwargs["metavar"] = f.metadata["metavar"]
-        origin = get_origin(tp)
-        if tp is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif origin in (tuple, list):
-            inner = get_args(tp)[0] if get_args(tp) else str
-            kwargs["type"] = _scalar_type(inner)
-            kwargs["nargs"] = "*" if f.name in positional or not required else "+"
-        else:
-            kwargs["type"] = _scalar_type(tp)
+        tp, default, needed = _field_facts(cls, f)
+        needed = needed or f.name in required
+        if tp is bool and f.name not in positional:
+            _add_bool_flag(parser, f, default is True, _help_text(f, tp, default, needed))
+            continue
+        kwargs = _argument_kwargs(f, tp, default, needed, f.name in positional)
         if f.name in positional:
-            if not required and "nargs" not in kwargs:
-                kwargs["nargs"] = "?"
-            parser.add_argument(f.name, default=argparse.SUPPRESS, **kwargs)
+            parser.add_argument(f.name, **kwargs)
         else:
-            parser.add_argument(
-                flag_name(f),
-                dest=f.name,
-                default=argparse.SUPPRESS,
-                required=required,
-                **kwargs,
-            )
+            parser.add_argument(flag_name(f), dest=f.name, required=needed, **kwargs)
 
 
-def _help_text(f: dataclasses.Field, tp: Any, default: Any, required: bool) -> str:
+def add_either_form(
+    parser: argparse.ArgumentParser, cls: type[Config], name: str, *, positional: bool
+) -> None:
+    """Field ``name`` of ``cls``, which the command line must give: shown as a positional
+    argument or as its flag as ``positional`` says, the other form accepted too (hidden), so
+    that command lines written for an argument's earlier form keep working. A tuple field
+    collects the values of both forms."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    tp, default, _needed = _field_facts(cls, f)
+    sequence = get_origin(tp) in (tuple, list)
+    group = parser.add_mutually_exclusive_group(required=True)
+    for shown in (True, False):
+        as_positional = positional == shown
+        kwargs = _argument_kwargs(f, tp, default, True, as_positional)
+        if sequence:  # values of both forms add up
+            kwargs.update(nargs="*" if as_positional else "+", action="extend")
+        elif as_positional:  # absent when the flag is given: "*" (argparse converts a "?"
+            kwargs.update(nargs="*", action=_StoreOne)  # positional's absent default)
+        if not shown:
+            kwargs["help"] = argparse.SUPPRESS
+        if as_positional:
+            group.add_argument(name, **kwargs)
+        else:
+            group.add_argument(flag_name(f), dest=name, **kwargs)
+
+
+class _StoreOne(argparse.Action):
+    """A positional argument of one value that may be absent (``nargs="*"``, at most one)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, *_: Any):
+        if len(values) > 1:
+            parser.error(f"give one {self.metavar or self.dest}, got {len(values)}")
+        if values:
+            setattr(namespace, self.dest, values[0])
+
+
+def _field_facts(cls: type[Config], f: dataclasses.Field) -> tuple[Any, Any, bool]:
+    """The field's type (``Optional`` removed), its default (``None``: none) and whether it
+    has none, so that a command line must give it."""
+    tp, _optional = _strip_optional(typing.get_type_hints(cls)[f.name])
+    if f.default is not dataclasses.MISSING:
+        return tp, f.default, False
+    if f.default_factory is not dataclasses.MISSING:
+        return tp, f.default_factory(), False
+    return tp, None, True
+
+
+def _argument_kwargs(
+    f: dataclasses.Field, tp: Any, default: Any, required: bool, positional: bool
+) -> dict[str, Any]:
+    """argparse's keywords for a field that takes a value (the flag or name aside)."""
+    help_text = _help_text(f, tp, default, required, option=not positional)
+    # argparse %-formats help texts: a literal "%" must reach it doubled
+    kwargs: dict[str, Any] = {"help": help_text.replace("%", "%%"), "default": argparse.SUPPRESS}
+    if "choices" in f.metadata:
+        kwargs["choices"] = f.metadata["choices"]
+    if "metavar" in f.metadata:
+        kwargs["metavar"] = f.metadata["metavar"]
+    if get_origin(tp) in (tuple, list):
+        inner = get_args(tp)[0] if get_args(tp) else str
+        kwargs["type"] = _scalar_type(inner)
+        kwargs["nargs"] = "*" if positional or not required else "+"
+    else:
+        kwargs["type"] = _scalar_type(tp)
+        if positional and not required:
+            kwargs["nargs"] = "?"
+    return kwargs
+
+
+def _add_bool_flag(
+    parser: argparse.ArgumentParser, f: dataclasses.Field, on: bool, help_text: str
+) -> None:
+    """``--name`` for a setting that is off by default (``--no-name`` accepted, hidden), or
+    ``--name``/``--no-name`` for one that is on by default."""
+    flag = flag_name(f)
+    negative = "--no-" + flag.removeprefix("--")
+    common = {"dest": f.name, "default": argparse.SUPPRESS}
+    if on:
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text, **common)
+        return
+    parser.add_argument(flag, action="store_true", help=help_text, **common)
+    parser.add_argument(negative, action="store_false", help=argparse.SUPPRESS, **common)
+
+
+def _help_text(
+    f: dataclasses.Field, tp: Any, default: Any, required: bool, option: bool = True
+) -> str:
     """The field's help, then its declared range and its default: ``"... (in 1..64;
-    default: 8)"`` (choices argparse shows itself)."""
+    default: 8)"`` (choices argparse shows itself). A flag with no default says
+    ``default: none`` unless its help already tells what happens without it; a boolean
+    says ``on`` when it is on by default, and nothing when off (its flag turns it on)."""
     notes = []
     bounds = dataclasses.replace(Bounds.of(f), choices=None)
     if bounds != Bounds():
@@ -418,12 +485,18 @@ def _help_text(f: dataclasses.Field, tp: Any, default: Any, required: bool) -> s
         inner = (get_args(tp) or (str,))[0] if origin in (tuple, list) else tp
         each = "each " if origin in (tuple, list) else ""
         notes.append(each + bounds.describe(integer=inner is int))
-    if not required and default not in (None, (), []):
+    text = f.metadata.get("help", "")
+    if required or (tp is bool and default is not True):
+        pass
+    elif default is True:
+        notes.append("default: on")
+    elif default not in (None, (), []):
         shown = _to_jsonable(default)
         if isinstance(shown, list):
             shown = " ".join(map(str, shown))
         notes.append(f"default: {shown}")
-    text = f.metadata.get("help", "")
+    elif option and "default" not in text:
+        notes.append("default: none")
     return f"{text} ({'; '.join(notes)})" if notes else text
 
 
@@ -435,10 +508,17 @@ def _scalar_type(tp: Any) -> Any:
     return str
 
 
-def config_from_args(cls: type[C], args: argparse.Namespace, **overrides: Any) -> C:
-    """Build ``cls`` from parsed arguments; fields the user did not give keep their defaults."""
+def config_from_args(
+    cls: type[C],
+    args: argparse.Namespace,
+    *,
+    defaults: typing.Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> C:
+    """Build ``cls`` from parsed arguments; fields the user did not give take their value
+    from ``defaults`` (a preset's), else keep the dataclass default; ``overrides`` win."""
     hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = dict(defaults or {})
     for f in dataclasses.fields(cls):
         if hasattr(args, f.name):
             value = getattr(args, f.name)

@@ -11,6 +11,8 @@ Standard library only: the CLI imports it to build ``--help``.
 
 from __future__ import annotations
 
+import dataclasses
+
 from codeparrot.config import Declaration
 
 # -- choices -------------------------------------------------------------------------------
@@ -51,6 +53,15 @@ SYNTAX_SAMPLES = Declaration(
 )
 
 # -- loading a model for inference ---------------------------------------------------------
+
+# The one form of a checkpoint argument: `--checkpoint CHECKPOINT` where a command takes one,
+# a positional `CHECKPOINT ...` where it takes several (a test walks every command). Required
+# unless a stage gives a default (`CHECKPOINT.field(None)`); the help stays this one.
+CHECKPOINT = Declaration(
+    dataclasses.MISSING,
+    "a checkpoint directory or a Hugging Face Hub id",
+    metavar="CHECKPOINT",
+)
 
 DEVICE = Declaration(None, "torch device (default: cuda when available, else cpu)")
 DTYPE = Declaration("auto", "weights' dtype (auto: bf16 on GPU, fp32 on CPU)", choices=DTYPES)

@@ -1,11 +1,13 @@
-"""`codeparrot eval humaneval|generate|execute` (standard library imports only)."""
+"""`codeparrot eval humaneval|infill|generate|execute|loss|lines` (standard library imports
+only)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 
-from codeparrot.config import add_config_arguments, config_from_args
+from codeparrot.config import add_config_arguments, add_either_form, config_from_args
 from codeparrot.eval.config import ExecuteConfig, GenerateConfig, HumanEvalConfig, InfillConfig
 
 
@@ -29,23 +31,36 @@ def _subcommands() -> list[tuple[str, str, type, Callable[[argparse.Namespace], 
         ("execute", "score an existing samples file (task_id, completion per line) of a --task",
          ExecuteConfig, run_execute, ("samples",)),
         ("loss", "held-out nats/char and bits/byte of checkpoints side by side",
-         loss_config, run_loss, ("checkpoints",)),
+         loss_config, run_loss, ()),
         ("lines", "greedy line completion on held-out files: exact match, edit similarity",
-         lines_config, run_lines, ("checkpoint",)),
+         lines_config, run_lines, ()),
     ]  # fmt: skip
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "eval",
-        help="pass@k of HumanEval(+), MBPP(+), infilling, in a sandbox",
-        description="Generate and score completions of a benchmark (--task) in a sandbox "
-        "(see docs/threat-model.md).",
+        help="score checkpoints: pass@k (HumanEval(+), MBPP(+), infilling), loss, lines",
+        description="Score checkpoints: generate completions of a benchmark (--task) and run "
+        "them in a sandbox for pass@k (humaneval, infill, or generate then execute; see "
+        "docs/threat-model.md), or measure without running code: held-out loss (loss) and "
+        "line completion as an editor asks (lines).",
     )
-    sub = parser.add_subparsers(dest="eval_command", metavar="EVAL_COMMAND", required=True)
+    sub = parser.add_subparsers(
+        dest="eval_command", metavar="EVAL_COMMAND", required=True, title="commands"
+    )
     for name, help_text, config_class, func, positional in _subcommands():
         command = sub.add_parser(name, help=help_text, description=config_class.__doc__)
-        add_config_arguments(command, config_class, positional=positional)
+        names = {f.name for f in dataclasses.fields(config_class)}
+        if name in ("lines", "loss"):
+            # `--checkpoint CHECKPOINT`, or `CHECKPOINT ...` to compare several; the other
+            # form stays accepted (lines took a positional before)
+            field = "checkpoints" if "checkpoints" in names else "checkpoint"
+            add_either_form(command, config_class, field, positional=field == "checkpoints")
+            add_config_arguments(command, config_class, positional=positional, skip=(field,))
+        else:
+            required = ("checkpoint",) if "checkpoint" in names else ()
+            add_config_arguments(command, config_class, positional=positional, required=required)
         command.set_defaults(func=func)
 
 

@@ -11,6 +11,7 @@ from codeparrot.eval.prompts import PROMPT_FORMATS
 from codeparrot.eval.tasks import TASK_NAMES, TASKS
 from codeparrot.options import (
     CANDIDATES,
+    CHECKPOINT,
     DEVICE,
     FIM_ORDER,
     FIM_SUFFIX_SHARE,
@@ -126,7 +127,7 @@ class ExecuteConfig(ExecutionOptions):
 class GenerationOptions(TaskOptions):
     """How completions are generated (shared by `eval generate` and `eval humaneval`)."""
 
-    checkpoint: Path | None = option(None, "checkpoint directory (model and tokenizer)")
+    checkpoint: Path | None = CHECKPOINT.field(None)
     output: Path | None = option(
         None, "report directory (default: CHECKPOINT/TASK, or MODEL/TASK with --backend openai)"
     )

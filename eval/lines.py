@@ -39,6 +39,7 @@ from codeparrot.eval.heldout import HELDOUT_DATA, HeldoutFile, describe, read_he
 from codeparrot.generation.repetition import cut_repetition, is_repetitive
 from codeparrot.io import atomic_directory, atomic_open, provenance, write_json
 from codeparrot.options import (
+    CHECKPOINT,
     CONTEXT_TOKENS,
     FIM_ORDER,
     FIM_SUFFIX_SHARE,
@@ -60,7 +61,7 @@ SUFFIX_CHARS = 2000
 class LinesConfig(Config):
     """Greedy line completion on held-out files: exact match and edit similarity."""
 
-    checkpoint: Path | None = option(None, "checkpoint directory")
+    checkpoint: Path | None = CHECKPOINT.field(None)
     data: Path | None = HELDOUT_DATA.field()
     n: int = option(200, "lines to complete (half at a line's start, half mid-line)", ge=2)
     seed: int = option(0, "seed of the line draw")

@@ -24,7 +24,7 @@ from codeparrot.config import Config, option
 from codeparrot.errors import DataError
 from codeparrot.eval.heldout import HELDOUT_DATA, HeldoutFile, describe, read_heldout
 from codeparrot.io import atomic_open, provenance, write_json
-from codeparrot.options import DEVICE
+from codeparrot.options import CHECKPOINT, DEVICE
 
 SOLUTION_TASKS = ("humaneval",)
 
@@ -33,7 +33,7 @@ SOLUTION_TASKS = ("humaneval",)
 class LossConfig(Config):
     """Held-out nats per character and bits per byte of one or more checkpoints, side by side."""
 
-    checkpoints: tuple[Path, ...] = option((), "checkpoint directories to compare")
+    checkpoints: tuple[Path, ...] = CHECKPOINT.field(())
     data: Path | None = HELDOUT_DATA.field()
     task: str | None = option(
         None,

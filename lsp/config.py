@@ -20,6 +20,7 @@ from typing import Any
 from codeparrot.config import Config, option
 from codeparrot.errors import ConfigError
 from codeparrot.options import (
+    CHECKPOINT,
     CONTEXT_TOKENS,
     DEVICE,
     FIM_ORDER,
@@ -59,11 +60,8 @@ EDITOR_SETTINGS = (
 class LspConfig(Config):
     """Settings of ``codeparrot lsp``: which model, how much to generate, how to serve."""
 
-    checkpoint: Path | None = option(
-        None,
-        "checkpoint directory to complete with (or `checkpoint` in the editor's "
-        "initializationOptions)",
-        metavar="DIR",
+    checkpoint: Path | None = CHECKPOINT.field(
+        None, CHECKPOINT.help + " (default: `checkpoint` in the editor's initializationOptions)"
     )
     # Editors ask on every keystroke: the limits are lower than a batch job's.
     max_new_tokens: int = MAX_NEW_TOKENS.field(

@@ -9,6 +9,11 @@ import argparse
 
 from codeparrot.config import add_config_arguments, config_from_args
 from codeparrot.lsp.serve_config import ServeConfig
+from codeparrot.lsp.serve_request import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_P,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,6 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "it by a loopback name, --host or --allow-host, with JSON bodies, and from web "
             "pages only of the origins given with --allow-origin. Set-up: docs/editors.md; "
             "what is checked: docs/threat-model.md."
+        ),
+        epilog=(
+            f"Sampling settings a request leaves out take OpenAI's defaults: max_tokens "
+            f"{DEFAULT_MAX_TOKENS}, temperature {DEFAULT_TEMPERATURE} (sampling, unlike `lsp`'s "
+            f"greedy 0 and `complete`'s 0.2), top_p {DEFAULT_TOP_P}, n 1; editor clients "
+            "usually send their own."
         ),
     )
     add_config_arguments(parser, ServeConfig)

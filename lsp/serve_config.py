@@ -11,6 +11,7 @@ from pathlib import Path
 from codeparrot.config import Config, option
 from codeparrot.options import (
     CANDIDATES,
+    CHECKPOINT,
     DEVICE,
     DTYPE,
     FIM_ORDER,
@@ -24,7 +25,7 @@ from codeparrot.options import (
 class ServeConfig(Config):
     """An OpenAI-compatible completion endpoint (POST /v1/completions) over one checkpoint."""
 
-    checkpoint: Path = option(help="checkpoint directory to complete with", metavar="DIR")
+    checkpoint: Path = CHECKPOINT.field()
     host: str = option(
         "127.0.0.1", "address to listen on (0.0.0.0 exposes the model to the whole network)"
     )

@@ -42,6 +42,7 @@ from codeparrot.options import (
 )
 from codeparrot.tokenizer.config import vocab_size_problem
 from codeparrot.tokenizer.pretokenizer import PRE_TOKENIZERS
+from codeparrot.training.config import QUICKSTART_RECIPE
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,11 @@ class QuickstartConfig(Config):
     score it on HumanEval in a sandbox, and print what to run next."""
 
     output: Path = option(Path("runs/quickstart"), "directory for every artefact of the run")
-    # bench/recipe.py: at the quickstart's 1,000 steps, Qwen3 blocks + Muon + WSD + FIM reach
-    # a held-out loss below what GPT-2 blocks + AdamW + cosine reach in 4x the steps;
-    # BENCHMARKS.md, Recipe ablations. `tiny` (GPT-2) reproduces CodeParrot.
+    # The training recipe is QUICKSTART_RECIPE, `codeparrot train`'s default too (why it
+    # is the one: training/config.py). `tiny` (GPT-2) reproduces CodeParrot.
     preset: str = PRESET.field(
-        "tiny-qwen", "model preset (tiny-qwen and tiny train on 2 CPU cores in minutes)"
+        QUICKSTART_RECIPE.preset,
+        "model preset (tiny-qwen and tiny train on 2 CPU cores in minutes)",
     )
     n_positions: int | None = N_POSITIONS.field(
         help="the model's context (default: the preset's; tiny's 256 leaves 128 tokens of "
@@ -79,7 +80,7 @@ class QuickstartConfig(Config):
         choices=PRE_TOKENIZERS,
     )
     max_steps: int = MAX_STEPS.field(help="training steps (the learning-rate schedule ends here)")
-    batch_size: int = BATCH_SIZE.field(16, "sequences per training step")
+    batch_size: int = BATCH_SIZE.field(QUICKSTART_RECIPE.batch_size, "sequences per training step")
     max_minutes: float = MAX_MINUTES.field(
         14.0, "stop training after this many minutes whatever the step"
     )
@@ -87,13 +88,13 @@ class QuickstartConfig(Config):
         True, "torch.compile the model (a minute to start, then faster steps; BENCHMARKS.md)"
     )
     pretokenized: bool = option(
-        True,
+        QUICKSTART_RECIPE.pretokenized,
         "tokenize the corpus once into memmapped shards and train on randomly drawn windows "
         "(instead of streaming packed sequences through shuffle buffers)",
     )
-    optimizer: str = OPTIMIZER.field("muon")
-    schedule: str = SCHEDULE.field("wsd")
-    fim_rate: float | None = FIM_RATE.field()
+    optimizer: str = OPTIMIZER.field(QUICKSTART_RECIPE.optimizer)
+    schedule: str = SCHEDULE.field(QUICKSTART_RECIPE.schedule)
+    fim_rate: float | None = FIM_RATE.field(QUICKSTART_RECIPE.fim_rate)
     fim_spm_rate: float = FIM_SPM_RATE.field()
     fim_line_rate: float = FIM_LINE_RATE.field()
     fim_mode: str = FIM_MODE.field()
@@ -508,7 +509,7 @@ def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
         "",
         "next:",
         f"  codeparrot complete --checkpoint {ckpt} 'def fibonacci(n):'",
-        f"  codeparrot app --checkpoint {ckpt}          # the playground in your browser",
+        f"  codeparrot app {ckpt}          # the playground in your browser",
         f"  codeparrot lsp --checkpoint {ckpt}          # completions in your editor (docs/editors.md)",
         f"  codeparrot eval humaneval --checkpoint {ckpt} --n 100 "
         f"--max-new-tokens {cfg.eval_max_new_tokens} --allow-code-execution",

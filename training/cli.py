@@ -5,30 +5,46 @@ from __future__ import annotations
 import argparse
 
 from codeparrot.config import add_config_arguments, config_from_args
-from codeparrot.training.config import TrainConfig
+from codeparrot.training.config import DEFAULT_RECIPE, RECIPES, TrainConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train",
-        help="pretrain a GPT-2 preset on a corpus (Accelerate; resumable)",
+        help="pretrain a model preset on a corpus (Accelerate; resumable)",
         description=(
-            "Pretrain a GPT-2 preset on DATA/train with packing, AdamW, a cosine schedule, "
-            "checkpoints, exact --resume and TensorBoard logs. Several processes (DDP; gloo on "
+            "Pretrain a model preset on DATA/train: by default the quickstart's recipe, or "
+            "CodeParrot's with --recipe codeparrot; checkpoints, exact --resume and "
+            "TensorBoard logs. Several processes (DDP; gloo on "
             "CPU): accelerate launch --cpu --num_processes 2 -m codeparrot.training --data ... (without "
             "MPI, Accelerate 1.x starts one process for it, and `-m codeparrot.training` starts the 2 "
             "with torchrun), or torchrun --nproc_per_node 2 -m codeparrot.training ...; on GPUs: "
             "accelerate launch -m codeparrot.training ... after accelerate config."
         ),
     )
+    recipes = "; ".join(f"{name}: {recipe.describe()}" for name, recipe in RECIPES.items())
+    parser.add_argument(
+        "--recipe",
+        choices=tuple(RECIPES),
+        default=DEFAULT_RECIPE,
+        help=f"the settings a run starts from; flags given override them ({recipes}; "
+        "codeparrot is CodeParrot's 2021 recipe; the defaults shown below are quickstart's; "
+        f"--resume needs the run's own; default: {DEFAULT_RECIPE})",
+    )
     add_config_arguments(parser, TrainConfig)
     parser.set_defaults(func=run)
+
+
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    """The run's config: ``--recipe``'s settings, the flags given over them."""
+    recipe = RECIPES[getattr(args, "recipe", DEFAULT_RECIPE)]
+    return config_from_args(TrainConfig, args, defaults=recipe.settings())
 
 
 def run(args: argparse.Namespace) -> int:
     from codeparrot.training.loop import train
 
-    config = config_from_args(TrainConfig, args)
+    config = train_config(args)
     target = None
     if config.push_to_hub:
         from codeparrot.hub import preflight

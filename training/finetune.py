@@ -31,6 +31,7 @@ from codeparrot.config import Config, option
 from codeparrot.errors import CheckpointError, DataError
 from codeparrot.options import (
     BATCH_SIZE,
+    CHECKPOINT,
     DROPOUT,
     LEARNING_RATE,
     MAX_MINUTES,
@@ -60,9 +61,7 @@ class FinetuneConfig(Config):
     repository: Path = option(
         help="directory of the code to fine-tune on (a checkout or folder)", metavar="REPOSITORY"
     )
-    checkpoint: Path = option(
-        help="base checkpoint: a local Hugging Face causal-LM directory", metavar="DIR"
-    )
+    checkpoint: Path = CHECKPOINT.field()  # the base model
     output: Path = option(
         help="directory to create: corpus/, model/ and finetune.json", metavar="DIR"
     )
@@ -282,6 +281,11 @@ def _train_config(config: FinetuneConfig, steps: int, seq_length: int, train_tok
         init_from=config.checkpoint,
         dropout=config.dropout,
         seq_length=seq_length,
+        # fine-tuning keeps AdamW, a cosine schedule and the streamed epochs (not the
+        # pretraining recipe TrainConfig defaults to)
+        optimizer="adamw",
+        schedule="cosine",
+        pretokenized=False,
         sequence_buffer=min(default_buffer, train_tokens // seq_length),
         batch_size=config.batch_size,
         learning_rate=config.learning_rate,
@@ -313,7 +317,7 @@ def planned_steps(config: FinetuneConfig, train_tokens: int, seq_length: int) ->
 def commands(model_dir: Path) -> tuple[str, str]:
     """The commands that start the language server and the playground on ``model_dir``."""
     path = shlex.quote(str(model_dir))
-    return f"codeparrot lsp --checkpoint {path}", f"codeparrot app --checkpoint {path}"
+    return f"codeparrot lsp --checkpoint {path}", f"codeparrot app {path}"
 
 
 def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:

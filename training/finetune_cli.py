@@ -1,4 +1,5 @@
-"""``codeparrot finetune REPOSITORY --checkpoint DIR --output DIR`` (standard library imports only)."""
+"""``codeparrot finetune REPOSITORY --checkpoint CHECKPOINT --output DIR`` (standard library
+imports only)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=argparse.SUPPRESS,
         metavar="TEXT",
-        help="stop string, repeatable; backslash escapes such as \\n are understood",
+        help="stop string, repeatable; backslash escapes such as \\n are understood "
+        "(default: none)",
     )
     parser.set_defaults(func=run_complete)
 

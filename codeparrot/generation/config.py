@@ -11,6 +11,7 @@ from pathlib import Path
 from codeparrot.config import Config, option
 from codeparrot.options import (
     CANDIDATES,
+    CHECKPOINT,
     DEVICE,
     DTYPE,
     DTYPES,
@@ -68,7 +69,7 @@ class GenerationConfig(Config):
 class CompleteConfig(Config):
     """Complete a prompt with a checkpoint: prints the candidates (sampling flags below)."""
 
-    checkpoint: Path = option(help="checkpoint directory (ours, or any local HF causal LM)")
+    checkpoint: Path = CHECKPOINT.field()
     prompt: str = option(help='the text to complete; "-" reads it from standard input')
     suffix: str | None = option(
         None,

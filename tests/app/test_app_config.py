@@ -15,7 +15,7 @@ def test_config_names_every_bad_flag():
     with pytest.raises(ConfigError) as err:
         AppConfig(checkpoints=(), port=70000, concurrency=0, stream_interval=-1)
     message = str(err.value)
-    for flag in ("--checkpoint", "--port", "--concurrency", "--stream-interval"):
+    for flag in ("CHECKPOINT", "--port", "--concurrency", "--stream-interval"):
         assert flag in message
 
 
@@ -23,6 +23,9 @@ def test_checkpoint_flag_repeats_and_round_trips():
     from codeparrot.cli import build_parser
     from codeparrot.config import config_from_args
 
+    # `codeparrot app A B`, and the earlier `--checkpoint` form, repeated or with lists
+    args = build_parser().parse_args(["app", "a", "b", "--port", "8000"])
+    assert config_from_args(AppConfig, args).checkpoints == (Path("a"), Path("b"))
     args = build_parser().parse_args(
         ["app", "--checkpoint", "a", "--checkpoint", "b", "c", "--port", "8000"]
     )
@@ -36,7 +39,7 @@ def test_app_subcommand_requires_a_checkpoint(capsys):
 
     with pytest.raises(SystemExit):
         main(["app"])
-    assert "--checkpoint" in capsys.readouterr().err
+    assert "CHECKPOINT is required" in capsys.readouterr().err
 
 
 def test_cli_refuses_when_no_checkpoint_exists(tmp_path, capsys):

@@ -120,7 +120,8 @@ def test_help_shows_the_bounds_and_argparse_refuses_a_bad_choice(capsys):
     assert "some k (each at least 1; default: 1 10)" in text
     assert "a stage's own default (in [0, 0.5]; default: 0.1)" in text
     assert "{fast,slow}" in text
-    assert "an optional cap (at least 1)" in text  # no default to show
+    assert "an optional cap (at least 1; default: none)" in text
+    assert "a file (default: none)" in text
     with pytest.raises(SystemExit):
         parser.parse_args(["--mode", "warp"])
     assert "invalid choice: 'warp'" in capsys.readouterr().err

@@ -49,7 +49,7 @@ def test_quickstart_runs_every_step_then_reuses_them(tmp_path, source_tree, caps
     assert main(_args(out, source_tree, "--allow-code-execution")) == 0
     printed = capsys.readouterr().out
     assert "[4/5] Scoring HumanEval in the sandbox ..." in printed
-    assert "pass@1" in printed and "codeparrot app --checkpoint" in printed
+    assert "pass@1" in printed and "codeparrot app " in printed
     assert "nats/char)" in printed  # a loss comparable across tokenizers
     assert "HumanEval's reference solutions: " in printed  # moves before pass@k does
     # trained with FIM by default (the tokenizer has the sentinels): infilling is scored

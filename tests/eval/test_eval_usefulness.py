@@ -151,6 +151,7 @@ def test_lines_through_the_cli_with_a_checkpoint(tiny_checkpoint, heldout, tmp_p
     argv = [
         "eval",
         "lines",
+        "--checkpoint",
         str(tiny_checkpoint),
         "--data",
         str(heldout),

@@ -1,7 +1,8 @@
 """The language server as a real subprocess, driven by pytest-lsp's client over stdio.
 
 The tiny checkpoint has random weights: these tests check protocol behaviour and the
-rules of post-processing, not the quality of suggestions.
+rules of post-processing, not the quality of suggestions. The tests that follow what happens
+to a suggestion use a checkpoint set to always suggest one word (``suggesting_checkpoint``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ async def stop(client: LanguageClient) -> None:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(tiny_checkpoint: Path):
     c = await start(tiny_checkpoint)
+    yield c
+    await stop(c)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def suggesting(suggesting_checkpoint: tuple[Path, str]):
+    """A server over the checkpoint that suggests its word wherever it is asked."""
+    c = await start(suggesting_checkpoint[0])
     yield c
     await stop(c)
 
@@ -126,17 +135,17 @@ async def test_capabilities(client: LanguageClient):
 # -- both completion methods ------------------------------------------------------------
 
 
-async def test_inline_and_completion_items_agree(client: LanguageClient):
+async def test_inline_and_completion_items_agree(
+    suggesting: LanguageClient, suggesting_checkpoint: tuple[Path, str]
+):
     text = "import os\n\n\ndef read(path):\n    with open(path) as fh:\n        data = fh.re"
-    uri = open_doc(client, text, "file:///work/agree.py")
+    uri = open_doc(suggesting, text, "file:///project/agree.py")
     line, col = 5, len("        data = fh.re")
-    items = (await inline(client, uri, line, col)).items
-    listing = await complete(client, uri, line, col)
+    items = (await inline(suggesting, uri, line, col)).items
+    listing = await complete(suggesting, uri, line, col)
     assert listing.is_incomplete
-    if not items:  # random weights may have nothing worth showing: then both agree
-        assert listing.items == ()
-        return
     (item,) = items
+    assert item.insert_text == suggesting_checkpoint[1]  # the word, up to the line end
     check_suggestion(item.insert_text)
     assert item.range.start == item.range.end == t.Position(line, col)
     assert "\n" not in item.insert_text  # single line: not at an empty block
@@ -160,17 +169,15 @@ async def test_repeated_request_is_served_from_cache(client: LanguageClient):
     assert after["cached"] == before["cached"] + 1
 
 
-async def test_typing_through_a_suggestion_uses_the_cache(client: LanguageClient):
-    # keep asking on fresh lines until the random model suggests 2+ characters
-    for n in range(12):
-        head = f"value_{n} = compute({n}"
-        uri = open_doc(client, head, f"file:///work/typing{n}.py")
-        items = (await inline(client, uri, 0, len(head))).items
-        if items and len(items[0].insert_text) >= 2:
-            break
-    else:
-        pytest.skip("the random model suggested nothing long enough to type through")
+async def test_typing_through_a_suggestion_uses_the_cache(
+    suggesting: LanguageClient, suggesting_checkpoint: tuple[Path, str]
+):
+    client = suggesting
+    head = "value_0 = compute(0"
+    uri = open_doc(client, head, "file:///project/typing.py")
+    items = (await inline(client, uri, 0, len(head))).items
     suggestion = items[0].insert_text
+    assert suggestion == suggesting_checkpoint[1] and len(suggestion) >= 2
     typed = suggestion[0]
     client.text_document_did_change(
         t.DidChangeTextDocumentParams(
@@ -473,15 +480,13 @@ async def test_no_checkpoint_answers_empty_and_says_why():
 
 
 async def suggestion_somewhere(c: LanguageClient, tag: str) -> tuple[str, str, t.Position]:
-    """(uri, suggestion, position) at the first of a few fresh lines the random model
-    completes; skips the test when it completes none."""
-    for n in range(16):
-        head = f"result_{tag}_{n} = compute({n}, "
-        uri = open_doc(c, head, f"file:///work/stats_{tag}_{n}.py")
-        items = (await inline(c, uri, 0, len(head))).items
-        if items and items[0].insert_text:
-            return uri, items[0], t.Position(0, len(head))
-    pytest.skip("the random model suggested nothing")
+    """(uri, suggestion, position) on a fresh line of a server over the suggesting
+    checkpoint, which suggests there."""
+    head = f"result_{tag} = compute({len(tag)}, "
+    uri = open_doc(c, head, f"file:///project/stats_{tag}.py")
+    (item,) = (await inline(c, uri, 0, len(head))).items
+    assert item.insert_text
+    return uri, item, t.Position(0, len(head))
 
 
 def insert(c: LanguageClient, uri: str, at: t.Position, text: str, version: int = 2) -> None:
@@ -493,11 +498,14 @@ def insert(c: LanguageClient, uri: str, at: t.Position, text: str, version: int 
     )
 
 
-async def test_acceptance_statistics_through_the_server(tiny_checkpoint: Path, tmp_path: Path):
+async def test_acceptance_statistics_through_the_server(
+    suggesting_checkpoint: tuple[Path, str], tmp_path: Path
+):
     from codeparrot.lsp.stats import summarise
 
+    checkpoint, word = suggesting_checkpoint
     path = tmp_path / "stats.jsonl"
-    c = await start(tiny_checkpoint, "--stats-file", str(path), "--cache-size", "0")
+    c = await start(checkpoint, "--stats-file", str(path), "--cache-size", "0")
     try:
         # accepted by the editor's notification (the command the item carries)
         uri, item, _ = await suggestion_somewhere(c, "a")
@@ -513,36 +521,38 @@ async def test_acceptance_statistics_through_the_server(tiny_checkpoint: Path, t
         uri, item, at = await suggestion_somewhere(c, "d")
         insert(c, uri, at, "#")
         uri, item, at = await suggestion_somewhere(c, "e")
-        if len(item.insert_text) >= 2:
-            insert(c, uri, at, item.insert_text[0])  # partially accepted
+        assert item.insert_text == word and len(word) >= 2
+        insert(c, uri, at, item.insert_text[0])  # partially accepted
         ids = {key: value for key, value in (await stats(c)).items() if key == "generated"}
         assert ids["generated"] >= 5
     finally:
         await stop(c)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     decided = [(r["event"], r.get("via")) for r in records if r["event"] != "shown"]
-    assert decided[:4] == [
+    assert decided == [
         ("accepted", "notification"),
         ("dismissed", "notification"),
         ("accepted", "inferred"),
         ("dismissed", "inferred"),
+        ("partial", "inferred"),
     ]
-    assert all(r["checkpoint"] == str(tiny_checkpoint) for r in records)
+    assert all(r["checkpoint"] == str(checkpoint) for r in records)
     shown = [r for r in records if r["event"] == "shown"]
-    assert len(shown) >= 5 and all(r["latencyMs"] > 0 for r in shown)
+    assert len(shown) == 5 and all(r["latencyMs"] > 0 for r in shown)
     per, skipped = summarise(path)
-    counts = per[str(tiny_checkpoint)]
+    counts = per[str(checkpoint)]
     assert counts["accepted"] == 2 and skipped == 0
     assert counts["acceptanceRate"] == 2 / counts["shown"]
 
 
 async def test_unwritable_or_corrupt_statistics_file_keeps_serving(
-    tiny_checkpoint: Path, tmp_path: Path
+    suggesting_checkpoint: tuple[Path, str], tmp_path: Path
 ):
+    checkpoint = suggesting_checkpoint[0]
     log = tmp_path / "lsp.log"
     blocked = tmp_path / "a-directory"
     blocked.mkdir()
-    c = await start(tiny_checkpoint, "--stats-file", str(blocked), "--log-file", str(log))
+    c = await start(checkpoint, "--stats-file", str(blocked), "--log-file", str(log))
     try:
         for n in range(3):
             uri = open_doc(c, f"x{n} = f(", f"file:///work/unwritable{n}.py")
@@ -555,7 +565,7 @@ async def test_unwritable_or_corrupt_statistics_file_keeps_serving(
 
     corrupt = tmp_path / "corrupt.jsonl"
     corrupt.write_bytes(b"\x00garbage{not json")
-    c = await start(tiny_checkpoint, "--stats-file", str(corrupt), "--log-file", str(log))
+    c = await start(checkpoint, "--stats-file", str(corrupt), "--log-file", str(log))
     try:
         await suggestion_somewhere(c, "corrupt")
         await suggestion_somewhere(c, "corrupt2")

@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from codeparrot.lsp.stats import StatsError, StatsRecorder, format_summary, summarise
+from codeparrot.lsp.stats import (
+    StatsError,
+    StatsRecorder,
+    default_stats_file,
+    format_summary,
+    summarise,
+)
 
 
 def events(path) -> list[tuple[str, str | None]]:
@@ -55,8 +61,24 @@ def test_summary_per_checkpoint_skips_corrupt_lines(tmp_path):
         summarise(tmp_path / "missing.jsonl")
 
 
-def test_no_path_records_nothing(tmp_path):
-    rec = StatsRecorder(None, "runs/a")
-    rec.shown("1", "u", 0, "x", 1.0)
-    rec.accepted("1")
-    assert list(tmp_path.iterdir()) == []
+def test_no_path_records_nothing(tmp_path, monkeypatch):
+    # where a recorder that fell back to a file would write: the default statistics file
+    # (under XDG_STATE_HOME) or the working directory
+    state, cwd = tmp_path / "state", tmp_path / "cwd"
+    state.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.chdir(cwd)
+
+    def edit(rec: StatsRecorder) -> None:
+        rec.shown("1", "u", 0, "x", 1.0)
+        rec.accepted("1")
+        rec.shown("2", "u", 5, "yy", 2.0)
+        rec.edited("u", 5, 0, "yy")
+
+    control = tmp_path / "control.jsonl"
+    edit(StatsRecorder(control, "runs/a"))
+    assert len(control.read_text().splitlines()) == 4  # the same events, recorded
+    edit(StatsRecorder(None, "runs/a"))
+    assert not default_stats_file().exists()
+    assert list(state.rglob("*")) == [] and list(cwd.iterdir()) == []

@@ -89,7 +89,7 @@ def test_finetune_lowers_train_loss_and_writes_a_loadable_checkpoint(finetuned):
     assert recorded["valid_loss_before"] == pytest.approx(result.valid_loss_before)
     assert recorded["provenance"]["config"]["repository"] == str(config.repository)
     assert result.lsp_command == f"codeparrot lsp --checkpoint {result.model}"
-    assert result.app_command == f"codeparrot app --checkpoint {result.model}"
+    assert result.app_command == f"codeparrot app {result.model}"
 
 
 def test_validation_files_are_held_out_by_file(finetuned):
@@ -146,7 +146,7 @@ def test_cli_prints_losses_and_next_commands(repository, tiny_checkpoint, tmp_pa
     printed = capsys.readouterr().out
     assert "held-out loss" in printed
     assert f"codeparrot lsp --checkpoint {out / 'model'}" in printed
-    assert f"codeparrot app --checkpoint {out / 'model'}" in printed
+    assert f"codeparrot app {out / 'model'}" in printed
 
 
 def test_checkpoint_that_is_not_a_causal_lm(repository, tiny_checkpoint, tmp_path):

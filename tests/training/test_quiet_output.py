@@ -47,7 +47,7 @@ def test_train_then_finetune_print_no_library_warning(tmp_path, tiny_checkpoint)
     stderr = codeparrot(
         "train", "--data", "corpus", "--tokenizer", str(tiny_checkpoint), "--init-from",
         str(tiny_checkpoint), "--output", "run", "--batch-size", "2", "--eval-batches", "1",
-        "--peak-tflops", "1", *common, cwd=tmp_path,
+        "--peak-tflops", "1", "--recipe", "codeparrot", *common, cwd=tmp_path,
     )  # fmt: skip
     stderr += codeparrot(
         "finetune", "repo", "--checkpoint", "run", "--output", "ft", "--eval-tokens", "500",

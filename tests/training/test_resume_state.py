@@ -33,7 +33,7 @@ def tiny_config(corpus: Path, checkpoint: Path, output: Path, **changes) -> Trai
         max_steps=4, eval_every=0, mixed_precision="no", log_with="none", peak_tflops=1.0,
         progress=False,
     )  # fmt: skip
-    return TrainConfig(**{**settings, **changes})
+    return TrainConfig.from_recipe("codeparrot", **{**settings, **changes})
 
 
 class Canary:

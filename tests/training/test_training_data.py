@@ -198,7 +198,8 @@ def test_training_from_pretokenized_shards(tmp_path, tiny_checkpoint):
     from codeparrot.training import TrainConfig, train
 
     corpus = write_split(write_split(tmp_path / "corpus", "train", DOCS), "valid", DOCS[:6], 1)
-    config = TrainConfig(
+    config = TrainConfig.from_recipe(
+        "codeparrot",
         data=corpus, tokenizer=tiny_checkpoint, init_from=tiny_checkpoint,
         output=tmp_path / "run", pretokenized=True, seq_length=32, batch_size=2,
         max_steps=2, warmup_steps=1, eval_batches=1, log_with="none", mixed_precision="no",

@@ -305,7 +305,7 @@ def tiny_config(corpus: Path, checkpoint: Path, output: Path, **changes) -> Trai
         peak_tflops=1.0, progress=False, fim_rate=0.5, sequence_buffer=16,
     )  # fmt: skip
     settings_.update(changes)
-    return TrainConfig(**settings_)
+    return TrainConfig.from_recipe("codeparrot", **settings_)
 
 
 def read_weights(directory: Path) -> dict:

@@ -44,7 +44,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_weights(tmp_path, tiny_chec
         "--seq-length", "32", "--batch-size", "2", "--max-steps", "30", "--warmup-steps", "3",
         "--eval-every", "2", "--eval-batches", "1", "--keep-checkpoints", "2",
         "--mixed-precision", "bf16", "--log-with", "none", "--peak-tflops", "1",
-        "--no-progress", "--shuffle-buffer", "8", "--log-every", "1",
+        "--no-progress", "--shuffle-buffer", "8", "--log-every", "1", "--recipe", "codeparrot",
         *(["--compile"] if compiled else []),
     ]  # fmt: skip
     full = tmp_path / "full"

@@ -65,7 +65,7 @@ def tiny_config(corpus: Path, checkpoint: Path, output: Path, **changes) -> Trai
         progress=False,
     )
     settings.update(changes)
-    return TrainConfig(**settings)
+    return TrainConfig.from_recipe("codeparrot", **settings)  # AdamW, cosine, streamed
 
 
 def read_weights(directory: Path) -> dict:

@@ -51,6 +51,7 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_checkp
         "--warmup-steps", "1", "--learning-rate", "1e-2", "--eval-every", "0",
         "--eval-batches", "1", "--mixed-precision", "no", "--log-with", "none",
         "--peak-tflops", "1", "--no-progress", "--shuffle-buffer", "8", "--dropout", "0",
+        "--recipe", "codeparrot",
         *(["--compile"] if compiled else []),
     ]  # fmt: skip
     bindir = Path(sys.executable).parent
