@@ -59,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             add_either_form(command, config_class, field, positional=field == "checkpoints")
             add_config_arguments(command, config_class, positional=positional, skip=(field,))
         else:
-            required = ("checkpoint",) if "checkpoint" in names else ()
+            # with --backend openai there is no checkpoint: the config says which is missing
+            required = ("checkpoint",) if "checkpoint" in names and "backend" not in names else ()
             add_config_arguments(command, config_class, positional=positional, required=required)
         command.set_defaults(func=func)
 
