@@ -62,6 +62,14 @@ QUANTIZE_WEIGHTS = Declaration(
     choices=LOAD_QUANTIZE,
 )
 
+# The revision of a Hub model (every command that takes a checkpoint resolves it through
+# codeparrot.models.checkpoint.resolve_checkpoint).
+REVISION = Declaration(
+    None,
+    "revision of a Hub model given as ORG/NAME: a branch, tag or commit (or write "
+    "ORG/NAME@REVISION); default: main. Ignored for a local directory",
+)
+
 # -- model shape ---------------------------------------------------------------------------
 
 PRESET = Declaration("tiny", "model shape", choices=PRESET_NAMES)
