@@ -119,6 +119,16 @@ def test_a_local_directory_wins_over_a_hub_id(hub_cache, tiny_checkpoint, tmp_pa
     assert resolve_model("someorg/tiny-coder").hub_id is None
 
 
+def test_the_playground_reads_a_hub_models_card(hub_cache, tiny_checkpoint):
+    from codeparrot.app.model_card import read_model_card
+
+    cache_model(hub_cache, "someorg/tiny-coder", tiny_checkpoint)
+    card = read_model_card("someorg/tiny-coder")
+    assert card.exists and card.context_length == 256
+    assert str(card.path) == "someorg/tiny-coder"
+    assert not read_model_card("someorg/not-cached").exists
+
+
 def test_hub_id_spelling_and_revisions():
     assert looks_like_hub_id("bigcode/tiny_starcoder_py")
     assert looks_like_hub_id("Qwen/Qwen2.5-Coder-0.5B@main")
