@@ -309,6 +309,10 @@ def finetune_lora(
         "step": result.steps,
         "stopped_by": result.stopped_by,
         "train_loss": result.losses[-1] if result.losses else None,
+        "train_seconds": result.seconds,
+        "seconds_per_step": sorted(result.step_seconds)[len(result.step_seconds) // 2]
+        if result.step_seconds
+        else None,
         "base_model": ref.name,
         "peft": {"method": "lora", **asdict(settings), "trainable_parameters": trainable},
         "train_config": config.to_dict(),
