@@ -119,6 +119,28 @@ def test_a_local_directory_wins_over_a_hub_id(hub_cache, tiny_checkpoint, tmp_pa
     assert resolve_model("someorg/tiny-coder").hub_id is None
 
 
+def test_train_init_from_a_hub_id(hub_cache, tiny_checkpoint, tmp_path):
+    from codeparrot.training import TrainConfig, train
+    from tests.training.test_finetune_init_from import write_corpus
+
+    cache_model(hub_cache, "someorg/tiny-coder", tiny_checkpoint)
+    config = TrainConfig(
+        data=write_corpus(tmp_path / "corpus"),
+        output=tmp_path / "run",
+        init_from=Path("someorg/tiny-coder"),
+        seq_length=32,
+        batch_size=2,
+        max_steps=1,
+        eval_every=0,
+        mixed_precision="no",
+        log_with="none",
+        progress=False,
+    )
+    assert train(config).step == 1
+    assert (tmp_path / "run" / "model.safetensors").is_file()
+    assert not in_hub_cache(tmp_path / "run")
+
+
 def test_the_playground_reads_a_hub_models_card(hub_cache, tiny_checkpoint):
     from codeparrot.app.model_card import read_model_card
 
