@@ -9,7 +9,7 @@ few standard-library packages. Each mode runs ``codeparrot finetune`` in a subpr
 its own, so that its peak RSS (``wait4``'s ``ru_maxrss``) is its alone; the sequence length
 is the default (the context capped at 1,024). Target: LoRA within 3 GiB.
 
-    .venv/bin/python bench/finetune_lora.py [--steps 3] [--batch-size 2] [--modes lora full]
+    .venv/bin/python bench/finetune_lora.py [--steps 2] [--batch-size 1] [--modes lora full]
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def run_mode(mode: str, base: Path, repository: Path, work: Path, args: argparse
         sys.executable, "-m", "codeparrot", "finetune", str(repository),
         "--checkpoint", str(base), "--output", str(out), "--force",
         "--max-steps", str(args.steps), "--batch-size", str(args.batch_size),
-        "--eval-tokens", "2048", "--log-with", "none", "--no-progress", "--workers", "1",
+        "--eval-tokens", "512", "--max-minutes", "60", "--log-with", "none", "--no-progress", "--workers", "1",
     ]  # fmt: skip
     if mode == "lora":
         command += ["--peft", "lora"]
@@ -117,8 +117,8 @@ def step_seconds(mode: str, out: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--modes", nargs="+", default=["lora", "full"], choices=["lora", "full"])
     args = parser.parse_args()
     print(f"CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
