@@ -13,6 +13,11 @@ or :func:`validate_checkpoint`. A checkpoint never runs code: a ``config.json`` 
 transformers does not know, is refused before transformers reads it, and every
 ``from_pretrained`` call pins ``trust_remote_code=False`` (so transformers never asks on
 standard input either).
+
+Wherever a checkpoint is taken it may also be a Hub id, ``ORG/NAME`` or ``ORG/NAME@REV``
+(:func:`resolve_checkpoint`: fetched through ``huggingface_hub`` into its cache, configs,
+tokenizers and safetensors only; a local directory of the same spelling wins), or a
+``peft`` adapter directory, loaded on top of its base (:mod:`codeparrot.models.adapter`).
 """
 
 from __future__ import annotations
