@@ -347,6 +347,7 @@ def _snapshot(repo_id: str, revision: str | None) -> Path:
         "allow_patterns": list(MODEL_PATTERNS),
         "cache_dir": str(hub_cache_dir()),
         "token": find_token(),
+        "endpoint": hub_endpoint(),  # read now: huggingface_hub reads it once, at import
     }
     try:
         root = Path(snapshot_download(**kwargs, local_files_only=offline))

@@ -6,11 +6,13 @@ and ``refs/main``), so nothing is downloaded; ``HF_HUB_OFFLINE=1`` keeps it that
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,48 @@ def test_not_cached_offline_names_the_id_and_what_to_do(hub_cache):
     message = str(info.value)
     assert "someorg/elsewhere" in message and "HF_HUB_OFFLINE" in message
     assert "hf download someorg/elsewhere" in message
+
+
+class _StubHub(http.server.BaseHTTPRequestHandler):
+    """Answers as the Hub does for a gated model, a missing one and a missing revision."""
+
+    def do_GET(self) -> None:
+        if "/gated" in self.path:
+            status, code = 403, "GatedRepo"
+        elif "/revision/nope" in self.path:
+            status, code = 404, "RevisionNotFound"
+        else:
+            status, code = 401, "RepoNotFound"
+        self.send_response(status)
+        self.send_header("X-Error-Code", code)
+        self.send_header("X-Error-Message", code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def stub_hub(hub_cache, monkeypatch):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StubHub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    yield
+    server.shutdown()
+
+
+def test_gated_missing_and_unknown_revisions_say_what_to_do(stub_hub):
+    with pytest.raises(CheckpointError, match=r"someorg/gated: a gated model.*log in"):
+        validate_checkpoint("someorg/gated")
+    with pytest.raises(CheckpointError, match="someorg/missing: no such directory, and no such"):
+        validate_checkpoint("someorg/missing")
+    with pytest.raises(CheckpointError, match="someorg/model@nope: no such revision"):
+        validate_checkpoint("someorg/model@nope")
 
 
 def test_a_cached_checkpoint_that_asks_for_remote_code_is_refused(hub_cache, tiny_checkpoint):
