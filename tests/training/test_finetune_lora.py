@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,6 +103,17 @@ def test_an_adapter_trains_saves_and_loads_in_the_engine(adapter_run):
     engine = Engine.load(adapter)
     out = engine.generate("def f(x):", GenerationConfig(max_new_tokens=5, temperature=0))
     assert out[0].new_tokens > 0 and isinstance(out[0].text, str)
+
+
+def test_complete_takes_an_adapter(adapter_run):
+    _base, _config, result = adapter_run
+    proc = subprocess.run(
+        [sys.executable, "-m", "codeparrot", "complete", "--checkpoint", str(result.model),
+         "--max-new-tokens", "3", "def f(x):"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_merging_gives_the_logits_of_base_plus_adapter(adapter_run, tmp_path):
