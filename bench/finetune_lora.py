@@ -115,13 +115,23 @@ def step_seconds(mode: str, out: Path) -> float:
     return sorted(steps)[len(steps) // 2]
 
 
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--modes", nargs="+", default=["lora", "full"], choices=["lora", "full"])
     args = parser.parse_args()
-    print(f"CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         repository = build_repository(work / "repo")
@@ -133,7 +143,7 @@ def main() -> None:
             rows[mode] = (peak, step_seconds(mode, out), wall, result)
             size = sum(f.stat().st_size for f in (out / "model").iterdir() if f.is_file())
             print(
-                f"{mode:>4}: peak RSS {peak:.2f} GiB, {step_seconds(mode, out):.1f} s/step "
+                f"{mode:>4}: load average {os.getloadavg()[0]:.1f}, peak RSS {peak:.2f} GiB, {step_seconds(mode, out):.1f} s/step "
                 f"(batch {args.batch_size} x {result['seq_length']} tokens), {wall:.0f} s in "
                 f"all, saved {size / 1e6:.1f} MB, train loss {result['train_loss_before']:.3f} "
                 f"-> {result['train_loss_after']:.3f}"
