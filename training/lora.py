@@ -143,6 +143,12 @@ def would_overrun(elapsed: float, step_seconds: list[float], budget: float | Non
     return elapsed + estimate > budget
 
 
+def typical_step_seconds(step_seconds: list[float]) -> float | None:
+    """Median seconds of a step, the first (with its one-off warm-up) left out if others ran."""
+    steps = sorted(step_seconds[1:] or step_seconds)
+    return steps[len(steps) // 2] if steps else None
+
+
 def micro_batch_size(batch_size: int, seq_length: int, vocab_size: int) -> int:
     """Sequences per forward pass: the batch, or fewer so that the logits stay small."""
     return max(1, min(batch_size, LOGITS_PER_MICRO_BATCH // max(1, seq_length * vocab_size)))
@@ -324,9 +330,7 @@ def finetune_lora(
         "stopped_by": result.stopped_by,
         "train_loss": result.losses[-1] if result.losses else None,
         "train_seconds": result.seconds,
-        "seconds_per_step": sorted(result.step_seconds)[len(result.step_seconds) // 2]
-        if result.step_seconds
-        else None,
+        "seconds_per_step": typical_step_seconds(result.step_seconds),
         "base_model": ref.name,
         "peft": {
             "method": "lora",

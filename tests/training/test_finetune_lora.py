@@ -22,6 +22,7 @@ from codeparrot.training.lora import (
     attach_lora,
     save_merged,
     target_modules,
+    typical_step_seconds,
     would_overrun,
 )
 from tests.training.test_finetune import make_repository, tiny_finetune
@@ -179,6 +180,7 @@ def test_a_step_that_would_overrun_the_budget_is_not_started():
     assert would_overrun(56.0, [4.0, 5.0], 60.0)  # 56 + 5 > 60
     assert would_overrun(50.0, [1.0, 1.0, 12.0], 60.0)  # the machine slowed: the last step
     assert not would_overrun(1e9, [1.0], None)
+    assert typical_step_seconds([9.0, 1.0, 2.0, 3.0]) == 2.0  # the first step's warm-up left out
 
 
 def test_lora_settings_without_peft_are_refused(tmp_path):
