@@ -1,4 +1,9 @@
-"""Sharing artefacts on the Hugging Face Hub: ``--push-to-hub NAME`` of every stage.
+"""The Hugging Face Hub: models taken from it, and ``--push-to-hub NAME`` of every stage.
+
+:func:`resolve_model` turns a checkpoint as a command was given it (a local directory, or
+``ORG/NAME[@REV]``) into a local directory: the snapshot in huggingface_hub's cache, with
+configs, tokenizer files and safetensors weights only. The checkpoint loader calls it, so
+every command that takes a checkpoint takes a Hub id.
 
 :func:`preflight` runs before a stage does any work and fails with a message saying what
 is missing (``huggingface_hub``, a token, the network); :func:`push_folder` uploads the
