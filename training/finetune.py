@@ -130,6 +130,12 @@ class FinetuneConfig(Config):
         "v_proj o_proj, ...)",
         metavar="NAME",
     )
+    activation_checkpointing: bool = option(
+        True,
+        "with --peft lora: recompute each block's activations in the backward pass instead "
+        "of keeping them (a 164M gpt_bigcode at 1,024 tokens on a CPU: 2.0 instead of 5.8 "
+        "GiB peak, for 1.6x the step time)",
+    )
     merge: bool = option(
         False,
         "with --peft lora: merge the adapter into the base weights and save a plain "

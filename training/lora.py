@@ -75,6 +75,7 @@ class Schedule:
     seq_length: int
     mixed_precision: str = "no"
     seed: int = 0
+    checkpoint_activations: bool = True
 
 
 @dataclass
@@ -203,7 +204,8 @@ def train_adapter(
     if not windows:
         raise ConfigError("fine-tuning needs at least 2 training tokens")
     torch.manual_seed(schedule.seed)
-    _checkpoint_activations(model)
+    if schedule.checkpoint_activations:
+        _checkpoint_activations(model)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
         params, lr=schedule.learning_rate, weight_decay=schedule.weight_decay
@@ -322,6 +324,7 @@ def finetune_lora(
         seq_length=seq_length,
         mixed_precision=config.mixed_precision,
         seed=config.seed,
+        checkpoint_activations=config.activation_checkpointing,
     )
     result = train_adapter(peft_model, train_ids, schedule, log)
     ref = resolve_model(config.checkpoint, config.revision)
