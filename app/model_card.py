@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -130,11 +130,30 @@ def checkpoint_label(path: Path) -> str:
     return path.name or str(path)
 
 
+def _hub_snapshot(path: Path) -> Path | None:
+    """The local directory of a Hub id ``ORG/NAME[@REV]``; None when it is not one or
+    cannot be fetched (the engine's loader then says why)."""
+    from codeparrot.errors import CodeparrotError
+    from codeparrot.hub import looks_like_hub_id
+    from codeparrot.models.checkpoint import resolve_checkpoint
+
+    if not looks_like_hub_id(str(path)):
+        return None
+    try:
+        local = resolve_checkpoint(path)
+    except CodeparrotError:
+        return None
+    return local if local.is_dir() else None
+
+
 def read_model_card(path: str | Path) -> ModelCard:
     """Gather the facts of checkpoint ``path`` from the files beside it. Never raises on them."""
     path = Path(path)
     if not path.is_dir():
-        return ModelCard(path=path, exists=False)
+        local = _hub_snapshot(path)  # a Hub id: the facts of its snapshot in the cache
+        if local is None:
+            return ModelCard(path=path, exists=False)
+        return replace(read_model_card(local), path=path)
     problems: list[str] = []
     facts = _read_json_object(path / CHECKPOINT_FACTS, problems) or {}
     model_config = _read_json_object(path / "config.json", problems) or {}

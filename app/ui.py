@@ -601,9 +601,11 @@ def launch(config: AppConfig, *, block: bool = True) -> tuple[gr.Blocks, str]:
     Raises :class:`CheckpointError` when none of the checkpoints is a directory (a page
     with nothing to run would only confuse); missing ones among others show a notice.
     """
-    if not any(Path(p).is_dir() for p in config.checkpoints):
+    if not any(read_model_card(p).exists for p in config.checkpoints):  # dirs, Hub ids
         listed = ", ".join(str(p) for p in config.checkpoints)
-        raise CheckpointError(f"--checkpoint: none of these is a directory: {listed}")
+        raise CheckpointError(
+            f"--checkpoint: none of these is a directory or a Hub model: {listed}"
+        )
     return serve(Playground(config), block=block)
 
 

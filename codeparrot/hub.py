@@ -1,4 +1,9 @@
-"""Sharing artefacts on the Hugging Face Hub: ``--push-to-hub NAME`` of every stage.
+"""The Hugging Face Hub: models taken from it, and ``--push-to-hub NAME`` of every stage.
+
+:func:`resolve_model` turns a checkpoint as a command was given it (a local directory, or
+``ORG/NAME[@REV]``) into a local directory: the snapshot in huggingface_hub's cache, with
+configs, tokenizer files and safetensors weights only. The checkpoint loader calls it, so
+every command that takes a checkpoint takes a Hub id.
 
 :func:`preflight` runs before a stage does any work and fails with a message saying what
 is missing (``huggingface_hub``, a token, the network); :func:`push_folder` uploads the
@@ -20,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codeparrot.errors import CodeparrotError
+from codeparrot.errors import CheckpointError, CodeparrotError
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 REACH_TIMEOUT_S = 5.0
@@ -202,13 +207,16 @@ def push_run(
 
 __all__ = [
     "HubTarget",
+    "ModelRef",
     "branch_name",
     "find_token",
+    "in_hub_cache",
     "preflight",
     "push_corpus",
     "push_folder",
     "push_run",
     "push_tokenizer",
+    "resolve_model",
 ]
 
 
@@ -235,3 +243,164 @@ def dataset_files(dataset: str, pattern: str) -> list[Path]:
     if not files:
         raise FileNotFoundError(f"no files of {dataset} match {pattern!r}")
     return files
+
+
+# -- models from the Hub ---------------------------------------------------------------------
+
+# What a model (or adapter) repository contributes: configs, tokenizers and safetensors
+# weights at its root. Never pickles (``*.bin``, ``*.pt``) and never Python files.
+MODEL_PATTERNS = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "chat_template.jinja",
+    "model*.safetensors",
+    "model.safetensors.index.json",
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "codeparrot_checkpoint.json",
+)
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_REVISION = re.compile(r"^[\w./-]+$")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model as a user named it: a local directory, or a Hub id at a revision."""
+
+    path: Path  # the local directory (the snapshot in the cache for a Hub id)
+    hub_id: str | None = None
+    revision: str | None = None
+
+    @property
+    def name(self) -> str:
+        """How the user spelled it: ``ORG/NAME@REV``, ``ORG/NAME`` or the directory."""
+        if self.hub_id is None:
+            return str(self.path)
+        return self.hub_id + (f"@{self.revision}" if self.revision else "")
+
+
+def split_revision(spec: str, revision: str | None = None) -> tuple[str, str | None]:
+    """``ORG/NAME@REV`` -> (``ORG/NAME``, ``REV``); ``revision`` must agree with ``@REV``."""
+    name, at, rev = spec.partition("@")
+    if not at:
+        return spec, revision
+    if not rev or not _REVISION.match(rev):
+        raise CheckpointError(f"{spec!r}: expected ORG/NAME@REVISION (a branch, tag or commit)")
+    if revision and revision != rev:
+        raise CheckpointError(f"{spec!r}: names revision {rev!r} but --revision is {revision!r}")
+    return name, rev
+
+
+def looks_like_hub_id(spec: str) -> bool:
+    """``ORG/NAME`` (optionally ``@REV``): two plain names, not a path such as ``./a/b``."""
+    name = spec.partition("@")[0]
+    return bool(_HUB_ID.match(name)) and ".." not in name
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_cache_dir() -> Path:
+    """Where huggingface_hub keeps downloads (``HF_HUB_CACHE``, else ``HF_HOME/hub``)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.path.expanduser(os.environ["HF_HUB_CACHE"]))
+    if os.environ.get("HF_HOME"):
+        return Path(os.path.expanduser(os.environ["HF_HOME"])) / "hub"
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return Path(os.path.expanduser(cache)) / "huggingface" / "hub"
+
+
+def resolve_model(spec: str | Path, revision: str | None = None) -> ModelRef:
+    """The local directory of a model named by a user: a directory, or a Hub id.
+
+    A directory that exists always wins over a Hub id of the same spelling. ``ORG/NAME``
+    (or ``ORG/NAME@REV``, or ``revision``) is fetched through ``huggingface_hub`` into its
+    cache (``HF_HOME``, ``HF_HUB_CACHE``, tokens and ``HF_HUB_OFFLINE`` apply): configs,
+    tokenizer files and safetensors weights only. Anything else is returned as a path, for
+    the loader's own checks to report ("no such directory").
+    """
+    text = str(spec)
+    if Path(text).is_dir() or not looks_like_hub_id(text):
+        if revision and not Path(text).is_dir():
+            split_revision(text, revision)  # a malformed id with a revision: say so
+        return ModelRef(Path(text))
+    repo_id, rev = split_revision(text, revision)
+    return ModelRef(_snapshot(repo_id, rev), hub_id=repo_id, revision=rev)
+
+
+def _snapshot(repo_id: str, revision: str | None) -> Path:
+    """The cached snapshot of ``repo_id`` at ``revision``, downloaded when not cached."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as e:  # pragma: no cover - a dependency
+        raise CheckpointError(
+            f"{repo_id}: loading a model from the Hub needs huggingface_hub "
+            "(pip install huggingface_hub)"
+        ) from e
+    name = repo_id + (f"@{revision}" if revision else "")
+    offline = hub_offline()
+    kwargs: dict[str, Any] = {
+        "repo_id": repo_id,
+        "revision": revision,
+        "allow_patterns": list(MODEL_PATTERNS),
+        "cache_dir": str(hub_cache_dir()),
+        "token": find_token(),
+        "endpoint": hub_endpoint(),  # read now: huggingface_hub reads it once, at import
+    }
+    try:
+        root = Path(snapshot_download(**kwargs, local_files_only=offline))
+    except Exception as e:  # huggingface_hub raises many types: sorted out below
+        raise CheckpointError(_hub_problem(name, e, offline)) from e
+    if not (root / "config.json").is_file() and not (root / "adapter_config.json").is_file():
+        raise CheckpointError(
+            f"{name}: the Hub repository has no config.json (nor adapter_config.json) at its "
+            "root; it is not a transformers model or adapter"
+        )
+    if (root / "config.json").is_file() and not any(root.glob("model*.safetensors")):
+        raise CheckpointError(
+            f"{name}: no safetensors weights in the Hub repository (or in the cached copy); "
+            "codeparrot never loads pickled weights (pytorch_model.bin). Use a revision with "
+            "model.safetensors, or convert the weights"
+        )
+    return root
+
+
+def _hub_problem(name: str, error: Exception, offline: bool) -> str:
+    """What went wrong fetching ``name``, and what to do about it."""
+    from huggingface_hub import errors
+
+    kind = type(error).__name__
+    if isinstance(error, errors.GatedRepoError):
+        return (
+            f"{name}: a gated model; accept its terms on the Hub, then log in first "
+            "(`hf auth login`, or `huggingface-cli login`, or set HF_TOKEN)"
+        )
+    if isinstance(error, errors.RevisionNotFoundError):
+        return f"{name}: no such revision on the Hub; check --revision (a branch, tag or commit)"
+    if isinstance(error, errors.RepositoryNotFoundError):
+        return (
+            f"{name}: no such directory, and no such model on the Hub (or a private one: log "
+            "in first with `hf auth login` or set HF_TOKEN)"
+        )
+    if offline or isinstance(error, errors.LocalEntryNotFoundError):
+        why = "HF_HUB_OFFLINE is set" if offline else "the Hub could not be reached"
+        return (
+            f"{name}: no such directory, and not in the Hugging Face cache ({hub_cache_dir()}) "
+            f"while {why}; download it once with the network (`hf download {name.split('@')[0]}`"
+            ") or point HF_HOME at a cache that holds it"
+        )
+    return f"{name}: cannot be fetched from the Hub ({kind}: {error})"
+
+
+def in_hub_cache(path: str | Path) -> bool:
+    """Is ``path`` inside the Hugging Face cache? (Outputs must never be written there.)"""
+    cache = hub_cache_dir().resolve()
+    target = Path(path).resolve()
+    return target == cache or cache in target.parents

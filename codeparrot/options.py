@@ -59,7 +59,8 @@ SYNTAX_SAMPLES = Declaration(
 # unless a stage gives a default (`CHECKPOINT.field(None)`); the help stays this one.
 CHECKPOINT = Declaration(
     dataclasses.MISSING,
-    "a checkpoint directory or a Hugging Face Hub id",
+    "a checkpoint directory (a LoRA adapter's too) or a Hugging Face Hub id "
+    "(ORG/NAME, ORG/NAME@REVISION)",
     metavar="CHECKPOINT",
 )
 
@@ -71,6 +72,14 @@ QUANTIZE_WEIGHTS = Declaration(
     "(weight-only int8 copies, for GPT-2 and Qwen3 checkpoints on a CPU) or auto (int8 where it "
     "applies)",
     choices=LOAD_QUANTIZE,
+)
+
+# The revision of a Hub model (every command that takes a checkpoint resolves it through
+# codeparrot.models.checkpoint.resolve_checkpoint).
+REVISION = Declaration(
+    None,
+    "revision of a Hub model given as ORG/NAME: a branch, tag or commit (or write "
+    "ORG/NAME@REVISION); default: main. Ignored for a local directory",
 )
 
 # -- model shape ---------------------------------------------------------------------------

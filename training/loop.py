@@ -614,6 +614,10 @@ def train(
     valid_data: Callable[[], SequenceSource] | None = None,
 ) -> TrainResult:
     """Pretrain (or continue with ``config.resume``) and leave the latest export in ``output``."""
+    if config.init_from is not None:  # a Hub id ORG/NAME[@REV]: its snapshot in the cache
+        from codeparrot.models.checkpoint import resolve_checkpoint
+
+        config = config.replace(init_from=resolve_checkpoint(config.init_from))
     run = setup(config, train_data=train_data, valid_data=valid_data)
     resumed_from = run.state.step if run.resume_from is not None else None
     metrics = _start_logging(run, resumed_from)

@@ -11,6 +11,7 @@ from codeparrot.models.checkpoint import (
     load_checkpoint,
     load_tokenizer,
     read_checkpoint_meta,
+    resolve_checkpoint,
     save_checkpoint,
     validate_checkpoint,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "load_tokenizer",
     "padded_vocab_size",
     "read_checkpoint_meta",
+    "resolve_checkpoint",
     "save_checkpoint",
     "validate_checkpoint",
 ]

@@ -13,6 +13,11 @@ or :func:`validate_checkpoint`. A checkpoint never runs code: a ``config.json`` 
 transformers does not know, is refused before transformers reads it, and every
 ``from_pretrained`` call pins ``trust_remote_code=False`` (so transformers never asks on
 standard input either).
+
+Wherever a checkpoint is taken it may also be a Hub id, ``ORG/NAME`` or ``ORG/NAME@REV``
+(:func:`resolve_checkpoint`: fetched through ``huggingface_hub`` into its cache, configs,
+tokenizers and safetensors only; a local directory of the same spelling wins), or a
+``peft`` adapter directory, loaded on top of its base (:mod:`codeparrot.models.adapter`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 from codeparrot.errors import CheckpointError
 from codeparrot.io import atomic_directory, read_json, write_json
+from codeparrot.models.adapter import adapter_base, apply_adapter, is_adapter
 from codeparrot.models.bounds import check_checkpoint_bounds
 
 CHECKPOINT_META = "codeparrot_checkpoint.json"
@@ -33,14 +39,34 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model")
 TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
-def load_tokenizer(path: str | Path) -> Any:
+def resolve_checkpoint(path: str | Path, revision: str | None = None) -> Path:
+    """The local directory of a checkpoint as a command was given it.
+
+    A directory that exists wins; ``ORG/NAME`` (``ORG/NAME@REV``, or ``revision``) is a
+    Hub id, fetched into (or found in) the Hugging Face cache with configs, tokenizer files
+    and safetensors weights only; anything else comes back as it was, for the checks to
+    report. Every command that takes a checkpoint goes through here (the loader's
+    functions call it), so every check below applies to downloaded files too.
+    """
+    from codeparrot.hub import resolve_model
+
+    return resolve_model(path, revision).path
+
+
+def load_tokenizer(path: str | Path, *, revision: str | None = None) -> Any:
     """``AutoTokenizer.from_pretrained(path)`` with errors that name the directory.
 
     It never runs code from the directory. In a checkpoint directory (one with a
     ``config.json``) the tokenizer's ``model_max_length`` is set to the model's context,
-    also for checkpoints written before the export recorded it.
+    also for checkpoints written before the export recorded it. An adapter directory
+    without a tokenizer of its own gives its base model's.
     """
-    path = Path(path)
+    path = resolve_checkpoint(path, revision)
+    model_dir = path
+    if path.is_dir() and is_adapter(path):
+        model_dir = adapter_base(path)
+        if not any((path / name).exists() for name in TOKENIZER_FILES):
+            path = model_dir
     if not path.is_dir():
         raise CheckpointError(f"tokenizer {path}: no such directory")
     if not any((path / name).exists() for name in TOKENIZER_FILES):
@@ -48,8 +74,8 @@ def load_tokenizer(path: str | Path) -> Any:
             f"tokenizer {path}: no tokenizer.json; expected a directory written by "
             "`codeparrot tokenizer train` or tokenizer.save_pretrained"
         )
-    model_config = _read_object(path / "config.json", "checkpoint")
-    refuse_custom_code(path / "config.json", model_config)
+    model_config = _read_object(model_dir / "config.json", "checkpoint")
+    refuse_custom_code(model_dir / "config.json", model_config)
     refuse_custom_code(path / TOKENIZER_CONFIG, _read_object(path / TOKENIZER_CONFIG, "tokenizer"))
     from transformers import AutoTokenizer
 
@@ -113,11 +139,16 @@ def refuse_unknown_model_type(file: Path, config: dict[str, Any]) -> None:
         )
 
 
-def read_model_config(path: str | Path) -> dict[str, Any]:
-    """The checkpoint's ``config.json`` after checking that it describes a causal LM."""
-    path = Path(path)
+def read_model_config(path: str | Path, *, revision: str | None = None) -> dict[str, Any]:
+    """The checkpoint's ``config.json`` after checking that it describes a causal LM.
+
+    For an adapter directory: its base model's (the adapter's own config checked too).
+    """
+    path = resolve_checkpoint(path, revision)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path}: no such directory")
+    if is_adapter(path):
+        return read_model_config(adapter_base(path))
     config_file = path / "config.json"
     if not config_file.is_file():
         raise CheckpointError(
@@ -202,16 +233,21 @@ def trained_to_infill(meta: dict[str, Any], *, _depth: int = 0) -> bool | None:
 
 
 def validate_checkpoint(
-    path: str | Path, tokenizer: Any | None = None, *, seq_length: int | None = None
+    path: str | Path,
+    tokenizer: Any | None = None,
+    *,
+    seq_length: int | None = None,
+    revision: str | None = None,
 ) -> dict[str, Any]:
     """Check a checkpoint directory without loading weights; returns its config.json.
 
     Checks: config.json present, a causal LM transformers ships (no custom code), weights
     present, the metadata readable, a tokenizer with an end-of-text token whose vocabulary
     fits the embeddings (``tokenizer``, else the directory's own), and ``seq_length`` (if
-    given) within the model's positions.
+    given) within the model's positions. ``path`` may be a Hub id or an adapter directory
+    (:func:`resolve_checkpoint`; an adapter's base gets the checks).
     """
-    return _checked(Path(path), tokenizer, seq_length)[0]
+    return _checked(resolve_checkpoint(path, revision), tokenizer, seq_length)[0]
 
 
 def _checked(
@@ -238,15 +274,22 @@ def load_checkpoint(
     tokenizer: Any | None = None,
     attn_implementation: str | None = "sdpa",
     seq_length: int | None = None,
+    revision: str | None = None,
+    merge_adapter: bool = True,
 ) -> tuple[Any, Any, dict[str, Any]]:
-    """(model, tokenizer, meta) of a checkpoint directory, validated first.
+    """(model, tokenizer, meta) of a checkpoint directory or Hub id, validated first.
 
     Every check of :func:`validate_checkpoint`, then the weights must cover the whole
     model: transformers fills weights a file lacks with random ones, and a model that
     "loads" that way (another architecture's weights, say) only produces noise.
     ``attn_implementation=None`` leaves the choice to transformers.
+
+    An adapter directory loads its base model (every check applies to it) and applies the
+    adapter, merged into the weights unless ``merge_adapter=False`` (a ``peft`` model).
     """
-    path = Path(path)
+    path = resolve_checkpoint(path, revision)
+    if path.is_dir() and is_adapter(path):
+        return _load_adapter(path, tokenizer, attn_implementation, seq_length, merge_adapter)
     config, tokenizer = _checked(path, tokenizer, seq_length)
     meta = read_checkpoint_meta(path)
     from transformers import AutoModelForCausalLM
@@ -269,6 +312,25 @@ def load_checkpoint(
         )
     check_vocab(tokenizer, model.config.vocab_size, where=f"checkpoint {path}")
     fit_to_context(tokenizer, context_length(config))
+    return model, tokenizer, meta
+
+
+def _load_adapter(
+    path: Path,
+    tokenizer: Any | None,
+    attn_implementation: str | None,
+    seq_length: int | None,
+    merge: bool,
+) -> tuple[Any, Any, dict[str, Any]]:
+    """(base model with the adapter applied, tokenizer, meta) of an adapter directory."""
+    base = adapter_base(path)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(path)
+    model, tokenizer, base_meta = load_checkpoint(
+        base, tokenizer=tokenizer, attn_implementation=attn_implementation, seq_length=seq_length
+    )
+    model = apply_adapter(model, path, merge=merge)
+    meta = read_checkpoint_meta(path) or base_meta
     return model, tokenizer, meta
 
 
