@@ -1,4 +1,4 @@
-"""Fill in the middle for free? Held-out left-to-right loss of FIM and non-FIM runs (issue 19).
+"""Fill in the middle for free? Held-out left-to-right loss of FIM and non-FIM runs.
 
 Trains one tokenizer (with the FIM sentinels) on a corpus, then the same model with the same
 seed, data and steps once per variant: ``off`` (``--fim-rate 0``), ``document`` and

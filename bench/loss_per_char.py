@@ -1,4 +1,4 @@
-"""Held-out loss per character of checkpoints with different tokenizers (issue 3 / 9).
+"""Held-out loss per character of checkpoints with different tokenizers.
 
 A loss per token depends on how much text a token holds, so checkpoints trained with
 different tokenizers are compared per character: each checkpoint scores the same

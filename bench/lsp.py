@@ -1,4 +1,4 @@
-"""Language server latency through a real client over stdio (issue 7).
+"""Language server latency through a real client over stdio.
 
 Builds a random checkpoint of the ``tiny`` preset (4 layers, 256 wide, its context of 256
 positions; ``--positions 1024`` for a longer one; ``--preset tiny-qwen`` for the Qwen3 blocks) and an 8k byte-level BPE, starts

@@ -1,7 +1,7 @@
-"""Model quality within a fixed compute budget (issue 9).
+"""Model quality within a fixed compute budget.
 
 Builds the corpus from the embedded default, trains the tokenizer and the quickstart's model
-(its preset and recipe, with 512 positions: `tiny-qwen`, Muon + WSD + FIM since session 8)
+(its preset and recipe, with 512 positions: `tiny-qwen`, Muon + WSD + FIM)
 for ``--steps`` steps, then scores HumanEval with n samples per problem at temperatures 0.2
 and 0.8 in the sandbox, and prints held-out loss and pass@1/10/100.
 
@@ -12,7 +12,7 @@ corpus's function documents alone (`codeparrot/data/functions.py`; AdamW, cosine
 a two-stage recipe aimed at HumanEval.
 
 The budget is a step count: 2,300 steps of 16 x 512 tokens took 65 min on 2 cores here
-(BENCHMARKS.md), so other work on the machine can make the run slower but never smaller;
+(RESULTS.md), so other work on the machine can make the run slower but never smaller;
 ``--minutes`` only caps the wall time. Torch's OpenMP threads lose 3-4x of their speed to any
 other busy process unless they spin (``OMP_WAIT_POLICY=ACTIVE``); with that set, a job started
 beside it under ``chrt -i 0`` barely slows it. Reuses the quickstart's steps (and their reuse
@@ -66,14 +66,14 @@ def main() -> None:
         type=float,
         default=None,
         help="share of fill-in-the-middle examples (default: the quickstart's; the one-hour "
-        "runs of sessions 7-8 used 0.5)",
+        "runs in docs/log used 0.5)",
     )
     parser.add_argument(
         "--vocab-size",
         type=int,
         default=None,
         help="tokenizer vocabulary (default: the quickstart's 8,192; 4,096 makes a step of "
-        "`tiny-qwen` ~0.84x as long, Recipe ablations in BENCHMARKS.md)",
+        "`tiny-qwen` ~0.84x as long, Recipe ablations in RESULTS.md)",
     )
     parser.add_argument(
         "--anneal-steps",

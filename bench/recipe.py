@@ -1,4 +1,4 @@
-"""Recipe ablations at equal wall-clock on this machine (issue 20).
+"""Recipe ablations at equal wall-clock on this machine.
 
 Every run trains the quickstart's model on the quickstart's corpus and tokenizer (built once
 in ``--work``) from the same seed. Runs are budgeted in **steps**, so other work on the
@@ -158,7 +158,7 @@ VARIANTS["qwen-muon-wsd-fim0.9-lr3e-3-docstrings"] = {
 }
 
 
-# function-level documents (issue 20's "function-level filtering"): the training files' short
+# function-level documents ("function-level filtering"): the training files' short
 # documented top-level functions added as documents of HumanEval's shape, ``functions`` copies
 for _copies in (1, 3):
     VARIANTS[f"qwen-muon-wsd-fim0.9-lr3e-3-functions{_copies}"] = {

@@ -1,5 +1,5 @@
-"""Does the code after the cursor pay? Issue 19's "the suffix pays" target, with and without
-the syntax check.
+"""Does the code after the cursor pay? FIM with the suffix against the prefix alone, with and
+without the syntax check.
 
 For a FIM run and a run of the same budget without FIM, greedy single-line HumanEval
 infilling (the 1,033 tasks, or a seeded ``--limit``) is scored in the sandbox:

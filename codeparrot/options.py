@@ -151,7 +151,7 @@ FUNCTION_DOCUMENTS = Declaration(
 
 # -- fill in the middle ----------------------------------------------------------------------
 
-# The measured default (BENCHMARKS.md, bench/recipe.py): the share of documents that new runs
+# The measured default (RESULTS.md, bench/recipe.py): the share of documents that new runs
 # train as fill-in-the-middle examples when their tokenizer has the sentinels. On tiny-qwen at
 # the quickstart's budget 0.9 infills best (single-line HumanEval infilling 1.25x rate 0.5's)
 # for +1% left-to-right held-out loss (Bavarian et al. 2022 found 0.5-0.9 free at scale).
@@ -186,7 +186,7 @@ FIM_MODE = Declaration(
 
 # auto by default: each model family's template documents its order (PSM for StarCoder,
 # Qwen2.5-Coder, CodeLlama and DeepSeek-Coder); our own checkpoints train on both and complete
-# best in SPM (BENCHMARKS.md, "Fill in the middle": on held-out lines the quickstart model
+# best in SPM (RESULTS.md, "Fill in the middle": on held-out lines the quickstart model
 # completes as well with the suffix in SPM order as with the prefix alone, far worse in PSM).
 FIM_ORDER = Declaration(
     "auto",

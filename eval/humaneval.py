@@ -253,7 +253,7 @@ def served_engine(config: GenerationOptions) -> Any:
 def default_threads(engine: Any, world: int = 1, config: Any = None) -> int:
     """Problems generated at once when ``--threads`` is not given: on a CPU the engine's
     one-token steps run on one core, so a second problem in a second thread uses the other
-    (1.6x on 2 cores, BENCHMARKS.md; the rest waits on the interpreter lock); launched
+    (1.6x on 2 cores, RESULTS.md; the rest waits on the interpreter lock); launched
     processes share the cores. On an accelerator, one."""
     device = str(getattr(engine, "device", "cpu"))
     if device == "remote":  # a server: --concurrency requests in flight

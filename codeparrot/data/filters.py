@@ -27,7 +27,7 @@ FILTER_NAMES = (
     "config_or_test",
     "no_keywords",
     "few_assignments",
-    "undocumented",  # off by default: not a CodeParrot filter (data selection, issue 20)
+    "undocumented",  # off by default: not a CodeParrot filter (data selection)
 )
 
 

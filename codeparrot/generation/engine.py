@@ -261,7 +261,7 @@ class Engine:
         each request switches over once :attr:`steps_compiled` is set. A failed compile
         (no C++ compiler, an unsupported torch) leaves the eager step in place and the
         exception in :attr:`compile_error`. Measured on the tiny preset (int8 steps):
-        a 32-token completion's steps 21% faster, the same tokens (BENCHMARKS.md).
+        a 32-token completion's steps 21% faster, the same tokens (RESULTS.md).
         ``background=False`` compiles in the calling thread and raises on failure.
         """
         if self._gpt2 is None:
@@ -313,7 +313,7 @@ class Engine:
         ``dtype``: ``"auto"`` is bfloat16 on a GPU; on a CPU it keeps float32 weights (one
         token at a time, bf16 kernels are slower there) and prefills long prompts with
         bf16 matrix products when the CPU has them natively (AVX512-BF16 or AMX), which
-        halves their cost (see BENCHMARKS.md).
+        halves their cost (see RESULTS.md).
         """
         import torch
 

@@ -16,7 +16,7 @@ What it saves, per call:
 On a CPU a one-token step is bound by how fast the weights stream from memory, not by
 arithmetic. :meth:`GPT2Decoder.quantize_int8` adds int8 copies of the matrices
 (weight-only, symmetric, one scale per output channel) that the small-batch steps read
-instead: a quarter of the bytes, ~2.3x faster steps on the tiny preset (BENCHMARKS.md).
+instead: a quarter of the bytes, ~2.3x faster steps on the tiny preset (RESULTS.md).
 Prompts keep the full-precision weights.
 """
 
@@ -286,7 +286,7 @@ class GPT2Decoder:
         serves every prompt length. The step's kernels take the calling thread's
         intra-op thread count, so call this with the count the steps will run with.
         Measured on the tiny preset: the 31 one-token steps of a 32-token completion
-        25.9 -> 20.4 ms, with the same logits (BENCHMARKS.md).
+        25.9 -> 20.4 ms, with the same logits (RESULTS.md).
         """
         compiled = torch.compile(self.forward, dynamic=True, options={"size_asserts": False})
         with torch.inference_mode():  # as in the engine: its tensors are inference tensors

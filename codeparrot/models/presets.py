@@ -74,9 +74,9 @@ def _qwen(
 PRESETS: dict[str, ModelPreset] = {
     # ~5M parameters with an 8k vocabulary: trains usefully on 2 CPU cores in minutes.
     # No dropout: a short pretraining run sees every token about once. The reference's
-    # learning rates are far too low for it: BENCHMARKS.md (Model quality) compares 5e-4
+    # learning rates are far too low for it: RESULTS.md (Model quality) compares 5e-4
     # and 2e-3. With Muon + WSD, 3e-3 ends 0.6-0.9% lower than 2e-3 after 1,000 steps
-    # (bench/recipe.py, with and without FIM; BENCHMARKS.md, Recipe ablations).
+    # (bench/recipe.py, with and without FIM; RESULTS.md, Recipe ablations).
     "tiny": ModelPreset(
         "tiny",
         4,
@@ -98,7 +98,7 @@ PRESETS: dict[str, ModelPreset] = {
     # width is 704 (2.75x, a multiple of 64) where GPT-2's two-matrix MLP is 4x: per block
     # 803k parameters against GPT-2's 789k, and no position table (rotary positions), so
     # the whole model is within 1% of tiny. The quickstart's preset: with Muon at 3e-3 its
-    # held-out loss after 1,000 steps is 20% below tiny's (BENCHMARKS.md, Recipe ablations).
+    # held-out loss after 1,000 steps is 20% below tiny's (RESULTS.md, Recipe ablations).
     "tiny-qwen": _qwen(
         "tiny-qwen",
         4,

@@ -17,7 +17,7 @@ goes to the word). The ``code`` pre-tokenizer keeps Python's units together inst
 - the indentation at the start of a text is one unit, and other runs of spaces leave their
   last space to the next unit (as GPT-2's do).
 
-Measured with ``bench/tokenizer.py --ratio-only --files 8000`` (BENCHMARKS.md, 32,768 vocab):
+Measured with ``bench/tokenizer.py --ratio-only --files 8000`` (RESULTS.md, 32,768 vocab):
 on 500 held-out stdlib files GPT-2 needs 1.74x our tokens with GPT-2's pre-tokenizer and
 2.04x with this one (1.99x before numbers were kept whole and took a prefix, and before a
 name took a whole punctuation run). A prompt that stops inside such a unit (after a line

@@ -18,7 +18,7 @@ local M = {}
 
 local defaults = {
   -- the command that starts the server; `codeparrot` must be on PATH (or give the
-  -- full path of the virtualenv's script, e.g. "/home/me/codeparrot/.venv/bin/codeparrot")
+  -- full path of the virtualenv's script, e.g. "~/codeparrot/.venv/bin/codeparrot")
   cmd = { "codeparrot", "lsp" },
   checkpoint = nil, -- directory written by `codeparrot train` (or set vim.g.codeparrot_checkpoint)
   filetypes = { "python" },

@@ -1,4 +1,4 @@
-"""`eval lines` asks the way the editor asks (issues 19 and 21): the language server's
+"""`eval lines` asks the way the editor asks: the language server's
 prompt for the same cursor, its workspace snippets, and its repetition filter."""
 
 from __future__ import annotations

@@ -79,8 +79,8 @@ def test_editor_settings_in_any_spelling():
     assert warnings == ["setting 'tcp' ignored (set on the command line)"]
     config, _ = apply_settings(LspConfig(), {"max_new_tokens": "12", "temperature": 0.5})
     assert config.max_new_tokens == 12 and config.temperature == 0.5
-    config, _ = apply_settings(LspConfig(), {"checkpoint": "/tmp/m"})
-    assert config.checkpoint == Path("/tmp/m")
+    config, _ = apply_settings(LspConfig(), {"checkpoint": "models/m"})
+    assert config.checkpoint == Path("models/m")
     with pytest.raises(ConfigError):
         apply_settings(LspConfig(), {"maxTokens": "many"})
     with pytest.raises(ConfigError):

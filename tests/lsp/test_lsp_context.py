@@ -1,4 +1,4 @@
-"""Workspace context (issue 21): snippets of other open documents in the prompt, in budget."""
+"""Workspace context: snippets of other open documents in the prompt, in budget."""
 
 from __future__ import annotations
 

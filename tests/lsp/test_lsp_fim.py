@@ -1,4 +1,4 @@
-"""Fill-in-the-middle prompts (issue 19): the suffix reaches a FIM checkpoint, and only one."""
+"""Fill-in-the-middle prompts: the suffix reaches a FIM checkpoint, and only one."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Repetition filters (issue 21): recorded degenerate suggestions are cut, honest code is not."""
+"""Repetition filters: recorded degenerate suggestions are cut, honest code is not."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def suggest(text_with_cursor: str, raw: str) -> str | None:
     return postprocess(raw, window, block_indent(window))
 
 
-# Suggestions the quickstart model made (issue 21), with the line the cursor was on.
+# Suggestions the quickstart model made, with the line the cursor was on.
 @pytest.mark.parametrize(
     ("document", "raw", "expected"),
     [

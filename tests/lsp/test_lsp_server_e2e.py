@@ -22,7 +22,7 @@ from pytest_lsp.client import LanguageClient, make_test_lsp_client
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-URI = "file:///work/example.py"
+URI = "file:///project/example.py"
 
 
 async def start(checkpoint: Path | None, *flags: str, **init) -> LanguageClient:
@@ -159,7 +159,7 @@ async def test_inline_and_completion_items_agree(
 
 
 async def test_repeated_request_is_served_from_cache(client: LanguageClient):
-    uri = open_doc(client, "def add(a, b):\n    return a", "file:///work/cache.py")
+    uri = open_doc(client, "def add(a, b):\n    return a", "file:///project/cache.py")
     first = await inline(client, uri, 1, 12)
     before = await stats(client)
     second = await inline(client, uri, 1, 12)
@@ -202,7 +202,7 @@ async def test_typing_through_a_suggestion_uses_the_cache(
 
 async def test_utf16_positions_with_emoji(client: LanguageClient):
     line0 = 's = "😀😀" + go'
-    uri = open_doc(client, line0 + "\nnext = 1\n", "file:///work/emoji.py")
+    uri = open_doc(client, line0 + "\nnext = 1\n", "file:///project/emoji.py")
     end16 = utf16_len(line0)  # 16 units for 14 code points
     ctx = await context(client, uri, 0, end16)
     assert ctx["lineHead"] == line0 and ctx["lineTail"] == ""
@@ -220,7 +220,7 @@ async def test_utf16_positions_with_emoji(client: LanguageClient):
 
 async def test_crlf_document(client: LanguageClient):
     text = "def f(x):\r\n    y = x + 1\r\n    return y\r\n\r\ndef g(a):\r\n"
-    uri = open_doc(client, text, "file:///work/crlf.py")
+    uri = open_doc(client, text, "file:///project/crlf.py")
     ctx = await context(client, uri, 1, 9)
     assert ctx["lineHead"] == "    y = x" and ctx["lineTail"] == " + 1"
     assert "\r" not in ctx["prefixEnd"]
@@ -237,7 +237,7 @@ async def test_crlf_document(client: LanguageClient):
 
 async def test_last_line_and_beyond(client: LanguageClient):
     text = "x = 1\ny = x +"
-    uri = open_doc(client, text, "file:///work/last.py")
+    uri = open_doc(client, text, "file:///project/last.py")
     ctx = await context(client, uri, 1, 7)
     assert ctx["lineHead"] == "y = x +" and ctx["offset"] == len(text)
     ctx = await context(client, uri, 9, 0)  # past the last line: the end of the text
@@ -245,13 +245,13 @@ async def test_last_line_and_beyond(client: LanguageClient):
     for item in (await inline(client, uri, 1, 7)).items:
         assert item.range.start == t.Position(1, 7)
     # a document ending with a line break has an empty last line
-    uri2 = open_doc(client, "x = 1\n", "file:///work/last2.py")
+    uri2 = open_doc(client, "x = 1\n", "file:///project/last2.py")
     ctx = await context(client, uri2, 1, 0)
     assert ctx["lineCount"] == 2 and ctx["offset"] == 6 and ctx["lineHead"] == ""
 
 
 async def test_empty_document(client: LanguageClient):
-    uri = open_doc(client, "", "file:///work/empty.py")
+    uri = open_doc(client, "", "file:///project/empty.py")
     result = await inline(client, uri, 0, 0)
     for item in result.items:
         check_suggestion(item.insert_text)
@@ -261,7 +261,7 @@ async def test_empty_document(client: LanguageClient):
 
 async def test_incremental_changes_follow_lsp_line_breaks(client: LanguageClient):
     # a form feed is no line break in LSP (str.splitlines would split there)
-    uri = open_doc(client, "a = 1\x0cb = 2\nc = 3\n", "file:///work/ff.py")
+    uri = open_doc(client, "a = 1\x0cb = 2\nc = 3\n", "file:///project/ff.py")
     client.text_document_did_change(
         t.DidChangeTextDocumentParams(
             t.VersionedTextDocumentIdentifier(version=2, uri=uri),
@@ -294,7 +294,7 @@ async def test_ten_megabyte_document(client: LanguageClient):
         size += len(chunk)
         i += 1
     text = "".join(parts) + "def last(x):\n    return helper_1(x) +"
-    uri = open_doc(client, text, "file:///work/big.py")
+    uri = open_doc(client, text, "file:///project/big.py")
     last = text.count("\n")
     col = len("    return helper_1(x) +")
     result = await asyncio.wait_for(inline(client, uri, last, col), timeout=60)
@@ -319,7 +319,7 @@ async def slow_client(tiny_checkpoint: Path):
 
 
 async def test_supersession(slow_client: LanguageClient):
-    uri = open_doc(slow_client, "def f(a, b):\n    return a +", "file:///work/super.py")
+    uri = open_doc(slow_client, "def f(a, b):\n    return a +", "file:///project/super.py")
     before = await stats(slow_client)
     burst = [
         asyncio.ensure_future(inline(slow_client, uri, 1, 14)),
@@ -346,7 +346,7 @@ async def test_the_newest_request_overall_is_served_next(slow_client: LanguageCl
     )
     try:
         uris = [
-            open_doc(slow_client, f"value_{i} = compute(", f"file:///work/many{i}.py")
+            open_doc(slow_client, f"value_{i} = compute(", f"file:///project/many{i}.py")
             for i in range(501)
         ]
         before = await stats(slow_client)
@@ -368,7 +368,7 @@ async def test_the_newest_request_overall_is_served_next(slow_client: LanguageCl
 
 
 async def test_cancel_request_and_malformed_params(slow_client: LanguageClient):
-    uri = open_doc(slow_client, "import sys\nprint(sys.", "file:///work/cancel.py")
+    uri = open_doc(slow_client, "import sys\nprint(sys.", "file:///project/cancel.py")
     before = await stats(slow_client)
     msg_id = str(uuid.uuid4())
     pending = asyncio.ensure_future(
@@ -555,7 +555,7 @@ async def test_unwritable_or_corrupt_statistics_file_keeps_serving(
     c = await start(checkpoint, "--stats-file", str(blocked), "--log-file", str(log))
     try:
         for n in range(3):
-            uri = open_doc(c, f"x{n} = f(", f"file:///work/unwritable{n}.py")
+            uri = open_doc(c, f"x{n} = f(", f"file:///project/unwritable{n}.py")
             await inline(c, uri, 0, 6)
         generated = (await stats(c))["generated"]
     finally:

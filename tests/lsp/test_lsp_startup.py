@@ -1,4 +1,4 @@
-"""Fast from the first request (issue 21): start-up work never holds a request up."""
+"""Fast from the first request: start-up work never holds a request up."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_requests_during_the_compile_are_served_by_the_eager_step(tiny_checkpoin
     monkeypatch.setattr(GPT2Decoder, "forward", counting_forward)
 
     server = build_server(LspConfig(checkpoint=tiny_checkpoint, compile=True, cache_size=0))
-    uris = [f"file:///work/cold{i}.py" for i in range(3)]
+    uris = [f"file:///project/cold{i}.py" for i in range(3)]
     for i, uri in enumerate(uris):
         server.documents[uri] = Document(uri, f"def f{i}(a, b):\n    return a", 1)
     server.load_engine()
