@@ -347,7 +347,7 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
     say(f"fine-tuning for up to {steps} steps or {config.max_minutes:g} minutes")
     from codeparrot.training.loop import train
 
-    trained = train(_train_config(config, steps, seq_length, train_tokens))
+    trained = train(_train_config(config, steps, seq_length, train_tokens), log=say)
     after = checkpoint_losses(config.model_dir, splits, seq_length)
 
     pushed = None
@@ -377,7 +377,13 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
     )
     write_json(
         config.output / RESULT_FILE,
-        {**result.to_dict(), "seq_length": seq_length, "provenance": provenance(config)},
+        {
+            **result.to_dict(),
+            "seq_length": seq_length,
+            "precision": trained.precision,
+            "planned_steps": trained.planned_steps,
+            "provenance": provenance(config),
+        },
     )
     return result
 
