@@ -37,8 +37,10 @@ ENV = "CODEPARROT_CPU_BF16"
 # bf16 must beat fp32 by this much in the probe to be chosen: autocast adds a cast of each
 # weight and activation per product that a bare matrix product does not pay.
 MIN_SPEEDUP = 1.1
-# A single bf16 product taking this many times the fp32 one ends the probe: emulated.
+# bf16 this many times slower than fp32 in a small product ends the probe: emulated.
 EMULATED_RATIO = 4.0
+# The probe stops after the shape that takes it past this many seconds.
+MAX_SECONDS = 1.0
 # Rows of the probe's products (the model's batch x sequence, capped so that an
 # emulating CPU answers quickly).
 PROBE_ROWS = 256
@@ -106,57 +108,52 @@ def _env_answer() -> bool | None:
 
 
 def _gflops(a: Any, b: Any, seconds: float) -> float:
-    """GFLOP/s of ``a @ b``, repeated for about ``seconds`` after one untimed product."""
+    """GFLOP/s of ``a @ b``: its fastest of at least three timed products (repeated for
+    about ``seconds``), after one untimed one. The fastest, because other work on the
+    machine only ever slows a product down."""
     a @ b
-    iters, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds or iters < 2:
+    best, iters, start = float("inf"), 0, time.perf_counter()
+    while time.perf_counter() - start < seconds or iters < 3:
+        before = time.perf_counter()
         a @ b
+        best = min(best, time.perf_counter() - before)
         iters += 1
-    return 2 * a.shape[0] * a.shape[1] * b.shape[1] * iters / elapsed / 1e9
+    return 2 * a.shape[0] * a.shape[1] * b.shape[1] / max(best, 1e-9) / 1e9
 
 
 def measure_cpu_bf16(shapes: Sequence[tuple[int, int, int]], seconds: float = 0.05) -> Bf16Probe:
     """fp32 against bf16 over products of (rows, inner, cols) ``shapes`` on the CPU.
 
-    Rows are capped at :data:`PROBE_ROWS`. One bf16 product that takes
-    :data:`EMULATED_RATIO` times the fp32 one ends the measurement (an emulating CPU would
-    otherwise spend seconds here)."""
+    A small product first: where bf16 runs :data:`EMULATED_RATIO` times slower than fp32
+    there, the answer is clear and the model's shapes (seconds each when emulated) are
+    skipped. Rows are capped at :data:`PROBE_ROWS`; the shapes after the one that takes the
+    probe past :data:`MAX_SECONDS` are skipped too."""
     import torch
 
     generator = torch.Generator().manual_seed(0)  # leaves the global RNG alone
-    flops = {"fp32": 0.0, "bf16": 0.0}
-    spent = {"fp32": 0.0, "bf16": 0.0}
-    for rows, inner, cols in shapes:
-        rows = min(rows, PROBE_ROWS)
-        a = torch.randn(rows, inner, generator=generator)
+
+    def rates(rows: int, inner: int, cols: int, timed: float) -> tuple[float, float]:
+        a = torch.randn(min(rows, PROBE_ROWS), inner, generator=generator)
         b = torch.randn(inner, cols, generator=generator)
-        fp32 = _gflops(a, b, seconds)
-        a16, b16 = a.bfloat16(), b.bfloat16()
-        start = time.perf_counter()
-        a16 @ b16  # the first product: kernel set-up, or the whole answer when emulated
-        first = time.perf_counter() - start
-        work = 2 * rows * inner * cols / 1e9
-        if first > EMULATED_RATIO * work / fp32 and first > 2e-3:
-            bf16 = _gflops_once(a16, b16, work)
-        else:
-            bf16 = _gflops(a16, b16, seconds)
-        for name, rate in (("fp32", fp32), ("bf16", bf16)):
-            flops[name] += work
-            spent[name] += work / rate
-    fp32_rate, bf16_rate = flops["fp32"] / spent["fp32"], flops["bf16"] / spent["bf16"]
+        return _gflops(a, b, timed), _gflops(a.bfloat16(), b.bfloat16(), timed)
+
+    fp32, bf16 = rates(64, 256, 256, 0.005)
+    if bf16 * EMULATED_RATIO < fp32:
+        return Bf16Probe(fast=False, source="measured", fp32_gflops=fp32, bf16_gflops=bf16)
+    work = {"fp32": 0.0, "bf16": 0.0}
+    spent = {"fp32": 0.0, "bf16": 0.0}
+    began = time.perf_counter()
+    for rows, inner, cols in shapes:
+        flops = 2 * min(rows, PROBE_ROWS) * inner * cols / 1e9
+        for name, rate in zip(("fp32", "bf16"), rates(rows, inner, cols, seconds), strict=True):
+            work[name] += flops
+            spent[name] += flops / rate
+        if time.perf_counter() - began > MAX_SECONDS:  # a machine busy with other work
+            break
+    fp32, bf16 = work["fp32"] / spent["fp32"], work["bf16"] / spent["bf16"]
     return Bf16Probe(
-        fast=bf16_rate >= MIN_SPEEDUP * fp32_rate,
-        source="measured",
-        fp32_gflops=fp32_rate,
-        bf16_gflops=bf16_rate,
+        fast=bf16 >= MIN_SPEEDUP * fp32, source="measured", fp32_gflops=fp32, bf16_gflops=bf16
     )
-
-
-def _gflops_once(a: Any, b: Any, work: float) -> float:
-    """GFLOP/s of one more product (the first one may have paid a set-up)."""
-    start = time.perf_counter()
-    a @ b
-    return work / max(time.perf_counter() - start, 1e-9)
 
 
 def model_shapes(width: int, hidden: int, vocab: int, rows: int) -> list[tuple[int, int, int]]:
@@ -256,7 +253,11 @@ def slow_bf16_warning(choice: PrecisionChoice) -> str | None:
         return None
     slower = ""
     if choice.fp32_gflops and choice.bf16_gflops:
-        slower = f" ({choice.fp32_gflops / choice.bf16_gflops:,.0f}x slower than fp32 in matrix products)"
+        ratio = choice.fp32_gflops / choice.bf16_gflops
+        if ratio <= 1:  # not faster enough for auto, but not slow: nothing to warn about
+            return None
+        shown = f"{ratio:,.1f}" if ratio < 10 else f"{ratio:,.0f}"
+        slower = f" ({shown}x slower than fp32 in matrix products)"
     return (
         f"--mixed-precision bf16: this CPU runs bf16 slowly{slower}; training goes ahead as "
         "asked, but --mixed-precision auto (or no) trains in fp32 here, faster"

@@ -490,11 +490,9 @@ def _peak_flops(choice: Any, say: Callable[[str], None]) -> float:
     """The MFU denominator: the peak of the precision the run trains in (both printed)."""
     peaks = measure_peaks(choice)
     own = PEAK_DTYPES[choice.mixed_precision]
-    shown = ", ".join(
-        f"{name.replace('float', 'fp').replace('bfloat16', 'bf16')} {flops / 1e9:,.0f}"
-        for name, flops in peaks.items()
-    )
-    say(f"matmul peaks (GFLOP/s): {shown}; MFU is measured against the {own} one")
+    short = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+    shown = ", ".join(f"{short[name]} {flops / 1e9:,.1f}" for name, flops in peaks.items())
+    say(f"matmul peaks (GFLOP/s): {shown}; MFU is measured against the {short[own]} peak")
     return peaks[own]
 
 
@@ -803,6 +801,8 @@ def _loop(run: Run, metrics: MetricsLog, progress: _Progress) -> str:
             progress.window_start += pause  # tokens/s counts training only
             planner.mark += pause
     bar.close()
+    if stopped_by == "max_minutes" and planner.active:
+        raise ConfigError(planner.unplanned(state.train_seconds - progress.seconds_before))
     return stopped_by
 
 
@@ -845,6 +845,16 @@ class _Planner:
         )
         run.log(run.state.plan.describe())
         return True
+
+    def unplanned(self, seconds: float) -> str:
+        """Why a budget that ran out before the steps were timed is too short."""
+        cfg, steps = self.run.config, self.run.state.step - self.first
+        return (
+            f"--max-minutes {cfg.max_minutes:g} ran out after {steps} step(s), before this "
+            f"machine's step time could be measured ({seconds / max(steps, 1):.1f} s a step "
+            f"so far, compilation and data loading included): too short to lay out the "
+            f"schedule, whose warm-up alone is {cfg.warmup_steps} steps; give more minutes"
+        )
 
 
 def _log_step(

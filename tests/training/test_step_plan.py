@@ -132,3 +132,12 @@ def test_the_warning_of_a_model_that_saw_too_little():
                                    tokens_per_s=47, what="the quickstart")  # fmt: skip
     assert warning is not None and "0.04M of the 8.19M tokens" in warning
     assert "--max-minutes 2905" in warning
+
+
+def test_a_budget_gone_before_the_steps_are_timed_is_a_clear_error(
+    tmp_path, corpus, tiny_checkpoint, clock
+):
+    with pytest.raises(ConfigError) as e:
+        train(budgeted(corpus, tiny_checkpoint, tmp_path / "run", max_minutes=3 / 60))
+    assert "--max-minutes 0.05 ran out after 3 step(s)" in str(e.value)
+    assert "1.0 s a step" in str(e.value)
