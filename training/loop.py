@@ -764,6 +764,8 @@ def _start_logging(run: Run, resumed_from: int | None) -> MetricsLog:
         for k, v in config.to_dict().items()
         if isinstance(v, int | float | str | bool | Path)
     }
+    if run.precision is not None:
+        tracker_config["precision"] = run.precision.mixed_precision  # what "auto" chose
     acc.init_trackers("train", config=tracker_config)
     return metrics
 

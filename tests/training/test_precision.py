@@ -146,3 +146,23 @@ def test_fp16_training_on_a_cpu_fails_before_any_work(tmp_path, corpus, tiny_che
     with pytest.raises(ConfigError, match="--mixed-precision fp16"):
         train(tiny_config(corpus, tiny_checkpoint, run, mixed_precision="fp16"))
     assert not (run / "metrics.jsonl").exists() and not (run / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(("fast", "expected"), [("0", "float32"), ("1", "bfloat16")])
+def test_a_bf16_checkpoint_runs_in_fp32_on_a_cpu_without_fast_bf16(
+    tmp_path, tiny_checkpoint, monkeypatch, fast, expected
+):
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from codeparrot.models.checkpoint import load_checkpoint
+
+    saved = tmp_path / "bf16"
+    shutil.copytree(tiny_checkpoint, saved)
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint)
+    model.to(torch.bfloat16).save_pretrained(saved)
+    monkeypatch.setenv(precision.ENV, fast)
+    loaded, _tokenizer, _meta = load_checkpoint(saved)
+    assert str(loaded.dtype) == f"torch.{expected}"
