@@ -35,7 +35,7 @@ from codeparrot.training.data import (
     shard_files,
 )
 from codeparrot.training.optim import lr_factor, parameter_groups  # noqa: F401 (re-exported)
-from codeparrot.training.plan import MEASURE_STEPS, SKIP_STEPS, StepPlan, decide
+from codeparrot.training.plan import MEASURE_STEPS, SKIP_STEPS, StepPlan, decide, replan
 from codeparrot.training.resume_state import check_state_files, load_state, save_state
 
 CHECKPOINTS = "checkpoints"
@@ -810,43 +810,60 @@ def _loop(run: Run, metrics: MetricsLog, progress: _Progress) -> str:
 
 class _Planner:
     """Times the first steps of a run with ``--max-minutes`` and lays the schedule over
-    the steps the budget holds (training.plan); a resumed run keeps its saved plan."""
+    the steps the budget holds (training.plan); then keeps timing, and shortens the plan
+    when the machine slows down (never lengthens it: the decay may have begun). A resumed
+    run keeps its saved plan."""
 
     def __init__(self, run: Run, progress: _Progress) -> None:
         self.run, self.progress = run, progress
         cfg, plan = run.config, run.state.plan
         self.first = run.state.step
-        self.active = cfg.max_minutes is not None and not plan.planned
-        self.mark = 0.0  # the clock when timing started (moved on past evaluations)
+        self.active = cfg.max_minutes is not None and not plan.planned  # no plan yet
+        self.watching = cfg.max_minutes is not None
+        self.mark = 0.0  # the clock when the timed window began (moved on past evaluations)
+        self.mark_step = 0
 
     def observe(self, step: int, now: float) -> bool:
-        """Count one step done at ``now``; True when the plan was just made."""
-        if not self.active:
+        """Count one step done at ``now``; True when the plan was just made or changed."""
+        if not self.watching:
             return False
         done_here = step - self.first
         if done_here == SKIP_STEPS:
-            self.mark = now
-        if done_here < SKIP_STEPS + MEASURE_STEPS:
+            self.mark, self.mark_step = now, step
+        if done_here < SKIP_STEPS + MEASURE_STEPS or step - self.mark_step < MEASURE_STEPS:
             return False
-        self.active = False
-        run, cfg = self.run, self.run.config
-        import torch
-
-        measured = torch.tensor((now - self.mark) / MEASURE_STEPS, device=run.accelerator.device)
-        step_s = float(run.accelerator.reduce(measured, "max"))  # one plan for every process
+        step_s = self._pace(step, now)
+        self.mark, self.mark_step = now, step
+        cfg, plan = self.run.config, self.run.state.plan
         assert cfg.max_minutes is not None
-        decide(
-            run.state.plan,
+        elapsed = now - self.progress.start
+        if self.active:
+            self.active = False
+            decide(plan, budget_minutes=cfg.max_minutes, elapsed_s=elapsed, done=step,
+                   step_s=step_s, eval_every=cfg.eval_every, eval_batches=cfg.eval_batches,
+                   warmup_steps=cfg.warmup_steps)  # fmt: skip
+            self.run.log(plan.describe())
+            return True
+        if not replan(
+            plan,
             budget_minutes=cfg.max_minutes,
-            elapsed_s=now - self.progress.start,
+            elapsed_s=elapsed,
             done=step,
             step_s=step_s,
             eval_every=cfg.eval_every,
             eval_batches=cfg.eval_batches,
-            warmup_steps=cfg.warmup_steps,
-        )
-        run.log(run.state.plan.describe())
+        ):
+            return False  # fmt: skip
+        self.run.log(plan.describe())
         return True
+
+    def _pace(self, step: int, now: float) -> float:
+        """Seconds a step over the window, the slowest process's (one plan for all)."""
+        import torch
+
+        acc = self.run.accelerator
+        pace = torch.tensor((now - self.mark) / (step - self.mark_step), device=acc.device)
+        return float(acc.reduce(pace, "max"))
 
     def unplanned(self, seconds: float) -> str:
         """Why a budget that ran out before the steps were timed is too short."""

@@ -4,8 +4,10 @@ A run with ``--max-minutes`` that cannot reach ``--max-steps`` would otherwise s
 clock wherever it is: a WSD run at its peak learning rate, never annealed. So the loop
 times a few steps (after :data:`SKIP_STEPS` of compilation and warm-up), works out how
 many steps the budget holds (:func:`steps_within`), and lays the whole learning-rate
-schedule over that number. The plan is kept in the run's state, so a resumed run
-continues the same plan and resumes bitwise exactly.
+schedule over that number (:func:`decide`). It keeps timing every :data:`MEASURE_STEPS`
+steps and shortens the plan if the machine slows down (:func:`replan`; other work on a
+shared machine). The plan is kept in the run's state, so a resumed run continues the
+same plan and resumes bitwise exactly.
 
 Standard library only: pure functions of the measured figures.
 """
@@ -23,6 +25,9 @@ MEASURE_STEPS = 4  # timed steps behind the plan
 # The plan aims at this share of the time left, so that a machine slowed down by other
 # work still reaches the end of the schedule before the clock stops it.
 MARGIN = 0.95
+# Later, the plan is shortened only when the pace falls short of this share of the time left
+# (between MARGIN and 1, so that the pace the plan was made at does not shorten it again).
+REPLAN_MARGIN = 0.98
 # An evaluation of one batch costs about this many training steps (forward only, no
 # backward or optimizer step), and a checkpoint save about two.
 EVAL_BATCH_STEPS = 0.4
@@ -140,6 +145,32 @@ def decide(
     return plan
 
 
+def replan(
+    plan: StepPlan,
+    *,
+    budget_minutes: float,
+    elapsed_s: float,
+    done: int,
+    step_s: float,
+    eval_every: int,
+    eval_batches: int,
+) -> bool:
+    """Shorten ``plan`` when the pace measured now cannot reach its end within the budget
+    (the machine slowed down); True if it changed. Never lengthens it: the decay may have
+    begun, and a longer plan would raise the learning rate again."""
+    eval_s = step_s * (EVAL_BATCH_STEPS * eval_batches + SAVE_STEPS)
+    end = steps_within(
+        budget_s=budget_minutes * 60, elapsed_s=elapsed_s, done=done, step_s=step_s,
+        eval_every=eval_every, eval_s=eval_s, margin=REPLAN_MARGIN,
+    )  # fmt: skip
+    end = max(end, done + 1)
+    if end >= plan.steps:
+        return False
+    plan.steps = end
+    plan.step_seconds = step_s
+    return True
+
+
 def undertrained_warning(
     *, tokens_seen: int, designed_tokens: int, tokens_per_s: float, what: str
 ) -> str | None:
@@ -163,6 +194,7 @@ __all__ = [
     "SKIP_STEPS",
     "StepPlan",
     "decide",
+    "replan",
     "steps_within",
     "undertrained_warning",
 ]

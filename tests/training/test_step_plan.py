@@ -10,7 +10,13 @@ import pytest
 
 from codeparrot.errors import ConfigError
 from codeparrot.training import train
-from codeparrot.training.plan import StepPlan, decide, steps_within, undertrained_warning
+from codeparrot.training.plan import (
+    StepPlan,
+    decide,
+    replan,
+    steps_within,
+    undertrained_warning,
+)
 
 from .test_training_loop import read_weights, tiny_config, write_corpus
 
@@ -76,6 +82,17 @@ def test_a_budget_that_holds_every_step_keeps_the_recipe():
                   step_s=1.0, eval_every=0, eval_batches=1, warmup_steps=5)  # fmt: skip
     assert plan.steps == 50 and plan.planned and not plan.shortened
     assert "holds all 50 steps" in plan.describe()
+
+
+def test_a_machine_that_slows_down_shortens_the_plan_never_lengthens_it():
+    plan = decide(StepPlan(steps=1000, max_steps=1000), budget_minutes=106 / 60, elapsed_s=6,
+                  done=6, step_s=1.0, eval_every=0, eval_batches=1, warmup_steps=5)  # fmt: skip
+    assert plan.steps == 101
+    same = dict(budget_minutes=106 / 60, done=50, eval_every=0, eval_batches=1)
+    assert not replan(plan, elapsed_s=50, step_s=1.0, **same)  # on pace: kept
+    assert replan(plan, elapsed_s=50, step_s=2.0, **same)  # half the pace from here on
+    assert plan.steps == 50 + 27 and plan.step_seconds == 2.0  # 98% of 56 s at 2 s a step
+    assert not replan(plan, elapsed_s=50, step_s=0.5, **same) and plan.steps == 77
 
 
 def test_a_budget_too_small_for_the_warmup_is_a_clear_error():
