@@ -525,7 +525,7 @@ def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
 
 
 def _steps_reached(facts: dict[str, Any]) -> str:
-    """ "812 of 812 planned steps (the recipe's 1,000 shortened to fit the time)"."""
+    """The steps reached of those planned, and the recipe's count where the budget cut it."""
     planned, designed = facts.get("planned_steps"), facts.get("max_steps")
     if planned is None:
         return f"{facts['step']:,} steps"
