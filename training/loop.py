@@ -820,8 +820,11 @@ class _Planner:
         self.first = run.state.step
         self.active = cfg.max_minutes is not None and not plan.planned  # no plan yet
         self.watching = cfg.max_minutes is not None
-        self.mark = 0.0  # the clock when the timed window began (moved on past evaluations)
+        # the clock when timing began (moved on past evaluations): the pace is the mean since,
+        # so that a passing burst of other work on the machine does not cut the plan short
+        self.mark = 0.0
         self.mark_step = 0
+        self.said = math.inf  # the plan last told
 
     def observe(self, step: int, now: float) -> bool:
         """Count one step done at ``now``; True when the plan was just made or changed."""
@@ -830,35 +833,30 @@ class _Planner:
         done_here = step - self.first
         if done_here == SKIP_STEPS:
             self.mark, self.mark_step = now, step
-        if done_here < SKIP_STEPS + MEASURE_STEPS or step - self.mark_step < MEASURE_STEPS:
+        if done_here < SKIP_STEPS + MEASURE_STEPS or (step - self.mark_step) % MEASURE_STEPS:
             return False
-        step_s = self._pace(step, now)
-        self.mark, self.mark_step = now, step
         cfg, plan = self.run.config, self.run.state.plan
         assert cfg.max_minutes is not None
-        elapsed = now - self.progress.start
-        if self.active:
+        figures = {
+            "budget_minutes": cfg.max_minutes,
+            "elapsed_s": now - self.progress.start,
+            "done": step,
+            "step_s": self._pace(step, now),
+            "eval_every": cfg.eval_every,
+            "eval_batches": cfg.eval_batches,
+        }
+        if self.active:  # the first plan
             self.active = False
-            decide(plan, budget_minutes=cfg.max_minutes, elapsed_s=elapsed, done=step,
-                   step_s=step_s, eval_every=cfg.eval_every, eval_batches=cfg.eval_batches,
-                   warmup_steps=cfg.warmup_steps)  # fmt: skip
+            decide(plan, **figures, warmup_steps=cfg.warmup_steps)
+        elif not replan(plan, **figures):
+            return False
+        if plan.steps < 0.95 * self.said:  # the first plan, and each 5% shorter since
+            self.said = plan.steps
             self.run.log(plan.describe())
-            return True
-        if not replan(
-            plan,
-            budget_minutes=cfg.max_minutes,
-            elapsed_s=elapsed,
-            done=step,
-            step_s=step_s,
-            eval_every=cfg.eval_every,
-            eval_batches=cfg.eval_batches,
-        ):
-            return False  # fmt: skip
-        self.run.log(plan.describe())
         return True
 
     def _pace(self, step: int, now: float) -> float:
-        """Seconds a step over the window, the slowest process's (one plan for all)."""
+        """Seconds a step since timing began, the slowest process's (one plan for all)."""
         import torch
 
         acc = self.run.accelerator
