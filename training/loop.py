@@ -811,8 +811,8 @@ def _loop(run: Run, metrics: MetricsLog, progress: _Progress) -> str:
 class _Planner:
     """Times the first steps of a run with ``--max-minutes`` and lays the schedule over
     the steps the budget holds (training.plan); then keeps timing, and shortens the plan
-    when the machine slows down (never lengthens it: the decay may have begun). A resumed
-    run keeps its saved plan."""
+    when the machine slows down (lengthens it only in WSD's stable phase: the learning rate
+    must not rise again). A resumed run keeps its saved plan."""
 
     def __init__(self, run: Run, progress: _Progress) -> None:
         self.run, self.progress = run, progress
@@ -848,12 +848,18 @@ class _Planner:
         if self.active:  # the first plan
             self.active = False
             decide(plan, **figures, warmup_steps=cfg.warmup_steps)
-        elif not replan(plan, **figures):
+        elif not replan(plan, **figures, lengthen=self._stable(step)):
             return False
-        if plan.steps < 0.95 * self.said:  # the first plan, and each 5% shorter since
+        if abs(plan.steps - self.said) > 0.05 * plan.steps:  # the first plan, and 5% changes
             self.said = plan.steps
             self.run.log(plan.describe())
         return True
+
+    def _stable(self, step: int) -> bool:
+        """Whether a WSD schedule is still at its peak after ``step`` (a longer plan then
+        changes no learning rate already used or about to be)."""
+        cfg, steps = self.run.config, self.run.state.plan.steps
+        return cfg.schedule == "wsd" and step + 1 < steps - round(cfg.decay_fraction * steps)
 
     def _pace(self, step: int, now: float) -> float:
         """Seconds a step since timing began, the slowest process's (one plan for all)."""

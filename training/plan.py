@@ -154,17 +154,19 @@ def replan(
     step_s: float,
     eval_every: int,
     eval_batches: int,
+    lengthen: bool = False,
 ) -> bool:
     """Shorten ``plan`` when the pace measured now cannot reach its end within the budget
-    (the machine slowed down); True if it changed. Never lengthens it: the decay may have
-    begun, and a longer plan would raise the learning rate again."""
+    (the machine slowed down); True if it changed. Lengthen it (up to ``max_steps``) only
+    where ``lengthen`` says the learning rate would not move (WSD's stable phase): once the
+    decay has begun, a longer plan would raise it again."""
     eval_s = step_s * (EVAL_BATCH_STEPS * eval_batches + SAVE_STEPS)
     end = steps_within(
         budget_s=budget_minutes * 60, elapsed_s=elapsed_s, done=done, step_s=step_s,
         eval_every=eval_every, eval_s=eval_s, margin=REPLAN_MARGIN,
     )  # fmt: skip
-    end = max(end, done + 1)
-    if end >= plan.steps:
+    end = min(max(end, done + 1), plan.max_steps)
+    if end == plan.steps or (end > plan.steps and not lengthen):
         return False
     plan.steps = end
     plan.step_seconds = step_s
@@ -179,12 +181,12 @@ def undertrained_warning(
     if designed_tokens <= 0 or tokens_seen * 4 >= designed_tokens:
         return None
     share = tokens_seen / designed_tokens
-    needed = designed_tokens / max(tokens_per_s, 1e-9) / 60
+    needed = math.ceil(designed_tokens / max(tokens_per_s, 1e-9) / 60)
     return (
         f"WARNING: this machine trained the model on only {tokens_seen / 1e6:.2f}M of the "
         f"{designed_tokens / 1e6:.2f}M tokens {what} is designed for ({share:.0%}), so it has "
         f"learnt little and its scores say little. At {tokens_per_s:,.0f} tokens/s it needs "
-        f"about {needed:,.0f} minutes: give it more time (--max-minutes {math.ceil(needed)}), "
+        f"about {needed:,} minutes: give it more time (--max-minutes {needed}), "
         "or choose a smaller --preset where there is one"
     )
 

@@ -84,7 +84,7 @@ def test_a_budget_that_holds_every_step_keeps_the_recipe():
     assert "holds all 50 steps" in plan.describe()
 
 
-def test_a_machine_that_slows_down_shortens_the_plan_never_lengthens_it():
+def test_a_slower_machine_shortens_the_plan_a_faster_one_lengthens_it_before_the_decay():
     plan = decide(StepPlan(steps=1000, max_steps=1000), budget_minutes=106 / 60, elapsed_s=6,
                   done=6, step_s=1.0, eval_every=0, eval_batches=1, warmup_steps=5)  # fmt: skip
     assert plan.steps == 101
@@ -93,6 +93,9 @@ def test_a_machine_that_slows_down_shortens_the_plan_never_lengthens_it():
     assert replan(plan, elapsed_s=50, step_s=2.0, **same)  # half the pace from here on
     assert plan.steps == 50 + 27 and plan.step_seconds == 2.0  # 98% of 56 s at 2 s a step
     assert not replan(plan, elapsed_s=50, step_s=0.5, **same) and plan.steps == 77
+    # in WSD's stable phase a faster machine may lengthen it again, up to --max-steps
+    assert replan(plan, elapsed_s=50, step_s=0.5, lengthen=True, **same)
+    assert plan.steps == 50 + 109
 
 
 def test_a_budget_too_small_for_the_warmup_is_a_clear_error():
