@@ -21,8 +21,8 @@ from codeparrot.config import Declaration
 PRESET_NAMES = ("tiny", "small", "large", "tiny-qwen", "tiny-qwen-untied", "small-qwen")
 # Experiment trackers of a training run (Accelerate's log_with; "none": metrics file only).
 TRACKERS = ("tensorboard", "wandb", "trackio", "none")
-# Autocast dtype of training (Accelerate's mixed_precision).
-MIXED_PRECISIONS = ("no", "bf16", "fp16")
+# Autocast dtype of training (Accelerate's mixed_precision, or "auto": codeparrot.precision).
+MIXED_PRECISIONS = ("auto", "no", "bf16", "fp16")
 # Weights' dtype at inference ("auto": bf16 on a GPU, float32 on a CPU).
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Weight formats of the one-token decoding steps: the model's own, or int8 weight-only
@@ -112,7 +112,11 @@ DROPOUT = Declaration(
     lt=1,
 )
 MIXED_PRECISION = Declaration(
-    "bf16", "autocast dtype (bf16 works on CPU)", choices=MIXED_PRECISIONS
+    "auto",
+    "autocast dtype: auto (bf16 on a CUDA device that supports it; on a CPU bf16 only where "
+    "a short measurement at start finds it faster than fp32, else fp32), no (fp32), bf16, or "
+    "fp16 (CUDA only); CODEPARROT_CPU_BF16=0|1 forces the CPU measurement's answer",
+    choices=MIXED_PRECISIONS,
 )
 TRACKER = Declaration("tensorboard", "experiment tracker", choices=TRACKERS)
 OPTIMIZERS = ("adamw", "muon")

@@ -34,6 +34,7 @@ from codeparrot.options import (
     MAX_NEW_TOKENS,
     MAX_STEPS,
     MIN_DOCSTRING_SHARE,
+    MIXED_PRECISION,
     N_POSITIONS,
     OPTIMIZER,
     PRESET,
@@ -75,7 +76,7 @@ class QuickstartConfig(Config):
     pre_tokenizer: str = option(
         "gpt2",
         "the tokenizer's pre-tokenizer: gpt2 (GPT-2's split, which the tiny model learns "
-        "best at this budget; BENCHMARKS.md) or code (the library default: more text per "
+        "best at this budget; RESULTS.md) or code (the library default: more text per "
         "token)",
         choices=PRE_TOKENIZERS,
     )
@@ -84,8 +85,9 @@ class QuickstartConfig(Config):
     max_minutes: float = MAX_MINUTES.field(
         14.0, "stop training after this many minutes whatever the step"
     )
+    mixed_precision: str = MIXED_PRECISION.field()
     compile: bool = option(
-        True, "torch.compile the model (a minute to start, then faster steps; BENCHMARKS.md)"
+        True, "torch.compile the model (a minute to start, then faster steps; RESULTS.md)"
     )
     pretokenized: bool = option(
         QUICKSTART_RECIPE.pretokenized,
@@ -219,6 +221,7 @@ def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
         max_steps=cfg.max_steps,
         batch_size=cfg.batch_size,
         max_minutes=cfg.max_minutes,
+        mixed_precision=cfg.mixed_precision,
         compile=cfg.compile,
         pretokenized=cfg.pretokenized,
         optimizer=cfg.optimizer,
@@ -232,7 +235,7 @@ def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
     )
 
 
-def step_train(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, Any]:
+def step_train(cfg: QuickstartConfig, interrupted: bool = False, log: Any = None) -> dict[str, Any]:
     import shutil
 
     from codeparrot.eval.loss import LossConfig, evaluate_loss
@@ -244,7 +247,7 @@ def step_train(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, An
     resume = interrupted and checkpoints.is_dir() and any(checkpoints.iterdir())
     if not resume and cfg.model_dir.exists():
         shutil.rmtree(cfg.model_dir)
-    result = train(_train_config(cfg, resume=resume))
+    result = train(_train_config(cfg, resume=resume), log=log)
     # how likely the model finds HumanEval's reference solutions: a HumanEval signal that
     # moves long before pass@k of a model trained for minutes does (no code is run)
     solutions = evaluate_loss(LossConfig(checkpoints=(cfg.model_dir,), task="humaneval"))
@@ -260,6 +263,10 @@ def step_train(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str, An
         "minutes": result.seconds / 60,
         "stopped_by": result.stopped_by,
         "resumed_from": result.resumed_from,
+        "precision": result.precision,
+        "planned_steps": result.planned_steps,
+        "max_steps": cfg.max_steps,
+        "designed_tokens": result.designed_tokens,
     }
 
 
@@ -410,7 +417,7 @@ def run_quickstart(cfg: QuickstartConfig, log: Any = print) -> dict[str, Any]:
         output = str(_output_of(cfg, name))
         steps[name] = {"config": step_config, "output": output, "status": "running"}
         write_json(cfg.state_file, {"steps": steps, "provenance": provenance(cfg)})
-        facts = func(cfg, interrupted)
+        facts = func(cfg, interrupted, log) if name == "train" else func(cfg, interrupted)
         steps[name] = {
             "config": step_config,
             "output": output,
@@ -458,9 +465,9 @@ def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
         loss = "n/a" if f["eval_loss"] is None else f"{f['eval_loss']:.3f}"
         ppl = "n/a" if f["perplexity"] is None else f"{f['perplexity']:.1f}"
         lines.append(
-            f"model       {cfg.preset}: {f['parameters'] / 1e6:.1f}M parameters, {f['step']:,} steps, "
-            f"{f['tokens_seen'] / 1e6:.2f}M tokens in {f['minutes']:.1f} min "
-            f"({f['tokens_per_s']:,.0f} tokens/s)"
+            f"model       {cfg.preset}: {f['parameters'] / 1e6:.1f}M parameters, "
+            f"{_steps_reached(f)}, {f['tokens_seen'] / 1e6:.2f}M tokens in "
+            f"{f['minutes']:.1f} min ({f['tokens_per_s']:,.0f} tokens/s, {_precision_name(f)})"
         )
         per_char = ""
         chars = steps.get("tokenizer", {}).get("facts", {}).get("chars_per_token")
@@ -475,6 +482,7 @@ def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
                 f"{f['humaneval_solutions_nats_per_char']:.3f} nats/char (lower is better; "
                 "compare runs with `codeparrot eval loss RUN OTHER --task humaneval`)"
             )
+        lines += _undertrained_lines(f)
     if "eval" in steps:
         f = steps["eval"]["facts"]
         scores = ", ".join(f"{k} {100 * v:.2f}%" for k, v in f["pass_at_k"].items())
@@ -515,6 +523,34 @@ def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
         f"--max-new-tokens {cfg.eval_max_new_tokens} --allow-code-execution",
     ]
     return "\n".join(lines)
+
+
+def _steps_reached(facts: dict[str, Any]) -> str:
+    """The steps reached of those planned, and the recipe's count where the budget cut it."""
+    planned, designed = facts.get("planned_steps"), facts.get("max_steps")
+    if planned is None:
+        return f"{facts['step']:,} steps"
+    text = f"{facts['step']:,} of {planned:,} planned steps"
+    if designed and planned < designed:
+        text += f" (the recipe's {designed:,}, shortened to fit --max-minutes)"
+    return text
+
+
+def _precision_name(facts: dict[str, Any]) -> str:
+    chosen = (facts.get("precision") or {}).get("mixed_precision")
+    return {"no": "fp32", "bf16": "bf16", "fp16": "fp16"}.get(chosen, "precision unknown")
+
+
+def _undertrained_lines(facts: dict[str, Any]) -> list[str]:
+    from codeparrot.training.plan import undertrained_warning
+
+    warning = undertrained_warning(
+        tokens_seen=facts["tokens_seen"],
+        designed_tokens=facts.get("designed_tokens") or 0,
+        tokens_per_s=facts["tokens_per_s"],
+        what="the quickstart",
+    )
+    return [] if warning is None else ["            " + warning]
 
 
 # -- CLI ---------------------------------------------------------------------------------

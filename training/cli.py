@@ -50,8 +50,10 @@ def run(args: argparse.Namespace) -> int:
         from codeparrot.hub import preflight
 
         target = preflight(config.push_to_hub)  # before any work
-    result = train(config)
     import os
+
+    main_process = int(os.environ.get("RANK", "0")) == 0
+    result = train(config, log=lambda line: print(line, flush=True) if main_process else None)
 
     if int(os.environ.get("RANK", "0")) == 0:
         ppl = "n/a" if result.perplexity is None else f"{result.perplexity:.2f}"
@@ -61,6 +63,17 @@ def run(args: argparse.Namespace) -> int:
             f"{result.tokens_seen:,} tokens, {result.parameters:,} parameters, "
             f"eval loss {eval_loss}, perplexity {ppl}, {result.tokens_per_s:,.0f} tokens/s"
         )
+        if config.max_minutes is not None and result.designed_tokens:
+            from codeparrot.training.plan import undertrained_warning
+
+            warning = undertrained_warning(
+                tokens_seen=result.tokens_seen,
+                designed_tokens=result.designed_tokens,
+                tokens_per_s=result.tokens_per_s,
+                what=f"--max-steps {config.max_steps}",
+            )
+            if warning:
+                print(warning)
         if target is not None:
             from codeparrot.hub import branch_name, push_run
 

@@ -437,7 +437,7 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
     else:
         from codeparrot.training.loop import train
 
-        trained = train(_train_config(config, base, steps, seq_length, train_tokens))
+        trained = train(_train_config(config, base, steps, seq_length, train_tokens), log=say)
         step, stopped_by = trained.step, trained.stopped_by
     del every_train_token
     after = checkpoint_losses(config.model_dir, splits, seq_length)
@@ -469,7 +469,13 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
     )
     write_json(
         config.output / RESULT_FILE,
-        {**result.to_dict(), "seq_length": seq_length, "provenance": provenance(config)},
+        {
+            **result.to_dict(),
+            "seq_length": seq_length,
+            "precision": trained.precision,
+            "planned_steps": trained.planned_steps,
+            "provenance": provenance(config),
+        },
     )
     return result
 

@@ -35,6 +35,7 @@ from codeparrot.training.data import (
     shard_files,
 )
 from codeparrot.training.optim import lr_factor, parameter_groups  # noqa: F401 (re-exported)
+from codeparrot.training.plan import MEASURE_STEPS, SKIP_STEPS, StepPlan, decide, replan
 from codeparrot.training.resume_state import check_state_files, load_state, save_state
 
 CHECKPOINTS = "checkpoints"
@@ -58,6 +59,10 @@ class TrainResult:
     stopped_by: str  # "max_steps" | "max_minutes" | "max_tokens"
     checkpoint: Path | None = None
     resumed_from: int | None = None
+    precision: dict[str, Any] | None = None  # PrecisionChoice.to_dict(): asked, chosen, why
+    planned_steps: int | None = None  # the steps the schedule was laid over
+    seq_length: int | None = None
+    designed_tokens: int | None = None  # the tokens of all --max-steps
 
 
 # -- small pure helpers ----------------------------------------------------------------
@@ -67,26 +72,48 @@ def perplexity(loss: float) -> float:
     return math.exp(loss) if loss < 700 else math.inf
 
 
-def measure_peak_flops(seconds: float = 1.0, n: int = 1024, dtype: str = "bfloat16") -> float:
-    """FLOP/s of a square matmul in ``dtype`` on this machine (the MFU denominator)."""
+def measure_peak_flops(
+    seconds: float = 1.0, n: int = 1024, dtype: str = "bfloat16", device: str = "cpu"
+) -> float:
+    """FLOP/s of a square matmul in ``dtype`` on ``device`` (the MFU denominator); at
+    least one timed product, however long it takes (an emulated dtype: seconds)."""
     import torch
 
     generator = torch.Generator().manual_seed(0)  # leaves the global RNG (dropout) alone
-    a = torch.randn(n, n, generator=generator).to(getattr(torch, dtype))
-    b = torch.randn(n, n, generator=generator).to(getattr(torch, dtype))
+    a = torch.randn(n, n, generator=generator).to(device=device, dtype=getattr(torch, dtype))
+    b = torch.randn(n, n, generator=generator).to(device=device, dtype=getattr(torch, dtype))
+    sync = torch.cuda.synchronize if a.is_cuda else (lambda: None)
     a @ b  # warm up
+    sync()
     iters, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds or iters < 3:
+    while (elapsed := time.perf_counter() - start) < seconds or iters < 1:
         a @ b
         iters += 1
+        sync()
     return 2 * n**3 * iters / elapsed
+
+
+PEAK_DTYPES = {"no": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def measure_peaks(choice: Any) -> dict[str, float]:
+    """FLOP/s of the run's own precision (1 s: the MFU denominator) and of the other of
+    fp32 / bf16 (briefly, in a small product: an emulated bf16 is slow to measure)."""
+    own = PEAK_DTYPES[choice.mixed_precision]
+    device = "cuda" if choice.device == "cuda" else "cpu"
+    peaks = {own: measure_peak_flops(dtype=own, device=device)}
+    other = "bfloat16" if own != "bfloat16" else "float32"
+    n = 1024 if device == "cuda" or choice.bf16_fast or other == "float32" else 256
+    peaks[other] = measure_peak_flops(seconds=0.2, n=n, dtype=other, device=device)
+    return peaks
 
 
 class TrainState:
     """Counters and data position, kept in the checkpoint's ``state/`` (see resume_state)."""
 
-    def __init__(self, batches: Batches) -> None:
+    def __init__(self, batches: Batches, plan: StepPlan) -> None:
         self.batches = batches
+        self.plan = plan
         self.step = 0
         self.tokens_seen = 0
         self.train_seconds = 0.0
@@ -97,6 +124,7 @@ class TrainState:
             "tokens_seen": self.tokens_seen,
             "train_seconds": self.train_seconds,
             "data": self.batches.state_dict(),
+            "plan": self.plan.to_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -104,6 +132,7 @@ class TrainState:
         self.tokens_seen = state["tokens_seen"]
         self.train_seconds = state["train_seconds"]
         self.batches.load_state_dict(state["data"])
+        self.plan.load(state.get("plan"))
 
 
 # -- run directory ---------------------------------------------------------------------
@@ -217,6 +246,8 @@ class Run:
     peak_flops: float
     resume_from: Path | None
     loss_fn: Callable[[Any, Any], Any]
+    precision: Any = None  # codeparrot.precision.PrecisionChoice
+    log: Callable[[str], None] = lambda _line: None
 
 
 def _build_model(config: TrainConfig, tokenizer: Any) -> Any:
@@ -225,6 +256,7 @@ def _build_model(config: TrainConfig, tokenizer: Any) -> Any:
 
     if config.init_from is not None:
         model, _tok, _meta = load_checkpoint(config.init_from, tokenizer=tokenizer)
+        model.float()  # fp32 master weights, whatever dtype a checkpoint was saved in
     else:
         model = build_model(
             config.preset, tokenizer, seed=config.seed, n_positions=config.n_positions
@@ -330,8 +362,12 @@ def setup(
     *,
     train_data: SequenceSource | None = None,
     valid_data: Callable[[], SequenceSource] | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> Run:
-    """Check inputs, build model, optimizer, schedule and data, and restore a resumed run."""
+    """Check inputs, build model, optimizer, schedule and data, and restore a resumed run.
+
+    ``log`` receives, on the main process, the lines a user reads once (the precision
+    chosen and why, the matmul peaks, the step plan)."""
     config = with_defaults(config)
     resume_from = _preflight(config)
     import torch
@@ -359,11 +395,15 @@ def setup(
     fpt = flops_per_token(
         model.config, count_parameters(model, exclude_position_embeddings=True), seq_length
     )
-    # 2) the accelerator, optimizer and schedule
-    accelerator = _make_accelerator(config)
+    # 2) the precision, accelerator, optimizer and schedule
+    choice = _choose_precision(config, model, seq_length, resume_from)
+    accelerator = _make_accelerator(config, choice.mixed_precision)
+    say = log if log is not None and accelerator.is_main_process else (lambda _line: None)
+    say(choice.describe())
     set_seed(config.seed)
     _ready_for_training(model, config, seq_length, accelerator.device)
-    optimizer, scheduler = _optimizer_and_schedule(model, config)
+    plan = StepPlan(steps=config.max_steps, max_steps=config.max_steps)
+    optimizer, scheduler = _optimizer_and_schedule(model, config, plan, choice)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     loss_fn = lm_loss if fim is None else functools.partial(lm_loss, ignore_id=fim.tokens.pad)
     loss_fn = torch.compile(loss_fn) if config.compile else loss_fn
@@ -375,7 +415,7 @@ def setup(
         train_data = train_data or default_train
         valid_data = valid_data or default_valid
     rank, world = accelerator.process_index, accelerator.num_processes
-    state = TrainState(Batches(train_data, config.batch_size, rank, world))
+    state = TrainState(Batches(train_data, config.batch_size, rank, world), plan)
     if resume_from is not None:
         saved = load_state(
             resume_from / STATE,
@@ -385,7 +425,7 @@ def setup(
             scheduler=scheduler,
         )
         state.load_state_dict(saved)
-    peak = config.peak_tflops * 1e12 if config.peak_tflops else measure_peak_flops()
+    peak = config.peak_tflops * 1e12 if config.peak_tflops else _peak_flops(choice, say)
     return Run(
         config=config,
         accelerator=accelerator,
@@ -401,7 +441,59 @@ def setup(
         peak_flops=peak,
         resume_from=resume_from,
         loss_fn=loss_fn,
+        precision=choice,
+        log=say,
     )
+
+
+def _choose_precision(
+    config: TrainConfig, model: Any, seq_length: int, resume_from: Path | None
+) -> Any:
+    """``--mixed-precision`` resolved for this machine (codeparrot.precision); a resumed run
+    keeps the choice it was started with, so that it resumes bitwise exactly."""
+    import warnings
+
+    from codeparrot.models.checkpoint import read_checkpoint_meta
+    from codeparrot.precision import (
+        PrecisionChoice,
+        choose_mixed_precision,
+        model_shapes,
+        slow_bf16_warning,
+    )
+
+    if resume_from is not None:
+        saved = read_checkpoint_meta(resume_from).get("precision")
+        if saved and saved.get("requested") == config.mixed_precision:
+            return PrecisionChoice.from_dict(saved)
+    c = model.config
+    width = getattr(c, "hidden_size", None) or c.n_embd
+    hidden = getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * width
+    shapes = model_shapes(width, hidden, c.vocab_size, config.batch_size * seq_length)
+    choice = choose_mixed_precision(config.mixed_precision, _device_type(), shapes)
+    if (warning := slow_bf16_warning(choice)) is not None:
+        warnings.warn(warning, stacklevel=3)
+    return choice
+
+
+def _device_type() -> str:
+    """The device Accelerate will train on: cuda, another accelerator, or the CPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if not has_accelerator_device():
+        return "cpu"
+    return str(torch.accelerator.current_accelerator().type)
+
+
+def _peak_flops(choice: Any, say: Callable[[str], None]) -> float:
+    """The MFU denominator: the peak of the precision the run trains in (both printed)."""
+    peaks = measure_peaks(choice)
+    own = PEAK_DTYPES[choice.mixed_precision]
+    short = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+    shown = ", ".join(f"{short[name]} {flops / 1e9:,.1f}" for name, flops in peaks.items())
+    say(f"matmul peaks (GFLOP/s): {shown}; MFU is measured against the {short[own]} peak")
+    return peaks[own]
 
 
 def _model_and_seq_length(
@@ -420,7 +512,7 @@ def _model_and_seq_length(
     return model, seq_length
 
 
-def _make_accelerator(config: TrainConfig) -> Any:
+def _make_accelerator(config: TrainConfig, mixed_precision: str) -> Any:
     """The run's Accelerator (device, mixed precision, accumulation, tracker, run directory)."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
@@ -437,7 +529,7 @@ def _make_accelerator(config: TrainConfig) -> Any:
         # --multi_gpu`, `torchrun --nproc_per_node N`) Accelerate then forms a gloo DDP
         # group on CPU instead of N unrelated single-process runs.
         cpu=not has_accelerator_device(),
-        mixed_precision=config.mixed_precision,
+        mixed_precision=mixed_precision,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         log_with=None if config.log_with == "none" else config.log_with,
         project_config=ProjectConfiguration(
@@ -461,10 +553,14 @@ def _ready_for_training(model: Any, config: TrainConfig, seq_length: int, device
     _tune_for_training(model, config, seq_length, device)
 
 
-def _optimizer_and_schedule(model: Any, config: TrainConfig) -> tuple[Any, Any]:
-    """``--optimizer`` (AdamW or Muon, no decay on biases and norms) and ``--schedule``."""
+def _optimizer_and_schedule(
+    model: Any, config: TrainConfig, plan: StepPlan, choice: Any
+) -> tuple[Any, Any]:
+    """``--optimizer`` (AdamW or Muon, no decay on biases and norms) and ``--schedule``,
+    laid over ``plan.steps`` (read at every step: a time budget may shorten it)."""
     import torch
 
+    from codeparrot.precision import newton_schulz_dtype
     from codeparrot.training.optim import build_optimizer
 
     optimizer = build_optimizer(
@@ -473,13 +569,14 @@ def _optimizer_and_schedule(model: Any, config: TrainConfig) -> tuple[Any, Any]:
         lr=config.learning_rate,
         weight_decay=config.weight_decay,
         betas=(config.adam_beta1, config.adam_beta2),
+        newton_schulz_dtype=newton_schulz_dtype(choice),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda step: lr_factor(
             step,
             warmup_steps=config.warmup_steps,
-            max_steps=config.max_steps,
+            max_steps=plan.steps,
             min_lr_ratio=config.min_lr_ratio,
             schedule=config.schedule,
             decay_fraction=config.decay_fraction,
@@ -508,7 +605,7 @@ def _tune_for_training(model: Any, config: TrainConfig, seq_length: int, device:
       call breaks the compiled graph in two; name the default loss instead.
     - compiled on a CPU, the matmul-and-softmax ("eager") attention beats the fused SDPA
       kernel for short sequences: +12% tokens/s at 256 and +10% at 512 tokens, -4% at
-      1,024, measured in one process alternating the two (BENCHMARKS.md, Training).
+      1,024, measured in one process alternating the two (RESULTS.md, Training).
       Checkpoints do not record the choice.
     """
     if getattr(model, "loss_type", None) is None:
@@ -596,7 +693,7 @@ def _stop_reason(run: Run, seconds: float) -> str | None:
     import torch
 
     cfg, state = run.config, run.state
-    if state.step >= cfg.max_steps:
+    if state.step >= state.plan.steps:
         return "max_steps"
     if cfg.max_tokens is not None and state.tokens_seen >= cfg.max_tokens:
         return "max_tokens"
@@ -612,13 +709,16 @@ def train(
     *,
     train_data: SequenceSource | None = None,
     valid_data: Callable[[], SequenceSource] | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> TrainResult:
-    """Pretrain (or continue with ``config.resume``) and leave the latest export in ``output``."""
+    """Pretrain (or continue with ``config.resume``) and leave the latest export in ``output``.
+
+    ``log`` receives the lines said once (precision, peaks, step plan); None: silent."""
     if config.init_from is not None:  # a Hub id ORG/NAME[@REV]: its snapshot in the cache
         from codeparrot.models.checkpoint import resolve_checkpoint
 
         config = config.replace(init_from=resolve_checkpoint(config.init_from))
-    run = setup(config, train_data=train_data, valid_data=valid_data)
+    run = setup(config, train_data=train_data, valid_data=valid_data, log=log)
     resumed_from = run.state.step if run.resume_from is not None else None
     metrics = _start_logging(run, resumed_from)
     progress = _Progress.starting(run)
@@ -668,6 +768,8 @@ def _start_logging(run: Run, resumed_from: int | None) -> MetricsLog:
         for k, v in config.to_dict().items()
         if isinstance(v, int | float | str | bool | Path)
     }
+    if run.precision is not None:
+        tracker_config["precision"] = run.precision.mixed_precision  # what "auto" chose
     acc.init_trackers("train", config=tracker_config)
     return metrics
 
@@ -679,27 +781,107 @@ def _loop(run: Run, metrics: MetricsLog, progress: _Progress) -> str:
 
     config, state = run.config, run.state
     bar = tqdm(
-        total=config.max_steps,
+        total=state.plan.steps,
         initial=state.step,
         desc="train",
         unit="step",
         disable=not (config.progress and run.accelerator.is_local_main_process),
     )
     stopped_by = _stop_reason(run, 0.0)
+    planner = _Planner(run, progress)
     while stopped_by is None:
         loss, grad_norm = _train_step(run)
         now = progress.advance(state)
         bar.update(1)
-        if state.step % config.log_every == 0 or state.step == config.max_steps:
+        if planner.observe(state.step, now):
+            bar.total = state.plan.steps
+            bar.refresh()
+        if state.step % config.log_every == 0 or state.step == state.plan.steps:
             tokens_per_s = _log_step(run, metrics, progress, now, loss, grad_norm)
             bar.set_postfix(loss=f"{progress.last_loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
         stopped_by = _stop_reason(run, state.train_seconds - progress.seconds_before)
         if stopped_by is None and config.eval_every and state.step % config.eval_every == 0:
             paused = time.perf_counter()
             _evaluate_and_save(run, metrics, progress)
-            progress.window_start += time.perf_counter() - paused  # tokens/s counts training only
+            pause = time.perf_counter() - paused
+            progress.window_start += pause  # tokens/s counts training only
+            planner.mark += pause
     bar.close()
+    if stopped_by == "max_minutes" and planner.active:
+        raise ConfigError(planner.unplanned(state.train_seconds - progress.seconds_before))
     return stopped_by
+
+
+class _Planner:
+    """Times the first steps of a run with ``--max-minutes`` and lays the schedule over
+    the steps the budget holds (training.plan); then keeps timing, and shortens the plan
+    when the machine slows down (lengthens it only in WSD's stable phase: the learning rate
+    must not rise again). A resumed run keeps its saved plan."""
+
+    def __init__(self, run: Run, progress: _Progress) -> None:
+        self.run, self.progress = run, progress
+        cfg, plan = run.config, run.state.plan
+        self.first = run.state.step
+        self.active = cfg.max_minutes is not None and not plan.planned  # no plan yet
+        self.watching = cfg.max_minutes is not None
+        # the clock when timing began (moved on past evaluations): the pace is the mean since,
+        # so that a passing burst of other work on the machine does not cut the plan short
+        self.mark = 0.0
+        self.mark_step = 0
+        self.said = math.inf  # the plan last told
+
+    def observe(self, step: int, now: float) -> bool:
+        """Count one step done at ``now``; True when the plan was just made or changed."""
+        if not self.watching:
+            return False
+        done_here = step - self.first
+        if done_here == SKIP_STEPS:
+            self.mark, self.mark_step = now, step
+        if done_here < SKIP_STEPS + MEASURE_STEPS or (step - self.mark_step) % MEASURE_STEPS:
+            return False
+        cfg, plan = self.run.config, self.run.state.plan
+        assert cfg.max_minutes is not None
+        figures = {
+            "budget_minutes": cfg.max_minutes,
+            "elapsed_s": now - self.progress.start,
+            "done": step,
+            "step_s": self._pace(step, now),
+            "eval_every": cfg.eval_every,
+            "eval_batches": cfg.eval_batches,
+        }
+        if self.active:  # the first plan
+            self.active = False
+            decide(plan, **figures, warmup_steps=cfg.warmup_steps)
+        elif not replan(plan, **figures, lengthen=self._stable(step)):
+            return False
+        if abs(plan.steps - self.said) > 0.05 * plan.steps:  # the first plan, and 5% changes
+            self.said = plan.steps
+            self.run.log(plan.describe())
+        return True
+
+    def _stable(self, step: int) -> bool:
+        """Whether a WSD schedule is still at its peak after ``step`` (a longer plan then
+        changes no learning rate already used or about to be)."""
+        cfg, steps = self.run.config, self.run.state.plan.steps
+        return cfg.schedule == "wsd" and step + 1 < steps - round(cfg.decay_fraction * steps)
+
+    def _pace(self, step: int, now: float) -> float:
+        """Seconds a step since timing began, the slowest process's (one plan for all)."""
+        import torch
+
+        acc = self.run.accelerator
+        pace = torch.tensor((now - self.mark) / (step - self.mark_step), device=acc.device)
+        return float(acc.reduce(pace, "max"))
+
+    def unplanned(self, seconds: float) -> str:
+        """Why a budget that ran out before the steps were timed is too short."""
+        cfg, steps = self.run.config, self.run.state.step - self.first
+        return (
+            f"--max-minutes {cfg.max_minutes:g} ran out after {steps} step(s), before this "
+            f"machine's step time could be measured ({seconds / max(steps, 1):.1f} s a step "
+            f"so far, compilation and data loading included): too short to lay out the "
+            f"schedule, whose warm-up alone is {cfg.warmup_steps} steps; give more minutes"
+        )
 
 
 def _log_step(
@@ -765,6 +947,10 @@ def _result(
         stopped_by=stopped_by,
         checkpoint=progress.last_saved,
         resumed_from=resumed_from,
+        precision=run.precision.to_dict() if run.precision is not None else None,
+        planned_steps=state.plan.steps,
+        seq_length=run.seq_length,
+        designed_tokens=run.config.max_steps * progress.tokens_per_step,
     )
 
 
@@ -814,6 +1000,8 @@ def save_checkpoint(run: Run, eval_loss: float | None, train_loss: float | None)
             "eval_loss": eval_loss,
             "perplexity": None if eval_loss is None else perplexity(eval_loss),
             "train_config": cfg.to_dict(),
+            "precision": run.precision.to_dict() if run.precision is not None else None,
+            "plan": state.plan.to_dict(),
             "fim_trained": learnt_fim(cfg),
             "provenance": provenance(cfg, world_size=acc.num_processes),
         }

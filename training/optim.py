@@ -110,8 +110,12 @@ def build_optimizer(
     weight_decay: float,
     betas: tuple[float, float],
     muon_momentum: float = 0.95,
+    newton_schulz_dtype: str = "bfloat16",
 ) -> Any:
-    """The optimizer ``name`` over ``model``'s trainable parameters."""
+    """The optimizer ``name`` over ``model``'s trainable parameters.
+
+    ``newton_schulz_dtype``: Muon's orthogonalisation runs in it (bfloat16 as in
+    ``torch.optim.Muon``; float32 where bf16 is emulated: codeparrot.precision)."""
     import torch
 
     from codeparrot.training.muon import BatchedMuon, MuonWithAdamW
@@ -127,6 +131,6 @@ def build_optimizer(
     adamw = torch.optim.AdamW(adamw_groups(rest, weight_decay), lr=lr, betas=betas, **fast)
     muon = BatchedMuon(
         matrices, lr=lr, weight_decay=weight_decay, momentum=muon_momentum,
-        adjust_lr_fn="match_rms_adamw",
+        adjust_lr_fn="match_rms_adamw", newton_schulz_dtype=newton_schulz_dtype,
     )  # fmt: skip
     return MuonWithAdamW(adamw, muon)

@@ -312,12 +312,14 @@ class Engine:
 
         ``dtype``: ``"auto"`` is bfloat16 on a GPU; on a CPU it keeps float32 weights (one
         token at a time, bf16 kernels are slower there) and prefills long prompts with
-        bf16 matrix products when the CPU has them natively (AVX512-BF16 or AMX), which
-        halves their cost (see RESULTS.md).
+        bf16 matrix products when the CPU has them natively and fast
+        (:func:`codeparrot.precision.cpu_has_fast_bf16`), which halves their cost (see
+        RESULTS.md).
         """
         import torch
 
         from codeparrot.models.checkpoint import load_checkpoint, trained_to_infill
+        from codeparrot.precision import cpu_has_fast_bf16
 
         if dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -337,7 +339,7 @@ class Engine:
         on_cpu = torch.device(device).type == "cpu"
         if dtype == "auto":
             dtype = "float32" if on_cpu else "bfloat16"
-            bf16_prefill = on_cpu and _cpu_has_native_bf16()
+            bf16_prefill = on_cpu and cpu_has_fast_bf16()
         model.to(getattr(torch, dtype))
         model.eval()
         if quantize == "auto":
@@ -1044,16 +1046,3 @@ def _end_ids_of(model: Any, eos: int | None) -> frozenset[int]:
         values = value if isinstance(value, (list, tuple)) else [value]
         ids |= {int(v) for v in values if isinstance(v, int) and not isinstance(v, bool)}
     return frozenset(ids)
-
-
-def _cpu_has_native_bf16() -> bool:
-    """Does this CPU multiply bfloat16 natively (AVX512-BF16, AMX)? Linux only; else False."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        pass
-    return False

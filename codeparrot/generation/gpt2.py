@@ -61,17 +61,21 @@ def int8_supported() -> bool:
 
 
 def quantize_rows_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``weight`` (N, K) -> int8 (N, K) and bf16 scales (N,): symmetric, one scale per row."""
+    """``weight`` (N, K) -> int8 (N, K) and scales (N,): symmetric, one scale per row. The
+    scales' dtype is the activations' in the product: bf16 where the CPU runs it fast,
+    else fp32 (codeparrot.precision)."""
+    from codeparrot.precision import cpu_has_fast_bf16
+
     w = weight.detach().float()
     scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
     q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
-    return q, scales.to(torch.bfloat16)
+    return q, scales.to(torch.bfloat16 if cpu_has_fast_bf16() else torch.float32)
 
 
 def _int8_linear(
     x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None
 ) -> torch.Tensor:
-    out = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), *packed)
+    out = torch.ops.aten._weight_int8pack_mm(x.to(packed[1].dtype), *packed)
     # one op adds the bias and returns the bias's (the residual's) dtype
     return out.to(x.dtype) if bias is None else torch.add(bias, out)
 

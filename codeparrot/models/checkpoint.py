@@ -312,6 +312,7 @@ def load_checkpoint(
         )
     check_vocab(tokenizer, model.config.vocab_size, where=f"checkpoint {path}")
     fit_to_context(tokenizer, context_length(config))
+    _float_where_bf16_is_slow(model)
     return model, tokenizer, meta
 
 
@@ -332,6 +333,16 @@ def _load_adapter(
     model = apply_adapter(model, path, merge=merge)
     meta = read_checkpoint_meta(path) or base_meta
     return model, tokenizer, meta
+
+
+def _float_where_bf16_is_slow(model: Any) -> None:
+    """A bf16 checkpoint (loaded onto the CPU) runs in fp32 where this CPU emulates bf16."""
+    import torch
+
+    from codeparrot.precision import cpu_has_fast_bf16
+
+    if model.dtype == torch.bfloat16 and not cpu_has_fast_bf16():
+        model.float()
 
 
 def write_checkpoint_files(

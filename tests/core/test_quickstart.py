@@ -12,6 +12,7 @@ import pytest
 from codeparrot.cli import main
 from codeparrot.errors import ConfigError
 from codeparrot.quickstart import QuickstartConfig
+from codeparrot.quickstart.cli import format_summary
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -51,6 +52,8 @@ def test_quickstart_runs_every_step_then_reuses_them(tmp_path, source_tree, caps
     assert "[4/5] Scoring HumanEval in the sandbox ..." in printed
     assert "pass@1" in printed and "codeparrot app " in printed
     assert "nats/char)" in printed  # a loss comparable across tokenizers
+    assert "3 of 3 planned steps" in printed and "precision: " in printed
+    assert "WARNING: this machine trained" not in printed  # it saw every planned token
     assert "HumanEval's reference solutions: " in printed  # moves before pass@k does
     # trained with FIM by default (the tokenizer has the sentinels): infilling is scored
     assert "[5/5] Scoring single-line infilling in the sandbox ..." in printed
@@ -69,7 +72,7 @@ def test_quickstart_runs_every_step_then_reuses_them(tmp_path, source_tree, caps
 
     engine = Engine.load(out / "model")
     assert engine.generate("def f(x):", GenerationConfig(max_new_tokens=4, seed=0))
-    # trained with the recipe the quickstart documents (BENCHMARKS.md, Recipe ablations)
+    # trained with the recipe the quickstart documents (RESULTS.md, Recipe ablations)
     meta = json.loads((out / "model" / "codeparrot_checkpoint.json").read_text())
     trained = meta["train_config"]
     assert (trained["preset"], trained["optimizer"], trained["schedule"]) == (
@@ -89,6 +92,38 @@ def test_quickstart_runs_every_step_then_reuses_them(tmp_path, source_tree, caps
     assert "[1/5] Building the corpus: reusing" in printed
     assert "[3/5] Pretraining the model ..." in printed
     assert "skipped. HumanEval runs model-written code" in printed
+
+
+def _trained(step: int, planned: int, tokens_per_s: float) -> dict:
+    tokens = step * 16 * 256
+    return {
+        "steps": {
+            "train": {
+                "status": "done",
+                "facts": {
+                    "step": step, "planned_steps": planned, "max_steps": 1000,
+                    "designed_tokens": 1000 * 16 * 256, "tokens_seen": tokens,
+                    "tokens_per_s": tokens_per_s, "minutes": tokens / tokens_per_s / 60,
+                    "parameters": 5_000_000, "eval_loss": 8.9, "perplexity": 7000.0,
+                    "precision": {"mixed_precision": "no"},
+                },
+            }
+        }
+    }  # fmt: skip
+
+
+def test_the_summary_warns_when_the_model_saw_under_a_quarter_of_its_tokens():
+    """A slow machine (47 tokens/s, as a CPU emulating bf16 ran) reaches 10 steps in 14
+    minutes: the summary says so in plain words and what to do."""
+    cfg = QuickstartConfig()
+    slow = format_summary(cfg, _trained(10, 10, 47.0))
+    assert "10 of 10 planned steps (the recipe's 1,000, shortened to fit --max-minutes)" in slow
+    assert "(47 tokens/s, fp32)" in slow
+    assert "WARNING: this machine trained the model on only 0.04M of the 4.10M tokens" in slow
+    assert "--max-minutes 1453" in slow
+    # a quarter of the tokens or more: no warning
+    fast = format_summary(cfg, _trained(250, 250, 5000.0))
+    assert "250 of 250 planned steps" in fast and "WARNING" not in fast
 
 
 def test_bad_values_are_named():

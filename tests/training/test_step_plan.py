@@ -1,0 +1,163 @@
+"""Plan the steps from the machine: a time-budgeted run lays its schedule over the steps it
+can reach (faked clock: each training step takes one second)."""
+
+from __future__ import annotations
+
+import json
+import time as real_time
+
+import pytest
+
+from codeparrot.errors import ConfigError
+from codeparrot.training import train
+from codeparrot.training.plan import (
+    StepPlan,
+    decide,
+    replan,
+    steps_within,
+    undertrained_warning,
+)
+
+from .test_training_loop import read_weights, tiny_config, write_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory):
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+STEP_S = 1.0
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The loop's clock moves by STEP_S per training step and stands still otherwise."""
+    import codeparrot.training.loop as loop
+
+    class FakeTime:
+        now = 1000.0
+
+        @classmethod
+        def perf_counter(cls) -> float:
+            return cls.now
+
+        time = staticmethod(real_time.time)
+
+    real_step = loop._train_step
+
+    def step(run):
+        FakeTime.now += STEP_S
+        return real_step(run)
+
+    monkeypatch.setattr(loop, "time", FakeTime)
+    monkeypatch.setattr(loop, "_train_step", step)
+    return FakeTime
+
+
+def budgeted(corpus, checkpoint, output, **changes):
+    settings = dict(
+        max_steps=40, max_minutes=0.25, warmup_steps=2, schedule="wsd", min_lr_ratio=0.1,
+        eval_every=0, mixed_precision="no",
+    )  # fmt: skip
+    settings.update(changes)
+    return tiny_config(corpus, checkpoint, output, **settings)
+
+
+def lrs(run) -> dict[int, float]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["lr"] for r in records if "lr" in r}
+
+
+def test_steps_within_counts_evaluations_on_the_way():
+    # 100 s left at 1 s a step, 95% of it aimed at: 95 steps; one 10 s evaluation every 20
+    assert steps_within(budget_s=106, elapsed_s=6, done=6, step_s=1.0, eval_every=0,
+                        eval_s=0.0) == 101  # fmt: skip
+    with_evals = steps_within(budget_s=106, elapsed_s=6, done=6, step_s=1.0, eval_every=20,
+                              eval_s=10.0)  # fmt: skip
+    assert with_evals == 6 + 95 - 30  # evaluations at 20, 40 and 60 cost 30 s
+
+
+def test_a_budget_that_holds_every_step_keeps_the_recipe():
+    plan = decide(StepPlan(steps=50, max_steps=50), budget_minutes=10, elapsed_s=6, done=6,
+                  step_s=1.0, eval_every=0, eval_batches=1, warmup_steps=5)  # fmt: skip
+    assert plan.steps == 50 and plan.planned and not plan.shortened
+    assert "holds all 50 steps" in plan.describe()
+
+
+def test_a_slower_machine_shortens_the_plan_a_faster_one_lengthens_it_before_the_decay():
+    plan = decide(StepPlan(steps=1000, max_steps=1000), budget_minutes=106 / 60, elapsed_s=6,
+                  done=6, step_s=1.0, eval_every=0, eval_batches=1, warmup_steps=5)  # fmt: skip
+    assert plan.steps == 101
+    same = dict(budget_minutes=106 / 60, done=50, eval_every=0, eval_batches=1)
+    assert not replan(plan, elapsed_s=50, step_s=1.0, **same)  # on pace: kept
+    assert replan(plan, elapsed_s=50, step_s=2.0, **same)  # half the pace from here on
+    assert plan.steps == 50 + 27 and plan.step_seconds == 2.0  # 98% of 56 s at 2 s a step
+    assert not replan(plan, elapsed_s=50, step_s=0.5, **same) and plan.steps == 77
+    # in WSD's stable phase a faster machine may lengthen it again, up to --max-steps
+    assert replan(plan, elapsed_s=50, step_s=0.5, lengthen=True, **same)
+    assert plan.steps == 50 + 109
+
+
+def test_a_budget_too_small_for_the_warmup_is_a_clear_error():
+    with pytest.raises(ConfigError) as e:
+        decide(StepPlan(steps=1000, max_steps=1000), budget_minutes=0.5, elapsed_s=10, done=6,
+               step_s=2.5, eval_every=0, eval_batches=1, warmup_steps=100)  # fmt: skip
+    message = str(e.value)
+    assert "--max-minutes 0.5" in message and "a step takes 2.50 s" in message and "100" in message
+
+
+def test_a_budgeted_run_plans_its_steps_and_ends_at_the_floor(
+    tmp_path, corpus, tiny_checkpoint, clock
+):
+    lines: list[str] = []
+    run = tmp_path / "run"
+    result = train(budgeted(corpus, tiny_checkpoint, run), log=lines.append)
+    # 2 steps of warm-up and 4 timed ones took 6 s of the 15; 95% of the 9 left holds 8 more
+    assert result.planned_steps == 14 and result.step == 14 and result.stopped_by == "max_steps"
+    assert any("reaches ~14 of 40 planned steps in 0.25 minutes" in line for line in lines)
+    lr = lrs(run)
+    assert lr[14] == pytest.approx(0.1 * 3e-3)  # annealed to the floor
+    assert lr[12] < lr[11] == pytest.approx(3e-3)  # WSD decays over the last fifth of 14
+    meta = json.loads((run / "codeparrot_checkpoint.json").read_text())
+    assert meta["plan"]["steps"] == 14 and meta["plan"]["step_seconds"] == pytest.approx(STEP_S)
+
+
+def test_without_a_plan_the_clock_stops_the_run_at_the_peak(tmp_path, corpus, tiny_checkpoint):
+    # the same run without a time budget: the schedule spans --max-steps
+    run = tmp_path / "run"
+    result = train(budgeted(corpus, tiny_checkpoint, run, max_minutes=None, max_steps=14))
+    assert result.planned_steps == 14
+    assert lrs(run)[14] == pytest.approx(0.1 * 3e-3)
+
+
+def test_a_planned_run_resumes_bitwise_exactly(tmp_path, corpus, tiny_checkpoint, clock):
+    whole = tmp_path / "whole"
+    train(budgeted(corpus, tiny_checkpoint, whole, eval_every=4))
+    parts = tmp_path / "parts"
+    tokens_per_step = 4 * 64
+    first = train(budgeted(corpus, tiny_checkpoint, parts, eval_every=4,
+                           max_tokens=9 * tokens_per_step))  # fmt: skip
+    assert first.stopped_by == "max_tokens" and first.step == 9
+    resumed = train(budgeted(corpus, tiny_checkpoint, parts, eval_every=4, resume=True))
+    assert resumed.resumed_from == 9 and resumed.step == resumed.planned_steps < 40
+    assert lrs(parts) == lrs(whole)
+    a, b = read_weights(whole), read_weights(parts)
+    assert all((a[k] == b[k]).all() for k in a)
+
+
+def test_the_warning_of_a_model_that_saw_too_little():
+    assert undertrained_warning(tokens_seen=300, designed_tokens=1000, tokens_per_s=10,
+                                what="the quickstart") is None  # fmt: skip
+    warning = undertrained_warning(tokens_seen=40_000, designed_tokens=8_192_000,
+                                   tokens_per_s=47, what="the quickstart")  # fmt: skip
+    assert warning is not None and "0.04M of the 8.19M tokens" in warning
+    assert "--max-minutes 2905" in warning
+
+
+def test_a_budget_gone_before_the_steps_are_timed_is_a_clear_error(
+    tmp_path, corpus, tiny_checkpoint, clock
+):
+    with pytest.raises(ConfigError) as e:
+        train(budgeted(corpus, tiny_checkpoint, tmp_path / "run", max_minutes=3 / 60))
+    assert "--max-minutes 0.05 ran out after 3 step(s)" in str(e.value)
+    assert "1.0 s a step" in str(e.value)
