@@ -41,6 +41,22 @@ def parsable_prefix(code: str) -> tuple[str, ast.Module]:
     return "", ast.parse("")
 
 
+# Deeper syntax trees are refused whatever this interpreter's recursion limit (another
+# library may have raised it): CPython's compiler fails on them at its default limit, and
+# no honest completion nests this deep.
+MAX_TREE_DEPTH = 1000
+
+
+def _check_depth(tree: ast.AST) -> None:
+    """Raise RecursionError when ``tree`` nests deeper than :data:`MAX_TREE_DEPTH`."""
+    level = [tree]
+    for _ in range(MAX_TREE_DEPTH):
+        level = [child for node in level for child in ast.iter_child_nodes(node)]
+        if not level:
+            return
+    raise RecursionError(f"the syntax tree nests deeper than {MAX_TREE_DEPTH} levels")
+
+
 def _defined(node: ast.stmt) -> list[str]:
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         return [node.name]
@@ -76,6 +92,7 @@ def sanitize(code: str, entry_points: Iterable[str]) -> str:
 
 def _sanitize(code: str, entry_points: Iterable[str]) -> str:
     text, tree = parsable_prefix(code)
+    _check_depth(tree)
     definitions: dict[str, list[ast.stmt]] = {}
     for node in tree.body:
         if isinstance(node, Definition):

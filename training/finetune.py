@@ -431,14 +431,16 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
     if config.peft == "lora":
         from codeparrot.training.lora import finetune_lora
 
-        step, stopped_by = finetune_lora(
+        step, stopped_by, precision = finetune_lora(
             config, base, every_train_token, steps=steps, seq_length=seq_length, log=say
         )
+        planned = steps  # the adapter's loop checks --max-minutes before each step
     else:
         from codeparrot.training.loop import train
 
         trained = train(_train_config(config, base, steps, seq_length, train_tokens), log=say)
         step, stopped_by = trained.step, trained.stopped_by
+        precision, planned = trained.precision, trained.planned_steps
     del every_train_token
     after = checkpoint_losses(config.model_dir, splits, seq_length)
 
@@ -472,8 +474,8 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
         {
             **result.to_dict(),
             "seq_length": seq_length,
-            "precision": trained.precision,
-            "planned_steps": trained.planned_steps,
+            "precision": precision,
+            "planned_steps": planned,
             "provenance": provenance(config),
         },
     )

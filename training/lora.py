@@ -290,9 +290,10 @@ def finetune_lora(
     steps: int,
     seq_length: int,
     log: Callable[[str], None] | None = None,
-) -> tuple[int, str]:
+) -> tuple[int, str, str]:
     """``finetune --peft lora``: train an adapter of ``base`` and save it (or merge it)
-    into ``config.model_dir``; returns (steps, what stopped the run).
+    into ``config.model_dir``; returns (steps, what stopped the run, the autocast dtype
+    ``--mixed-precision`` chose: no, bf16 or fp16).
 
     The adapter keeps its base's fill-in-the-middle status (it trains left to right: a
     FIM base stays one, whose sentinels the adapter leaves as they were).
@@ -300,6 +301,7 @@ def finetune_lora(
     from codeparrot.hub import resolve_model
     from codeparrot.io import provenance
     from codeparrot.models.checkpoint import load_checkpoint, trained_to_infill
+    from codeparrot.precision import choose_mixed_precision
 
     model, tokenizer, base_meta = load_checkpoint(base, seq_length=seq_length)
     settings = LoraSettings(
@@ -313,6 +315,11 @@ def finetune_lora(
     total = sum(p.numel() for p in peft_model.parameters())
     if log:
         log(f"LoRA rank {settings.rank}: {trainable:,} of {total:,} parameters train")
+    choice = choose_mixed_precision(
+        config.mixed_precision, next(peft_model.parameters()).device.type
+    )
+    if log:
+        log(choice.describe())
     schedule = Schedule(
         learning_rate=config.learning_rate,
         warmup_steps=min(config.warmup_steps, max(0, steps // 5)),
@@ -322,7 +329,7 @@ def finetune_lora(
         max_minutes=config.max_minutes,
         batch_size=config.batch_size,
         seq_length=seq_length,
-        mixed_precision=config.mixed_precision,
+        mixed_precision=choice.mixed_precision,
         seed=config.seed,
         checkpoint_activations=config.activation_checkpointing,
     )
@@ -354,7 +361,7 @@ def finetune_lora(
         save_adapter(
             peft_model, tokenizer, config.model_dir, meta, base=base_name, revision=ref.revision
         )
-    return result.steps, result.stopped_by
+    return result.steps, result.stopped_by, choice.mixed_precision
 
 
 __all__ = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 import tracemalloc
 
 import pytest
@@ -95,8 +96,15 @@ def test_a_line_at_the_cap_is_read(tmp_path, problems):
 DEEP = "    return " + "-" * 3000 + "1\n"
 
 
-def test_the_sanitiser_turns_unparsable_code_into_a_failing_program():
-    program = sanitize("def f():\n" + DEEP, ["f"])
+@pytest.mark.parametrize("limit", [None, 100_000])
+def test_the_sanitiser_turns_unparsable_code_into_a_failing_program(limit):
+    before = sys.getrecursionlimit()
+    try:
+        if limit is not None:  # another library raised it: the parse then succeeds
+            sys.setrecursionlimit(limit)
+        program = sanitize("def f():\n" + DEEP, ["f"])
+    finally:
+        sys.setrecursionlimit(before)
     assert program.startswith("raise SyntaxError(") and "nested too deeply" in program
     assert sanitize("def f():\n    return --1\n", ["f"]) == "def f():\n    return --1\n"
 

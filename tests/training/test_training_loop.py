@@ -183,7 +183,7 @@ def test_existing_run_needs_resume_and_same_settings(tmp_path, corpus, tiny_chec
         train(tiny_config(corpus, tiny_checkpoint, out, max_steps=2, eval_every=0))
     state = next((out / "checkpoints").glob("step-*")) / "state" / "optimizer.bin"
     state.write_bytes(state.read_bytes()[:100])  # a corrupted checkpoint
-    with pytest.raises(CheckpointError, match="cannot be loaded"):
+    with pytest.raises(CheckpointError, match=r"optimizer\.bin"):
         train(tiny_config(corpus, tiny_checkpoint, out, max_steps=2, eval_every=0, resume=True))
     with pytest.raises(ConfigError, match="--batch-size 4 -> 2"):
         train(
@@ -191,14 +191,6 @@ def test_existing_run_needs_resume_and_same_settings(tmp_path, corpus, tiny_chec
                 corpus, tiny_checkpoint, out, max_steps=2, eval_every=0, batch_size=2, resume=True
             )
         )
-
-
-def test_time_budget_stops_early_and_saves(tmp_path, corpus, tiny_checkpoint):
-    config = tiny_config(corpus, tiny_checkpoint, tmp_path / "run", max_steps=10_000)
-    result = train(config.replace(max_minutes=1e-4, eval_every=0))
-    assert result.stopped_by == "max_minutes" and 1 <= result.step < 10_000
-    meta = json.loads((tmp_path / "run" / "codeparrot_checkpoint.json").read_text())
-    assert meta["step"] == result.step and meta["eval_loss"] is not None
 
 
 def test_single_process_cpu_launch_is_flagged(monkeypatch):
