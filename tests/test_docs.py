@@ -33,8 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Files the link check reads: Markdown only.
 LINK_GLOBS = ("*.md",)
-# Files the hygiene check reads. Add "*.py", "*.toml", ... to extend it to code.
-HYGIENE_GLOBS = ("*.md",)
+# Files the hygiene check reads: the docs and the code.
+HYGIENE_GLOBS = ("*.md", "*.py", "*.toml", "*.lua", "*.js", "Makefile", ".ci/run")
 # Folders never read, even when a glob matches inside them.
 SKIP_PARTS = {".venv", "node_modules", ".git", "build", "runs"}
 
