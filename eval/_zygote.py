@@ -735,23 +735,23 @@ def library_closure(objects):
     return found
 
 
-def build_root(libc, secret, checker, user_namespace):
+def build_root(libc, secret, checker, user_namespace, runtime=None):
     """Enter a private mount namespace whose root holds only the runtime (read-only),
     empty mount points for each sample's /proc, /tmp and /dev/shm, and the checker's
-    packages under CHECKER_SITE. Done once per zygote; samples inherit it."""
+    packages under CHECKER_SITE. Done once per zygote; samples inherit it.
+
+    ``runtime``: the run's copy of the runtime (``{"tree": folder, "bound": paths}``, made
+    by :func:`prepare_runtime`), bound whole, with the host's objects Z has loaded bound
+    over their empty places in it; None binds the host's standard library itself (for
+    the harness's own probe program only: its file-name lookups are cached by the host).
+    """
     if libc.unshare(CLONE_NEWNS) != 0:
         raise OSError(ctypes_errno(), "unshare(CLONE_NEWNS) failed")
     _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE)
     new = "/tmp"  # only in this process's private mount namespace
     # Every source is held open before the staging tmpfs covers /tmp: a runtime or a package
     # that lives under /tmp (a checkout or virtualenv there) would otherwise be hidden by it.
-    objects = [os.path.realpath(path) for path, _ in checker or ()]
-    paths = runtime_paths(objects)
-    # Libraries not yet loaded are copied (a few dozen files: private pages, and one mount
-    # fewer each in every sample's namespace); folders and the loaded objects are bound.
-    loaded = {os.path.realpath(path) for path in mapped_objects()}
-    copies = [p for p in paths if os.path.isfile(p) and os.path.realpath(p) not in loaded]
-    runtime = [(_hold(path), new + path, MS_NODEV) for path in paths if path not in copies]
+    runtime_binds, copies = _runtime_sources(checker, runtime, new)
     copied = [(_hold(path), new + path) for path in copies]
     devices = [(_hold(path), new + path, 0) for path in DEVICES]
     packages = [
@@ -761,7 +761,7 @@ def build_root(libc, secret, checker, user_namespace):
     size = b"size=%d,mode=755" % ((1 << 20) + sum(os.path.getsize(p) for p in copies))
     _mount(libc, b"tmpfs", new.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
     stdlib = [p for p in sys.path if os.path.isdir(p)]
-    for held, target, flags in (*runtime, *devices):
+    for held, target, flags in (*runtime_binds, *devices):
         _bind_read_only(libc, held, target, flags)
     for (fd, _is_dir), target in copied:
         _copy(fd, target)
@@ -794,10 +794,118 @@ def build_root(libc, secret, checker, user_namespace):
         raise OSError(ctypes_errno(), "could not detach the host's root")
     os.rmdir("/.old")
     _remount_read_only(libc, "/", MS_NODEV)
-    for (fd, _is_dir), _target, _flags in (*runtime, *devices, *packages):
+    for (fd, _is_dir), _target, _flags in (*runtime_binds, *devices, *packages):
         os.close(fd)
     for (fd, _is_dir), _target in copied:
         os.close(fd)
+
+
+def _runtime_sources(checker, runtime, new):
+    """What ``build_root`` binds of the runtime (``(held, target, flags)`` each) and the
+    host files it copies into its staging root."""
+    if runtime is None:
+        paths = runtime_paths([os.path.realpath(path) for path, _ in checker or ()])
+        # Libraries not yet loaded are copied; folders and the loaded objects are bound.
+        loaded = {os.path.realpath(path) for path in mapped_objects()}
+        copies = [p for p in paths if os.path.isfile(p) and os.path.realpath(p) not in loaded]
+        binds = [(_hold(path), new + path, MS_NODEV) for path in paths if path not in copies]
+        return binds, copies
+    tree = runtime["tree"]
+    binds = [
+        (_hold(os.path.join(tree, name)), f"{new}/{name}", MS_NODEV)
+        for name in sorted(os.listdir(tree))
+    ]
+    binds += [(_hold(path), new + path, MS_NODEV) for path in runtime["bound"]]
+    return binds, []
+
+
+# Parts of the standard library no sample needs, left out of the run's copy: test suites,
+# the IDE and demos, the bootstrap installer, help()'s texts, installed packages.
+LEFT_OUT = ("test", "tests", "idle_test", "idlelib", "turtledemo", "lib2to3", "ensurepip")
+LEFT_OUT += ("pydoc_data", *HIDDEN_PACKAGES)
+
+
+def tree_files(root, secret=()):
+    """``(relative path, mtime in ns)`` of what a sample gets of ``root`` (a file or a
+    folder): no LEFT_OUT folder, no ``config-*`` (the static library), no optimised
+    bytecode (``.opt-N.pyc``), nothing under a ``secret`` folder."""
+    if not os.path.isdir(root):
+        return [("", os.stat(root).st_mtime_ns)]
+    hidden = {os.path.realpath(path) for path in secret}
+    found = []
+    for folder, folders, names in os.walk(root):
+        folders[:] = [
+            d
+            for d in folders
+            if d not in LEFT_OUT
+            and not d.startswith("config-")
+            and os.path.realpath(os.path.join(folder, d)) not in hidden
+        ]
+        for name in names:
+            path = os.path.join(folder, name)
+            if ".opt-" not in name and os.path.isfile(path):
+                found.append((os.path.relpath(path, root), os.stat(path).st_mtime_ns))
+    return found
+
+
+def _copy_file(source, destination, mtime):
+    """Copy ``source`` to the new file ``destination`` (mode 0755) in the kernel, keeping
+    its modification time (bytecode is checked against its source's)."""
+    os.makedirs(os.path.dirname(destination), exist_ok=True)
+    src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        out = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o755)
+        try:
+            while os.sendfile(out, src, None, 1 << 24):
+                pass
+        finally:
+            os.close(out)
+    finally:
+        os.close(src)
+    os.utime(destination, ns=(mtime, mtime))
+
+
+RUNTIME_PREFIX = "codeparrot-runtime-"  # + the harness's pid: stale copies are found by it
+
+
+def prepare_runtime(base, owner, secret, checker):
+    """Copy, once per run, what a sample sees of the runtime into a new folder under
+    ``base`` (a tmpfs); print ``{"tree": folder, "bound": paths}`` for the zygotes.
+
+    The standard library (trimmed, see ``tree_files``) and the libraries Z has not loaded
+    are copied, at their host paths under the folder; each object Z has loaded (the
+    interpreter's library, the C library: mapped, so their pages are the host's anyway)
+    gets an empty place there, for Z to bind the host's file over. A tmpfs keeps no
+    failed file-name lookup and its files are always in memory, and the copy is the
+    run's own, removed at its end: looking names up or reading files in it leaves nothing
+    for a later sample or run to time.
+    """
+    import ctypes
+    import json
+    import tempfile
+
+    ctypes.CDLL(None, use_errno=True)  # Z's loaded objects are this process's
+    os.umask(0o022)
+    paths = runtime_paths([os.path.realpath(path) for path, _ in checker])
+    loaded = {os.path.realpath(path) for path in mapped_objects()}
+    tree = tempfile.mkdtemp(prefix=f"{RUNTIME_PREFIX}{owner}-", dir=base)
+    bound = []
+    try:
+        for path in paths:
+            if not os.path.isdir(path) and os.path.realpath(path) in loaded:
+                os.makedirs(os.path.dirname(tree + path), exist_ok=True)
+                open(tree + path, "x").close()
+                bound.append(path)
+                continue
+            for relative, mtime in tree_files(path, secret):
+                source = os.path.join(path, relative) if relative else path
+                _copy_file(source, tree + source, mtime)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(tree, ignore_errors=True)
+        raise
+    sys.stdout.write(json.dumps({"tree": tree, "bound": bound}))
 
 
 def _copy(fd, target):
@@ -822,7 +930,7 @@ def _bind_read_only(libc, held, target, flags):
     fd, is_dir = held
     if is_dir:
         os.makedirs(target, exist_ok=True)
-    else:
+    elif not os.path.exists(target):  # the run's copy holds an empty place for it
         os.makedirs(os.path.dirname(target), exist_ok=True)
         open(target, "a").close()
     _mount(libc, f"/proc/self/fd/{fd}".encode(), target.encode(), None, MS_BIND | MS_REC)
@@ -1096,9 +1204,15 @@ def main():
     import json
 
     if sys.argv[1:] == ["warm"]:  # run once per harness run, outside any worker's cgroup
-        warm_page_cache(runtime_paths())
+        import ctypes  # loads what the zygote has loaded (libffi)
+
+        warm_page_cache(mapped_objects())  # the rest of the sample's root is the run's copy
         return
     mode, slot, config = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+    if config.get("prepare"):  # once per run, before any zygote starts
+        prepare = config["prepare"]
+        prepare_runtime(prepare["base"], prepare["owner"], config["secret"], config["checker"])
+        return
     # Samples and checkers (forks of Z) exchange ints as decimal text, and HumanEval+
     # expects ints of over 4,300 digits (/83, /139): the limit is lifted, as evalplus does.
     sys.set_int_max_str_digits(0)
@@ -1118,7 +1232,8 @@ def main():
     proc_fd = -1
     if mode != "none":
         proc_fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        build_root(libc, config["secret"], config["checker"], mode == "userns")
+        root_args = (config["secret"], config["checker"], mode == "userns", config["runtime"])
+        build_root(libc, *root_args)
         checker = [CHECKER_SITE] if checker else []
     context["checker"] = checker
     warm_up(libc)

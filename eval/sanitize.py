@@ -26,6 +26,12 @@ UNPARSABLE = (
     "sample not run')\n"
 )
 
+
+def refused(program: str) -> bool:
+    """Whether ``program`` is what :func:`sanitize` gave for a completion it could not parse."""
+    return program.startswith(UNPARSABLE.split("{reason}", 1)[0])
+
+
 Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Assign | ast.AnnAssign
 
 

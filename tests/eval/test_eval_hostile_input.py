@@ -125,6 +125,26 @@ def test_sanitize_survives_a_completion_too_deep_to_parse(tmp_path, problems, al
     assert "pass@1: 50.00%" in capsys.readouterr().out
 
 
+def test_the_summary_counts_the_completions_the_sanitiser_refused(
+    tmp_path, problems, allowed, capsys
+):
+    path = tmp_path / "s.jsonl"
+    canonical = problems["HumanEval/2"]["canonical_solution"]
+    completions = [DEEP, canonical, DEEP, "    return 1.0\n"]
+    path.write_text(
+        "".join(json.dumps({"task_id": "HumanEval/2", "completion": c}) + "\n" for c in completions)
+    )
+    out = tmp_path / "r.jsonl"
+    argv = ["eval", "execute", str(path), "--output", str(out), "--ks", "1"]
+    assert main([*argv, "--sanitize"]) == 0
+    assert "could not parse 2 completions" in capsys.readouterr().out
+    summary = json.loads((tmp_path / "r.summary.json").read_text())
+    assert summary["sanitize_refused"] == 2 and summary["samples"] == 4
+    assert main(argv) == 0  # without --sanitize nothing is refused, nor counted
+    assert "could not parse" not in capsys.readouterr().out
+    assert "sanitize_refused" not in json.loads((tmp_path / "r.summary.json").read_text())
+
+
 def test_rows_of_a_forged_line_keep_the_users_other_fields(tmp_path, problems):
     path = tmp_path / "s.jsonl"
     record = {"task_id": "HumanEval/0", "completion": "x", "model": "m", **FORGED}

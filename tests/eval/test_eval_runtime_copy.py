@@ -1,0 +1,124 @@
+"""What a sample sees of the runtime is the run's own copy, on a tmpfs, read-only.
+
+Bound from the host, the standard library's folders would cache every name a sample
+looks up in them (existing or not) for every later sample and run: a channel, read back
+by timing lookups (``bench/lookup_channel.py``). These checks are deterministic: the
+sample's standard library is not the host's folder, lives on a tmpfs (which keeps no
+failed lookup), is a new copy for every run, cannot be written, and is removed when the
+run ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from codeparrot.eval import execution, sandbox
+from codeparrot.eval.execution import Program, run_programs
+from codeparrot.eval.sandbox import RUNTIME_PREFIX, RuntimeCopy, detect_isolation
+
+# The sample's view of its standard library: identity, file system, and a write attempt.
+IDENTITY = """
+import os
+def f(x):
+    folder = os.path.dirname(os.__file__)
+    st = os.stat(folder)
+    best, kind = '', None
+    with open('/proc/self/mountinfo') as table:
+        for line in table:
+            fields = line.split()
+            point, fs = fields[4], fields[fields.index('-') + 1]
+            if folder.startswith(point.rstrip('/') + '/') and len(point) >= len(best):
+                best, kind = point, fs
+    try:
+        open(os.path.join(folder, 'left-by-a-sample'), 'w').close()
+        wrote = 'wrote'
+    except OSError as e:
+        wrote = e.strerror
+    return [folder, st.st_dev, st.st_ino, kind, wrote]
+"""
+REPORT = "assert False, repr(f(0))\n"
+
+
+@pytest.fixture(scope="module")
+def strong():
+    isolation = detect_isolation()
+    if isolation.mode == "none":
+        pytest.skip("no namespaces here: mode none shows the host's files")
+    return isolation
+
+
+def views(isolation, count=1, workers=1):
+    verdicts = run_programs(
+        [Program(IDENTITY, REPORT, "f")] * count, workers=workers, isolation=isolation
+    )
+    out = []
+    for v in verdicts:
+        assert v.result.startswith("failed: AssertionError ["), v.result
+        out.append(ast.literal_eval(v.result.removeprefix("failed: AssertionError ")))
+    return out
+
+
+def leftovers() -> list[Path]:
+    base = sandbox.shared_tmpfs()
+    return sorted(Path(base).glob(f"{RUNTIME_PREFIX}{os.getpid()}-*")) if base else []
+
+
+def test_each_run_gets_a_fresh_read_only_copy_on_a_tmpfs_not_the_hosts_folder(strong):
+    if sandbox.shared_tmpfs() is None:
+        pytest.skip("no writable tmpfs here: the host's runtime is bound, with a warning")
+    host = os.stat(sysconfig.get_paths()["stdlib"])
+    first = views(strong, count=2, workers=2)
+    (second,) = views(strong)
+    folder, dev, ino, kind, wrote = first[0]
+    assert folder == os.path.realpath(sysconfig.get_paths()["stdlib"])  # same paths
+    assert (dev, ino) != (host.st_dev, host.st_ino), "the host's own folder is bound"
+    assert kind == "tmpfs", kind
+    assert wrote == "Read-only file system"
+    assert first[1] == first[0], "the workers of a run share one copy"
+    assert second[1:3] != [dev, ino], "a later run sees the same copy"
+    assert leftovers() == []
+
+
+def test_the_copy_is_removed_when_a_run_fails(strong, monkeypatch):
+    if sandbox.shared_tmpfs() is None:
+        pytest.skip("no writable tmpfs here")
+
+    def interrupted(self, *args, **kwargs):
+        assert leftovers(), "no copy while samples run"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(execution.Sandbox, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_programs([Program(IDENTITY, REPORT, "f")] * 2, workers=2, isolation=strong)
+    assert leftovers() == []
+
+
+def test_a_killed_harnesss_copy_is_removed_by_the_next_run(strong):
+    base = sandbox.shared_tmpfs()
+    if base is None:
+        pytest.skip("no writable tmpfs here")
+    stale = Path(base, f"{RUNTIME_PREFIX}99999999-killed")  # no such pid can exist
+    (stale / "usr").mkdir(parents=True)
+    with RuntimeCopy(strong.mode, secret_dirs=()) as copy:
+        assert not stale.exists()
+        tree = Path(copy.manifest["tree"])
+        assert tree.is_dir() and tree.name.startswith(f"{RUNTIME_PREFIX}{os.getpid()}-")
+        for path in copy.manifest["bound"]:  # the zygote's loaded objects: empty places
+            assert (tree / path.lstrip("/")).stat().st_size == 0
+    assert not tree.exists()
+
+
+def test_a_sandbox_used_alone_makes_and_removes_its_own_copy(strong):
+    if sandbox.shared_tmpfs() is None:
+        pytest.skip("no writable tmpfs here")
+    with sandbox.Sandbox(strong, slot=6, secret_dirs=()) as box:
+        verdict = box.run(IDENTITY, REPORT, "f")
+        assert len(leftovers()) == 1
+    view = ast.literal_eval(verdict.result.removeprefix("failed: AssertionError "))
+    assert view[3] == "tmpfs" and view[4] == "Read-only file system"
+    assert leftovers() == []
