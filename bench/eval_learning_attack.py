@@ -1,6 +1,7 @@
 """A completion with no solution logic that learns across samples: how often does it pass?
 
     .venv/bin/python bench/eval_learning_attack.py [--samples 200] [--zygote FILE]
+        [--channel sockets|names] [--eval DIR]
 
 The oracle answers HumanEval/0 (seven boolean asserts) by guessing. The test only calls
 the candidate again after a passed assert, so each call tells the sample whether its
@@ -10,7 +11,9 @@ Where state survives from one sample to the next, it passes nearly every sample 
 the first few; where nothing survives, it passes no more often than in separate runs
 (0: guessing "True" fails the second assert). Prints the passes of one run with one
 worker, one with four, and of ``--samples`` separate runs of one sample each. ``--zygote``
-runs another version of ``eval/_zygote.py`` (e.g. ``git show REF:eval/_zygote.py``).
+runs another version of ``eval/_zygote.py`` (e.g. ``git show REF:eval/_zygote.py``),
+``--eval`` another version's whole ``eval/`` folder (``git archive REF eval | tar -x -C
+DIR``, then ``DIR/eval``).
 """
 
 from __future__ import annotations
@@ -135,9 +138,16 @@ def main() -> None:
         choices=("sockets", "names"),
         default="sockets",
         help="where the oracle keeps its state: abstract socket names, or the kernel's "
-        "cache of file-name lookups (an open channel: see docs/threat-model.md)",
+        "cache of file-name lookups (see docs/threat-model.md)",
     )
+    parser.add_argument("--eval", type=str, default=None, help="another version's eval/ folder")
     args = parser.parse_args()
+    if args.eval is not None:
+        import os
+
+        import codeparrot.eval
+
+        codeparrot.eval.__path__.insert(0, os.path.abspath(args.eval))
     from codeparrot.eval import sandbox
     from codeparrot.eval.data import load_problems
     from codeparrot.eval.execution import humaneval_program, run_programs
