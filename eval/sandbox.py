@@ -425,7 +425,7 @@ class RuntimeCopy:
         self.close()
 
     def create(self) -> None:
-        """Make the copy (a second call does nothing). Raises :class:`SandboxError`."""
+        """Make the copy (once). Raises :class:`SandboxError`."""
         if self.manifest is not None:
             return
         base = shared_tmpfs()
@@ -447,8 +447,8 @@ class RuntimeCopy:
             )
             manifest = json.loads(done.stdout)
         except subprocess.CalledProcessError as e:
-            detail = e.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
-            raise SandboxError(f"could not copy the runtime for the sandbox: {detail}") from e
+            lines = e.stderr.decode("utf-8", "replace").strip().splitlines() or [str(e)]
+            raise SandboxError(f"could not copy the runtime for the sandbox: {lines[-1]}") from e
         except (OSError, subprocess.SubprocessError, ValueError) as e:
             raise SandboxError(f"could not copy the runtime for the sandbox: {e}") from e
         tree = manifest.get("tree", "") if isinstance(manifest, dict) else ""

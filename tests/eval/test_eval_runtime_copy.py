@@ -122,3 +122,11 @@ def test_a_sandbox_used_alone_makes_and_removes_its_own_copy(strong):
     view = ast.literal_eval(verdict.result.removeprefix("failed: AssertionError "))
     assert view[3] == "tmpfs" and view[4] == "Read-only file system"
     assert leftovers() == []
+
+
+def test_without_a_writable_tmpfs_the_hosts_runtime_is_bound_with_a_warning(strong, monkeypatch):
+    monkeypatch.setattr(sandbox, "shared_tmpfs", lambda: None)
+    with pytest.warns(RuntimeWarning, match="no writable tmpfs"):
+        (view,) = views(strong)
+    host = os.stat(sysconfig.get_paths()["stdlib"])
+    assert view[1:3] == [host.st_dev, host.st_ino] and view[4] == "Read-only file system"
