@@ -85,16 +85,19 @@ def build(name: str, out: Path, texts: list[str]) -> Path:
     return out
 
 
-def step_ms(engine: Any, ids: list[int], steps: int = 24, rounds: int = 3) -> float:
-    """Median over ``rounds`` of the mean milliseconds of a one-token step, one thread."""
+def step_ms(engine: Any, ids: list[int], steps: int = 24, rounds: int = 3) -> tuple[float, float]:
+    """Medians over ``rounds``: milliseconds of the prompt (torch's threads), and the mean
+    milliseconds of a one-token step (one thread, as the language server decodes)."""
     import torch
 
     threads = torch.get_num_threads()
-    times = []
+    times, prompts = [], []
     for _ in range(rounds):
         with torch.inference_mode():
             stepper = engine._stepper(ids, 1, steps + 1)
+            start = time.perf_counter()
             nxt = stepper.prefill().argmax(dim=-1)
+            prompts.append((time.perf_counter() - start) * 1000)
             torch.set_num_threads(1)  # the prompt on every thread, the steps on one
             start = time.perf_counter()
             for _ in range(steps):
@@ -102,7 +105,7 @@ def step_ms(engine: Any, ids: list[int], steps: int = 24, rounds: int = 3) -> fl
             times.append((time.perf_counter() - start) * 1000 / steps)
             torch.set_num_threads(threads)
         engine.prompt_cache.clear()
-    return statistics.median(times)
+    return statistics.median(prompts), statistics.median(times)
 
 
 def decode_speed(path: Path, text: str) -> None:
@@ -111,7 +114,7 @@ def decode_speed(path: Path, text: str) -> None:
 
     from codeparrot.generation import Engine
 
-    lean = Engine.load(path, dtype="float32", quantize="none")
+    lean = Engine.load(path, quantize="none")  # as the server: bf16 prompts where fast
     ids = lean.tokenizer(text, add_special_tokens=False)["input_ids"][:512]
     hf = Engine(lean.model, lean.tokenizer, lean_gpt2=False)
     rows = {"lean float32": step_ms(lean, ids), "transformers float32": step_ms(hf, ids)}
@@ -126,8 +129,10 @@ def decode_speed(path: Path, text: str) -> None:
         )
     except Exception as e:  # not in every torch build
         print(f"  transformers dynamic int8: not measured ({type(e).__name__}: {e})")
-    for name, ms in rows.items():
-        print(f"  {name:<28} {ms:7.1f} ms/token")
+    print(f"  prompt of {len(ids)} tokens (bf16 prefill: {lean.bf16_prefill})")
+    for name, (prompt_ms, ms) in rows.items():
+        print(f"  {name:<28} prompt {prompt_ms:7.0f} ms   step {ms:7.1f} ms/token")
+    rows = {name: ms for name, (_, ms) in rows.items()}
     print(
         f"  lean vs transformers: float32 {rows['transformers float32'] / rows['lean float32']:.2f}x"
         + (
