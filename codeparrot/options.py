@@ -26,7 +26,7 @@ MIXED_PRECISIONS = ("auto", "no", "bf16", "fp16")
 # Weights' dtype at inference ("auto": bf16 on a GPU, float32 on a CPU).
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Weight formats of the one-token decoding steps: the model's own, or int8 weight-only
-# copies (GPT-2 and Qwen3 checkpoints on a CPU; see codeparrot.generation.lean).
+# copies (models of the lean decoder on a CPU; see codeparrot.generation.lean).
 QUANTIZE = ("none", "int8")
 # What loading accepts: those, or "auto" (int8 where it applies, the model's own elsewhere).
 LOAD_QUANTIZE = (*QUANTIZE, "auto")
@@ -69,8 +69,8 @@ DTYPE = Declaration("auto", "weights' dtype (auto: bf16 on GPU, fp32 on CPU)", c
 QUANTIZE_WEIGHTS = Declaration(
     "none",
     "weights of the one-token decoding steps: none (the checkpoint's own), int8 "
-    "(weight-only int8 copies, for GPT-2 and Qwen3 checkpoints on a CPU) or auto (int8 where it "
-    "applies)",
+    "(weight-only int8 copies, for GPT-2, StarCoder, Llama-family and Qwen checkpoints on a "
+    "CPU) or auto (int8 where it applies)",
     choices=LOAD_QUANTIZE,
 )
 

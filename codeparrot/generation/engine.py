@@ -5,8 +5,9 @@ The playground, the language server and the HumanEval harness all call
 
 A call runs ``prefill -> loop(sample, detokenize, check stops, drop finished rows)``.
 The prompt is run once for one row and its keys/values are shared by the ``n``
-candidates; GPT-2 checkpoints use the lean forward of :mod:`codeparrot.generation.gpt2`,
-any other causal LM the ``transformers`` forward. Text is detokenized incrementally
+candidates; GPT-2, GPTBigCode (StarCoder), Llama-family (CodeLlama, DeepSeek-Coder,
+Qwen2.5-Coder, Mistral, Starcoder2) and Qwen3 checkpoints use the lean forward of
+:mod:`codeparrot.generation.lean`, any other causal LM the ``transformers`` forward. Text is detokenized incrementally
 (only the new token's bytes), so a step costs the same at token 5 and token 500.
 
 Token healing (on by default): the prompt's last token is taken off and the new tokens
@@ -156,8 +157,8 @@ class Engine:
         ``bf16_prefill``: run long prompts' matrix products in bf16 (CPU autocast), and
         the output projection of every step from a bf16 copy (GPT-2 path).
         ``prompt_cache_entries``: recent prompts whose keys/values are kept for reuse.
-        ``lean_gpt2``: use the lean decoder (:mod:`codeparrot.generation.lean`) for GPT-2
-        and Qwen3 models (``False``: the ``transformers`` forward, as for others).
+        ``lean_gpt2``: use the lean decoder (:mod:`codeparrot.generation.lean`) for the
+        models it covers (``False``: the ``transformers`` forward, as for others).
         ``decode_threads``: intra-op threads for the one-token steps (``None``: torch's
         setting). The prompt always uses torch's setting. A step is a few dozen small
         kernels; on a busy machine a second thread mostly waits for its turn.
@@ -167,7 +168,7 @@ class Engine:
         ``own_checkpoint``: trained here (FIM order ``auto`` is then SPM, see
         :func:`codeparrot.fim.resolve_order`).
         ``quantize``: ``"int8"`` runs the one-token steps on int8 weight-only copies of
-        the matrices (GPT-2 or Qwen3 checkpoints on a CPU): ~2.3x faster steps, logits within
+        the matrices (the lean decoder's models, on a CPU): ~2.3x faster steps, logits within
         ~1% (prompts keep full precision). ``"none"``: the model's own weights.
         """
         from codeparrot.generation.gpt2 import PromptCache
@@ -195,7 +196,7 @@ class Engine:
         # special token (a special token's text is never a completion's)
         self.end_ids: frozenset[int] = _end_ids_of(model, self.eos_token_id)
         self.special_ids: frozenset[int] = _special_ids(tokenizer) | self.end_ids
-        # the lean decoder of GPT-2 or Qwen3 checkpoints (codeparrot.generation.lean)
+        # the lean decoder of the models it covers (codeparrot.generation.lean)
         self._gpt2 = lean_decoder(model) if lean_gpt2 else None
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
         self.bf16_prefill = bf16_prefill
@@ -219,11 +220,12 @@ class Engine:
 
     def _enable_int8(self) -> None:
         from codeparrot.generation.gpt2 import int8_supported
+        from codeparrot.generation.lean import why_no_lean_decoder
 
         if self._gpt2 is None:
             raise ConfigError(
-                "quantize 'int8' needs a GPT-2 checkpoint (or a Qwen3 one: the lean "
-                f"decode path); this model is a {getattr(self.model.config, 'model_type', 'unknown')}"
+                "quantize 'int8' needs the lean decode path: "
+                f"{why_no_lean_decoder(self.model) or 'turned off for this engine'}"
             )
         if self.device.type != "cpu":
             raise ConfigError(f"quantize 'int8' is for CPU decoding; the model is on {self.device}")
@@ -236,25 +238,26 @@ class Engine:
 
     @property
     def can_compile_steps(self) -> bool:
-        """Does :meth:`compile_steps` apply (a GPT-2 checkpoint on the lean decode path)?"""
+        """Does :meth:`compile_steps` apply (a model on the lean decode path)?"""
         return self._gpt2 is not None
 
     def compile_steps_if_possible(self) -> bool:
         """:meth:`compile_steps` in the background where it applies; else one log line
         saying why not. Returns whether a compile was started."""
         if self._gpt2 is None:
+            from codeparrot.generation.lean import why_no_lean_decoder
+
             logger.info(
-                "--compile skipped for %s: compiled steps need the lean decoder, which covers "
-                "GPT-2 and Qwen3 models, not %s",
+                "--compile skipped for %s: compiled steps need the lean decoder (%s)",
                 self.path or "the model",
-                getattr(self.model.config, "model_type", "this one"),
+                why_no_lean_decoder(self.model) or "turned off for this engine",
             )
             return False
         self.compile_steps()
         return True
 
     def compile_steps(self, *, background: bool = True) -> threading.Thread | None:
-        """torch.compile the one-token step of single completions (GPT-2 checkpoints).
+        """torch.compile the one-token step of single completions (lean decoder models).
 
         A server's warm-up: inductor takes 10-20 s of CPU on 2 cores, so by default it
         compiles in a daemon thread while requests keep being served by the eager step;
@@ -265,9 +268,11 @@ class Engine:
         ``background=False`` compiles in the calling thread and raises on failure.
         """
         if self._gpt2 is None:
+            from codeparrot.generation.lean import why_no_lean_decoder
+
             raise ConfigError(
-                "compiled steps need a GPT-2 checkpoint (the lean decode path); this model "
-                f"is a {getattr(self.model.config, 'model_type', 'unknown')}"
+                "compiled steps need the lean decode path: "
+                f"{why_no_lean_decoder(self.model) or 'turned off for this engine'}"
             )
         import torch
 
@@ -306,8 +311,8 @@ class Engine:
     ) -> Engine:
         """Load a checkpoint directory (ours, or any local Hugging Face causal LM).
 
-        ``quantize="int8"``: one-token steps read int8 copies of the weights (CPU, GPT-2
-        checkpoints); ``"auto"`` does so where that applies (the language server's
+        ``quantize="int8"``: one-token steps read int8 copies of the weights (CPU, models
+        of the lean decoder); ``"auto"`` does so where that applies (the language server's
         default, where latency matters more than the last digit of a logit).
 
         ``dtype``: ``"auto"`` is bfloat16 on a GPU; on a CPU it keeps float32 weights (one
@@ -883,10 +888,30 @@ class _GPT2Steps:
         self.cached_tokens = 0
 
     def prefill(self) -> Any:
-        import torch
-
         one = self.decoder.new_cache(1, self.length)
         earlier, shared = self.prompts.lookup(self.ids)
+        if (
+            earlier is not None
+            and earlier.logits is not None
+            and earlier.length == shared == len(self.ids)
+        ):  # the same prompt again: its keys/values and the logits its first call had
+            one.copy_prefix(earlier, shared)
+            self.cached_tokens = shared
+            logits = earlier.logits.clone()
+        else:
+            logits = self._run_prompt(one, earlier, shared)
+        if self.n == 1:
+            self.cache = one
+        else:  # the n rows share the prompt's keys/values and keep only their own
+            prompt = one.view(len(self.ids))
+            self.cache = self.decoder.new_cache(self.n, self.length - len(self.ids), prompt)
+        return logits.float().expand(self.n, -1)
+
+    def _run_prompt(self, one: Any, earlier: Any, shared: int) -> Any:
+        """Prefill the prompt into ``one`` after the ``shared`` positions ``earlier`` holds;
+        the logits after its last position (kept with its keys/values for a repeat)."""
+        import torch
+
         shared = min(shared, len(self.ids) - 1)  # the last position must run: its logits
         if earlier is not None and shared > 0:
             one.copy_prefix(earlier, shared)
@@ -894,13 +919,8 @@ class _GPT2Steps:
         rest = torch.tensor([self.ids[shared:]], device=self.decoder.device)
         bf16 = self.bf16_prefill and rest.size(1) >= BF16_PREFILL_MIN_TOKENS
         logits = self.decoder.forward(rest, one, bf16=bf16)
-        self.prompts.store(self.ids, one)
-        if self.n == 1:
-            self.cache = one
-        else:  # the n rows share the prompt's keys/values and keep only their own
-            prompt = one.view(len(self.ids))
-            self.cache = self.decoder.new_cache(self.n, self.length - len(self.ids), prompt)
-        return logits.float().expand(self.n, -1)
+        self.prompts.store(self.ids, one, logits)
+        return logits
 
     def decode(self, next_ids: Any) -> Any:
         return self.decoder.step(next_ids.unsqueeze(-1), self.cache, int8=True).float()
@@ -1002,13 +1022,13 @@ def _intra_op_threads(n: int | None) -> Iterator[None]:
 def _int8_missing(model: Any, on_cpu: bool) -> str:
     """What int8 decoding steps would need that this model or machine lacks ("": nothing)."""
     from codeparrot.generation.gpt2 import int8_supported
-    from codeparrot.generation.lean import has_lean_decoder
+    from codeparrot.generation.lean import why_no_lean_decoder
 
     if not on_cpu:
         return "a CPU"
-    if not has_lean_decoder(model):
-        kind = getattr(model.config, "model_type", "this one")
-        return f"the lean decoder, which covers GPT-2 and Qwen3 models, not {kind}"
+    why = why_no_lean_decoder(model)
+    if why:
+        return f"the lean decoder: {why}"
     if not int8_supported():
         return "torch's int8 weight-only CPU kernel"
     return ""

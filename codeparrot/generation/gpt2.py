@@ -96,6 +96,8 @@ class KVCache:
         self.prefix = prefix
         self.offset = prefix.length if prefix is not None else 0  # positions in the prefix
         self.length = self.offset  # positions filled, the prefix's included
+        # a prompt cache entry's logits after its last position (see PromptCache.store)
+        self.logits: torch.Tensor | None = None
 
     @property
     def rows(self) -> int:
@@ -156,11 +158,17 @@ class PromptCache:
             self._table.move_to_end(best)
             return self._table[best], shared
 
-    def store(self, ids: list[int], cache: KVCache) -> None:
+    def store(self, ids: list[int], cache: KVCache, logits: torch.Tensor | None = None) -> None:
+        """Keep ``cache``'s first ``len(ids)`` positions for prompts starting with ``ids``,
+        and ``logits`` after the last of them: the same prompt again then gets the very
+        logits its first call sampled from (prefilling its last position again, alone and
+        perhaps in another precision than the whole prompt was, would move them)."""
         if self.entries <= 0 or cache.nbytes() > self.max_bytes:
             return
+        entry = cache.view(len(ids))
+        entry.logits = None if logits is None else logits.detach().clone()
         with self._lock:
-            self._table[tuple(ids)] = cache.view(len(ids))
+            self._table[tuple(ids)] = entry
             self._table.move_to_end(tuple(ids))
             total = sum(c.nbytes() for c in self._table.values())
             while len(self._table) > self.entries or total > self.max_bytes:
@@ -193,6 +201,7 @@ class GPT2Decoder:
         cfg = model.config
         t = model.transformer
         self.n_head = cfg.n_head
+        self.n_kv_head = cfg.n_head  # key/value heads (fewer where grouped, see new_cache)
         self.n_embd = cfg.n_embd
         self.head_dim = cfg.n_embd // cfg.n_head
         self.eps = cfg.layer_norm_epsilon
@@ -230,17 +239,26 @@ class GPT2Decoder:
                 )
             )
 
-    @staticmethod
-    def supports(model: Any) -> bool:
-        """True for a plain GPT-2 LM (no cross-attention) whose modules we know."""
+    @classmethod
+    def supports(cls, model: Any) -> bool:
+        """Does this decoder compute ``model`` (see :meth:`why_not`)?"""
+        return not cls.why_not(model)
+
+    @classmethod
+    def why_not(cls, model: Any) -> str:
+        """Empty for a plain GPT-2 LM (no cross-attention) whose modules we know, else what
+        this decoder does not cover."""
         if type(model).__name__ != "GPT2LMHeadModel":
-            return False
+            return f"{type(model).__name__} is not a GPT-2 model"
         cfg = model.config
-        return not getattr(cfg, "add_cross_attention", False) and cfg.n_embd % cfg.n_head == 0
+        if getattr(cfg, "add_cross_attention", False):
+            return "cross-attention"
+        return "" if cfg.n_embd % cfg.n_head == 0 else "width not a multiple of the heads"
 
     def new_cache(self, rows: int, length: int, prefix: KVCache | None = None) -> KVCache:
-        """Room for ``length`` positions of ``rows`` sequences (after ``prefix``, if given)."""
-        shape = (rows, self.n_head, length, self.head_dim)
+        """Room for ``length`` positions of ``rows`` sequences (after ``prefix``, if given):
+        the key/value heads only."""
+        shape = (rows, self.n_kv_head, length, self.head_dim)
         make = lambda: torch.empty(shape, dtype=self.dtype, device=self.device)  # noqa: E731
         return KVCache([make() for _ in self.layers], [make() for _ in self.layers], prefix)
 
@@ -326,12 +344,20 @@ class GPT2Decoder:
         """
         if not int8_supported():
             raise RuntimeError("this torch build has no int8 weight-only CPU kernel")
-        # Conv1D keeps (in, out); the kernel wants (out, in)
         self.int8 = [
-            {name: quantize_rows_int8(getattr(layer, name)[0].t()) for name in _LINEARS}
+            {name: quantize_rows_int8(self._out_in(getattr(layer, name)[0])) for name in _LINEARS}
             for layer in self.layers
         ]
         self.lm_head_int8 = quantize_rows_int8(self.lm_head)
+
+    @staticmethod
+    def _out_in(weight: torch.Tensor) -> torch.Tensor:
+        """A block matrix as (out, in), the int8 kernel's layout (Conv1D keeps (in, out))."""
+        return weight.t()
+
+    def _split_qkv(self, qkv: torch.Tensor, B: int, T: int) -> tuple[torch.Tensor, ...]:
+        """The fused projection's output (B*T, 3C) -> q, k, v, each (B, nh, T, hs)."""
+        return qkv.view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
 
     def _linear(
         self, x: torch.Tensor, i: int, name: str, layer: _Layer, int8: bool
@@ -345,12 +371,12 @@ class GPT2Decoder:
         B, T = ids.shape
         t0 = cache.length
         t1 = t0 + T
-        C, nh = self.n_embd, self.n_head
+        C = self.n_embd
         x = F.embedding(ids, self.wte) + self.wpe[t0:t1]  # (B, T, C)
         for i, layer in enumerate(self.layers):
             h = F.layer_norm(x, (C,), *layer.ln_1, self.eps)
             qkv = self._linear(h.view(B * T, C), i, "c_attn", layer, int8)  # (B*T, 3C)
-            q, k, v = qkv.view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs)
+            q, k, v = self._split_qkv(qkv, B, T)  # (B, nh, T, hs); k, v (B, nkv, T, hs)
             y = attend(q, k, v, cache, i, t0, layer.scaling)  # (B, nh, T, hs)
             y = y.transpose(1, 2).reshape(B * T, C)  # (B*T, C)
             x = x + self._linear(y, i, "c_proj", layer, int8).view(B, T, C)
@@ -363,31 +389,71 @@ class GPT2Decoder:
 
 
 def attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, i: int, t0: int, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cache: KVCache,
+    i: int,
+    t0: int,
+    scale: float,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Attention of layer ``i``'s new positions ``t0:t0+T`` over the cache, after storing
-    their keys and values there. ``q``, ``k``, ``v`` (B, nh, T, hs) -> (B, nh, T, hs)."""
+    their keys and values there. ``q`` (B, nh, T, hs), ``k``, ``v`` (B, nkv, T, hs) ->
+    (B, nh, T, hs). With fewer key/value heads than query heads (grouped or multi-query
+    attention) each key/value head serves ``nh // nkv`` consecutive query heads. With a
+    ``window``, a position sees only the ``window`` positions up to itself (a sliding
+    window, as transformers masks it)."""
     T = q.size(2)
     t1 = t0 + T
     o = cache.offset  # positions held by a shared prefix (0 without one)
     cache.keys[i][:, :, t0 - o : t1 - o] = k
     cache.values[i][:, :, t0 - o : t1 - o] = v
-    if t0 == 0:  # the prompt (or its first chunk): causal attention over itself
-        return F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, scale=scale)
-    elif cache.prefix is not None:  # one new token per row after a shared prompt
+    start = 0 if window is None else max(0, t0 + 1 - window)  # first position seen
+    if cache.prefix is not None and t0 > 0:  # one new token per row after a shared prompt
+        kp, vp = cache.prefix.keys[i], cache.prefix.values[i]
+        a, b = min(start, o), max(start - o, 0)
         return _shared_prefix_attention(
             q,
-            (cache.prefix.keys[i][:, :, :o], cache.prefix.values[i][:, :, :o]),
-            (cache.keys[i][:, :, : t1 - o], cache.values[i][:, :, : t1 - o]),
+            (kp[:, :, a:o], vp[:, :, a:o]),
+            (cache.keys[i][:, :, b : t1 - o], cache.values[i][:, :, b : t1 - o]),
             scale,
         )
+    if t0 == 0:  # the prompt (or its first chunk): causal attention over itself
+        keys, values, start = k, v, 0
     else:
-        keys = cache.keys[i][:, :, :t1].to(q.dtype)  # (B, nh, t1, hs); a no-op
-        values = cache.values[i][:, :, :t1].to(q.dtype)  # unless under autocast
-        # one new token sees every cached position; a chunk needs a causal mask
-        # offset by the t0 positions before it
-        mask = None if T == 1 else torch.ones(T, t1, dtype=torch.bool, device=q.device).tril(t0)
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)
+        keys = cache.keys[i][:, :, start:t1].to(q.dtype)  # (B, nkv, t1 - start, hs); a
+        values = cache.values[i][:, :, start:t1].to(q.dtype)  # no-op unless under autocast
+    if T == 1:  # one new token sees every position kept: no mask
+        return _grouped_query(q, keys, values, scale)
+    grouped = keys.size(1) != q.size(1)
+    if window is None or t1 <= window:
+        if t0 == 0:
+            return F.scaled_dot_product_attention(
+                q, keys, values, is_causal=True, scale=scale, enable_gqa=grouped
+            )
+        # a chunk after cached positions: a causal mask offset by the t0 before it
+        mask = torch.ones(T, t1, dtype=torch.bool, device=q.device).tril(t0)
+    else:  # query t0 + r sees key positions p with t0 + r - window < p <= t0 + r
+        rows = torch.arange(t0, t1, device=q.device)[:, None]
+        cols = torch.arange(start, t1, device=q.device)[None]
+        mask = (cols <= rows) & (cols > rows - window)
+    return F.scaled_dot_product_attention(
+        q, keys, values, attn_mask=mask, scale=scale, enable_gqa=grouped
+    )
+
+
+def _grouped_query(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """One query per row and head (``q`` (B, nh, 1, hs)) over keys/values (B, nkv, S, hs):
+    the query heads of a key/value head become its ``nh // nkv`` queries, so grouped
+    keys are read once, never repeated."""
+    B, nh, _, hs = q.shape
+    nkv = keys.size(1)
+    grouped = q.reshape(B, nkv, nh // nkv, hs)  # (B, nkv, g, hs)
+    y = F.scaled_dot_product_attention(grouped, keys, values, scale=scale)
+    return y.reshape(B, nh, 1, hs)
 
 
 def _shared_prefix_attention(
@@ -398,15 +464,21 @@ def _shared_prefix_attention(
 ) -> torch.Tensor:
     """Attention of one new token per row over a prefix every row shares, then its own past.
 
-    ``q`` (B, nh, 1, hs); prefix keys/values (1, nh, P, hs); own (B, nh, S, hs). The rows
-    become the B queries of the single prefix sequence, so its keys and values are read
-    once for the batch; one softmax over both score blocks keeps the result exact.
+    ``q`` (B, nh, 1, hs); prefix keys/values (1, nkv, P, hs); own (B, nkv, S, hs). The
+    rows (and the query heads of each key/value head) become the B x g queries of the
+    single prefix sequence, so its keys and values are read once for the batch; one
+    softmax over both score blocks keeps the result exact.
     """
     (kp, vp), (ks, vs) = prefix, own
-    P = kp.size(2)
-    scores_prefix = (q.transpose(0, 2) @ kp.transpose(-1, -2)).transpose(0, 2)  # (B, nh, 1, P)
-    scores_own = q @ ks.transpose(-1, -2)  # (B, nh, 1, S)
+    B, nh, _, hs = q.shape
+    nkv, P = kp.size(1), kp.size(2)
+    g = nh // nkv
+    grouped = q.reshape(B, nkv, g, hs)  # (B, nkv, g, hs)
+    stacked = grouped.transpose(0, 1).reshape(1, nkv, B * g, hs)  # the rows as queries
+    scores_prefix = (stacked @ kp.transpose(-1, -2)).view(nkv, B, g, P).transpose(0, 1)
+    scores_own = grouped @ ks.transpose(-1, -2)  # (B, nkv, g, S)
     weights = torch.softmax(torch.cat([scores_prefix, scores_own], dim=-1) * scale, dim=-1)
-    w_prefix, w_own = weights[..., :P], weights[..., P:]
-    from_prefix = (w_prefix.transpose(0, 2) @ vp).transpose(0, 2)  # (B, nh, 1, hs)
-    return from_prefix + w_own @ vs  # (B, nh, 1, hs)
+    w_prefix, w_own = weights[..., :P], weights[..., P:]  # (B, nkv, g, P), (B, nkv, g, S)
+    stacked_w = w_prefix.transpose(0, 1).reshape(1, nkv, B * g, P)
+    from_prefix = (stacked_w @ vp).view(nkv, B, g, hs).transpose(0, 1)  # (B, nkv, g, hs)
+    return (from_prefix + w_own @ vs).reshape(B, nh, 1, hs)

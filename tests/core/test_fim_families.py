@@ -186,8 +186,10 @@ def test_a_sampled_special_token_ends_the_completion_and_is_never_text(
     tmp_path: Path, name: str
 ) -> None:
     """The model writes two ordinary tokens, then the special one, then more text: the
-    completion holds the two tokens' text and nothing of the special token's."""
-    engine = Engine.load(build_family(name, tmp_path / name))
+    completion holds the two tokens' text and nothing of the special token's (through the
+    transformers forward: the lean decoder does not call the head module)."""
+    loaded = Engine.load(build_family(name, tmp_path / name))
+    engine = Engine(loaded.model, loaded.tokenizer, lean_gpt2=False)
     tok = engine.tokenizer
     special = tok.convert_tokens_to_ids(STOPPERS[name])
     word = tok("x", add_special_tokens=False)["input_ids"][-1]

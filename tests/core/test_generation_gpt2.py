@@ -111,8 +111,9 @@ def test_a_growing_prompt_reuses_the_cached_start(tiny_checkpoint):
     (cold,) = engine.generate(PROMPT, config)
     assert cold.prompt_cached_tokens == 0
     (warm,) = engine.generate(PROMPT, config)
-    # all but the last position the model reads (the healed last token is not read)
-    assert warm.prompt_cached_tokens == warm.prompt_tokens - 2
+    # every position the model reads, and the logits after them (the same prompt again;
+    # the healed last token is not read)
+    assert warm.prompt_cached_tokens == warm.prompt_tokens - 1
     assert warm.text == cold.text
     longer = PROMPT + "    return fibonacci(n - 1)"
     (grown,) = engine.generate(longer, config)
@@ -212,7 +213,7 @@ def test_int8_generation_runs_end_to_end(tiny_checkpoint):
 def test_bad_quantize_settings_are_clear_errors(tiny_checkpoint, engine):
     with pytest.raises(ConfigError, match="quantize must be one of none, int8"):
         Engine.load(tiny_checkpoint, quantize="int4")
-    with pytest.raises(ConfigError, match="needs a GPT-2 checkpoint"):
+    with pytest.raises(ConfigError, match="needs the lean decode path"):
         Engine(engine.model, engine.tokenizer, lean_gpt2=False, quantize="int8")
 
 
@@ -335,5 +336,5 @@ def test_a_failed_compile_leaves_the_eager_steps(tiny_checkpoint, monkeypatch):
         engine.compile_steps(background=False)
     other = Engine(engine.model, engine.tokenizer, lean_gpt2=False)
     assert engine.can_compile_steps and not other.can_compile_steps
-    with pytest.raises(ConfigError, match="GPT-2 checkpoint"):
+    with pytest.raises(ConfigError, match="need the lean decode path"):
         other.compile_steps()

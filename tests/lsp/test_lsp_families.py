@@ -39,8 +39,10 @@ def family_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def scripted(path: Path, name: str) -> tuple[Engine, ScriptedHead, str]:
-    """An engine whose model writes "os" then the family's special token, then "x"s."""
-    engine = Engine.load(path, quantize="none")
+    """An engine whose model writes "os" then the family's special token, then "x"s
+    (through the transformers forward: the lean decoder does not call the head module)."""
+    loaded = Engine.load(path, quantize="none")
+    engine = Engine(loaded.model, loaded.tokenizer, path=path, lean_gpt2=False)
     tok = engine.tokenizer
     word = tok(" os", add_special_tokens=False)["input_ids"][-1]
     special = tok.convert_tokens_to_ids(SPECIAL[name])
@@ -128,18 +130,20 @@ def test_serve_refuses_a_malformed_fim_tokens_flag(family_dirs) -> None:
         ServeConfig(checkpoint=family_dirs["codellama"], fim_tokens="<a>")
 
 
-def test_int8_where_it_does_not_apply_falls_back_with_one_log_line(family_dirs, caplog) -> None:
-    """--quantize int8 on a Llama-family model: the language server decodes with the
-    model's own weights (a line in the log says why) instead of failing every suggestion."""
+def test_int8_where_it_does_not_apply_falls_back_with_one_log_line(tmp_path, caplog) -> None:
+    """--quantize int8 on a model the lean decoder does not cover (CodeGen): the language
+    server decodes with the model's own weights (a line in the log says why) instead of
+    failing every suggestion."""
     from codeparrot.lsp.server import _load
 
+    codegen = build_family("codegen", tmp_path / "codegen")
     with caplog.at_level(logging.INFO):
-        engine = _load(family_dirs["codellama"], "cpu", 1, "int8", True)
+        engine = _load(codegen, "cpu", 1, "int8", True)
     assert engine.quantize == "none"
     said = [r.getMessage() for r in caplog.records]
     assert any("--quantize int8 does not apply" in m for m in said)
-    assert any("--compile skipped" in m and "llama" in m for m in said)
+    assert any("--compile skipped" in m and "codegen" in m for m in said)
     caplog.clear()
     with caplog.at_level(logging.INFO):
-        Engine.load(family_dirs["qwen2.5-coder"], device="cpu", quantize="auto")
+        Engine.load(codegen, device="cpu", quantize="auto")
     assert [m for m in (r.getMessage() for r in caplog.records) if "quantize auto" in m]

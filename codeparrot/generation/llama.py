@@ -1,0 +1,284 @@
+"""The lean decode path of :mod:`codeparrot.generation.gpt2` for Llama-style checkpoints.
+
+:class:`LlamaDecoder` runs ``LlamaForCausalLM`` (CodeLlama, DeepSeek-Coder),
+``Qwen2ForCausalLM`` (Qwen2.5-Coder), ``MistralForCausalLM`` and
+``Starcoder2ForCausalLM`` over their own parameters, with the same pre-allocated KV
+cache, prompt-cache reuse, shared-prompt attention, int8 weight-only one-token steps and
+compiled step as :class:`~codeparrot.generation.gpt2.GPT2Decoder`. The blocks differ
+from GPT-2's in rotary positions, grouped keys/values (fewer key/value heads than query
+heads: the cache holds only the key/value heads) and, per family:
+
+- normalisation: RMSNorm (Llama, Qwen2, Mistral) or LayerNorm with a bias (Starcoder2);
+- biases: on the query/key/value projections (Qwen2), on every projection (Starcoder2,
+  Llama's ``attention_bias``/``mlp_bias``), or none;
+- the MLP: SwiGLU (``gate_proj``, ``up_proj``, ``down_proj``) or a plain one (Starcoder2's
+  ``c_fc``, ``c_proj``);
+- a sliding window (Mistral, Starcoder2, Qwen2's ``sliding_attention`` layers): each
+  position sees the ``window`` positions up to itself, as transformers masks it;
+- RMS-normed queries and keys (Qwen3, :mod:`codeparrot.generation.qwen3`).
+
+Rotary angles are computed per call from the model's own rotary module (its inverse
+frequencies and attention scaling), with the arithmetic of its forward, so positions
+match ``transformers`` exactly for the static scalings (default, linear, llama3). Others
+(dynamic, yarn, longrope: they change with the length) fall back to the ``transformers``
+forward, as does anything :meth:`LlamaDecoder.why_not` names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from codeparrot.generation.gpt2 import (
+    GPT2Decoder,
+    KVCache,
+    _int8_linear,
+    attend,
+    int8_supported,
+    quantize_rows_int8,
+)
+
+# the model classes this decoder runs, and where each keeps its MLP's matrices
+ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "Qwen2ForCausalLM",
+    "MistralForCausalLM",
+    "Starcoder2ForCausalLM",
+    "Qwen3ForCausalLM",
+)
+# rotary scalings whose angles depend on the position alone (computed once in the module)
+STATIC_ROPE = ("default", "linear", "llama3")
+# matrices read side by side: one int8 kernel for each group (float weights stay apart)
+_GATED_GROUPS = {"qkv": ("q", "k", "v"), "o": ("o",), "up": ("gate", "up"), "down": ("down",)}
+_PLAIN_GROUPS = {"qkv": ("q", "k", "v"), "o": ("o",), "up": ("up",), "down": ("down",)}
+_MODULES = {
+    "q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj",
+    "gate": "gate_proj", "up": "up_proj", "down": "down_proj",
+}  # fmt: skip
+_PLAIN_MLP = {"up": "c_fc", "down": "c_proj"}
+
+
+@dataclass
+class _Block:
+    norms: tuple[tuple[torch.Tensor, torch.Tensor | None], ...]  # input, post-attention
+    qk_norm: tuple[torch.Tensor, torch.Tensor] | None  # query's and key's gains (hs,)
+    weights: dict[str, torch.Tensor]  # nn.Linear weights (out, in) by short name
+    biases: dict[str, torch.Tensor | None]  # by group name (concatenated for a group)
+    window: int | None  # positions a token sees (itself included), None: all
+
+
+def _config_problem(cfg: Any, name: str) -> str:
+    """Why the config of a covered architecture is a variant the blocks do not compute."""
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind not in STATIC_ROPE:
+        return f"rotary scaling {kind!r} (covered: {', '.join(STATIC_ROPE)})"
+    if getattr(cfg, "partial_rotary_factor", 1.0) != 1.0:
+        return "partial rotary embeddings"
+    if cfg.num_attention_heads % cfg.num_key_value_heads:
+        return "query heads not a multiple of key/value heads"
+    kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
+    if not kinds <= {"full_attention", "sliding_attention"}:
+        return f"attention layer types {sorted(kinds)}"
+    if name == "Starcoder2ForCausalLM":
+        return "" if cfg.hidden_act in ("gelu_pytorch_tanh", "gelu", "gelu_new") else "activation"
+    if cfg.hidden_act != "silu":
+        return f"activation {cfg.hidden_act!r} (covered: silu)"
+    return ""
+
+
+class LlamaDecoder(GPT2Decoder):
+    """Forward passes of a Llama-style causal LM written out over its parameters."""
+
+    qk_norm = False  # Qwen3's RMS-normed queries and keys
+
+    def __init__(self, model: Any) -> None:
+        cfg = model.config
+        inner = model.model
+        attn0 = inner.layers[0].self_attn
+        self.n_head = cfg.num_attention_heads
+        self.n_kv_head = cfg.num_key_value_heads
+        self.n_embd = cfg.hidden_size
+        self.head_dim = attn0.q_proj.weight.size(0) // self.n_head
+        self.scaling = self.head_dim**-0.5
+        self.eps = getattr(cfg, "rms_norm_eps", None) or getattr(cfg, "norm_epsilon", 1e-5)
+        self.layer_norm = type(model).__name__ == "Starcoder2ForCausalLM"
+        self.gated = hasattr(inner.layers[0].mlp, "gate_proj")
+        self.groups = _GATED_GROUPS if self.gated else _PLAIN_GROUPS
+        self.context_length = cfg.max_position_embeddings
+        self.wte = inner.embed_tokens.weight  # (V, C)
+        self.ln_f = (inner.norm.weight, getattr(inner.norm, "bias", None))
+        self.lm_head = model.lm_head.weight  # (V, C), often tied to wte
+        self.lm_bias = getattr(model.lm_head, "bias", None)
+        self.lm_head_bf16 = None
+        self.int8 = None
+        self.lm_head_int8 = None
+        self._compiled = None
+        self.dtype = self.wte.dtype
+        self.device = self.wte.device
+        self.inv_freq = inner.rotary_emb.inv_freq.detach().float()  # (hs/2,)
+        self.rope_scale = float(getattr(inner.rotary_emb, "attention_scaling", 1.0))
+        self.act = _activation(inner.layers[0].mlp, cfg.hidden_act)
+        self.blocks = [self._block(layer, cfg, i) for i, layer in enumerate(inner.layers)]
+        self.layers = self.blocks  # new_cache makes one buffer per layer
+
+    def _block(self, layer: Any, cfg: Any, i: int) -> _Block:
+        attn, mlp = layer.self_attn, layer.mlp
+        modules = {k: getattr(attn, m) for k, m in _MODULES.items() if k in "qkvo"}
+        for k, m in _MODULES.items() if self.gated else _PLAIN_MLP.items():
+            if k not in "qkvo":
+                modules[k] = getattr(mlp, m)
+        biases = {}
+        for group, parts in self.groups.items():
+            own = [modules[p].bias for p in parts]
+            if all(b is None for b in own):
+                biases[group] = None
+            else:  # a missing bias in a group is zeros
+                sizes = [modules[p].weight.size(0) for p in parts]
+                zeros = [modules[p].weight.new_zeros(n) for p, n in zip(parts, sizes, strict=True)]
+                biases[group] = torch.cat(
+                    [b.detach() if b is not None else z for b, z in zip(own, zeros, strict=True)]
+                )
+        norms = tuple(
+            (norm.weight, getattr(norm, "bias", None))
+            for norm in (layer.input_layernorm, layer.post_attention_layernorm)
+        )
+        qk = (attn.q_norm.weight, attn.k_norm.weight) if self.qk_norm else None
+        return _Block(
+            norms=norms,
+            qk_norm=qk,
+            weights={k: m.weight for k, m in modules.items()},
+            biases=biases,
+            window=_window(cfg, i),
+        )
+
+    @classmethod
+    def why_not(cls, model: Any) -> str:
+        """Empty where :meth:`_blocks` computes this model, else what it does not cover."""
+        name = type(model).__name__
+        if name not in ARCHITECTURES or name == "Qwen3ForCausalLM":
+            return f"{name} is not a Llama-style model the lean decoder knows"
+        return _config_problem(model.config, name)
+
+    def new_cache(self, rows: int, length: int, prefix: KVCache | None = None) -> KVCache:
+        """Room for ``length`` positions of ``rows`` sequences: key/value heads only."""
+        shape = (rows, self.n_kv_head, length, self.head_dim)
+        make = lambda: torch.empty(shape, dtype=self.dtype, device=self.device)  # noqa: E731
+        return KVCache([make() for _ in self.blocks], [make() for _ in self.blocks], prefix)
+
+    def quantize_int8(self) -> None:
+        """int8 copies of every block matrix and the output projection (see GPT-2's).
+
+        The query/key/value matrices are quantized as one, and so are the gate and up
+        projections: one kernel each per step instead of three and two.
+        """
+        if not int8_supported():
+            raise RuntimeError("this torch build has no int8 weight-only CPU kernel")
+        self.int8 = [
+            {
+                group: quantize_rows_int8(torch.cat([block.weights[p] for p in parts]))
+                for group, parts in self.groups.items()
+            }
+            for block in self.blocks
+        ]
+        self.lm_head_int8 = quantize_rows_int8(self.lm_head)
+
+    def _final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        return self._norm(x, self.ln_f)
+
+    def _norm(
+        self, x: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor | None]
+    ) -> torch.Tensor:
+        if self.layer_norm:
+            return F.layer_norm(x, (x.size(-1),), norm[0], norm[1], self.eps)
+        return _rms_norm(x, norm[0], self.eps)
+
+    def _lin(self, x: torch.Tensor, i: int, group: str, int8: bool) -> torch.Tensor:
+        """``x`` (N, in) times a group's matrices (``qkv``, ``o``, ``up``, ``down``): the
+        outputs side by side, from the int8 copy when ``int8``."""
+        block = self.blocks[i]
+        bias = block.biases[group]
+        if int8:
+            return _int8_linear(x, self.int8[i][group], bias)  # type: ignore[index]
+        parts = self.groups[group]
+        if len(parts) == 1:
+            return F.linear(x, block.weights[parts[0]], bias)
+        out = torch.cat([F.linear(x, block.weights[p]) for p in parts], dim=-1)
+        return out if bias is None else out + bias
+
+    def _rotary(self, t0: int, t1: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin (T, hs) of positions ``t0:t1``, as the model's rotary module."""
+        positions = torch.arange(t0, t1, device=self.device, dtype=torch.float32)
+        freqs = positions[:, None] * self.inv_freq.to(self.device)  # (T, hs/2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
+        return cos.to(self.dtype), sin.to(self.dtype)
+
+    def _blocks(self, ids: torch.Tensor, cache: KVCache, int8: bool = False) -> torch.Tensor:
+        B, T = ids.shape
+        t0 = cache.length
+        C, nh, nkv, hs = self.n_embd, self.n_head, self.n_kv_head, self.head_dim
+        cos, sin = self._rotary(t0, t0 + T)  # (T, hs)
+        x = F.embedding(ids, self.wte)  # (B, T, C)
+        for i, block in enumerate(self.blocks):
+            h = self._norm(x, block.norms[0]).view(B * T, C)
+            qkv = self._lin(h, i, "qkv", int8).view(B, T, nh + 2 * nkv, hs)
+            q, k, v = qkv.split((nh, nkv, nkv), dim=2)  # (B, T, heads, hs)
+            if block.qk_norm is not None:
+                q = _rms_norm(q, block.qk_norm[0], self.eps)
+                k = _rms_norm(k, block.qk_norm[1], self.eps)
+            q = _rotate(q.transpose(1, 2), cos, sin)  # (B, nh, T, hs)
+            k = _rotate(k.transpose(1, 2), cos, sin)  # (B, nkv, T, hs)
+            y = attend(q, k, v.transpose(1, 2), cache, i, t0, self.scaling, block.window)
+            y = y.transpose(1, 2).reshape(B * T, nh * hs)
+            x = x + self._lin(y, i, "o", int8).view(B, T, C)
+            h = self._norm(x, block.norms[1]).view(B * T, C)
+            if self.gated:
+                gate, up = self._lin(h, i, "up", int8).chunk(2, dim=-1)
+                h = self.act(gate) * up
+            else:
+                h = self.act(self._lin(h, i, "up", int8))
+            x = x + self._lin(h, i, "down", int8).view(B, T, C)
+        cache.length = t0 + T
+        return x
+
+
+def _window(cfg: Any, i: int) -> int | None:
+    """The sliding window of layer ``i`` as transformers applies it, None for full attention."""
+    window = getattr(cfg, "sliding_window", None)
+    types = getattr(cfg, "layer_types", None)
+    if window is None or (types is not None and types[i] != "sliding_attention"):
+        return None
+    if getattr(cfg, "use_sliding_window", True) is False:
+        return None
+    return int(window)
+
+
+def _activation(mlp: Any, name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The MLP's activation: torch's fused kernel where there is one, else the module's."""
+    if name == "silu":
+        return F.silu
+    if name in ("gelu_pytorch_tanh", "gelu_new"):
+        return lambda h: F.gelu(h, approximate="tanh")
+    return getattr(mlp, "act_fn", None) or mlp.act
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """transformers' RMSNorm over the last dimension: normalised in float32, scaled in the
+    input's dtype (torch's fused kernel where the input is float32 already)."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.size(-1),), weight, eps)
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return xf.to(x.dtype) if weight is None else weight * xf.to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary positions: ``x`` (..., T, hs), tables (T, hs); halves rotated as in
+    transformers' ``rotate_half``."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
