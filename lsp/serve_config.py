@@ -40,6 +40,13 @@ class ServeConfig(Config):
     )
     fim_order: str = FIM_ORDER.field()
     fim_tokens: str = FIM_TOKENS.field()
+    cut_repetition: bool = option(
+        True,
+        "cut a completion before a short string repeated 4 or more times at a line end "
+        "(`for q in = = = =`, `x.unkunkunk`), as the editor and the playground do; numbers "
+        "and rulers are kept, and a stream holds back only the end of a line that could "
+        "still become such a run",
+    )
     queue_size: int = option(
         8,
         "requests allowed to wait while one generates; more are refused at once with 503",
