@@ -541,7 +541,11 @@ def make_server(config: ServeConfig, engine: Any) -> CompletionServer:
 
 def load_engine(config: ServeConfig) -> Any:
     from codeparrot.generation import Engine
+    from codeparrot.hub import with_revision
 
     return Engine.load(
-        config.checkpoint, device=config.device, dtype=config.dtype, quantize=config.quantize
+        with_revision(config.checkpoint, config.revision),
+        device=config.device,
+        dtype=config.dtype,
+        quantize=config.quantize,
     )
