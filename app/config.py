@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeparrot.config import Config, option
-from codeparrot.options import CHECKPOINT, DEVICE, MAX_NEW_TOKENS
+from codeparrot.options import CHECKPOINT, DEVICE, MAX_NEW_TOKENS, REVISION
 
 # Candidates shown side by side: each is a pre-built editor in the page.
 MAX_CANDIDATES = 8
@@ -17,6 +17,7 @@ class AppConfig(Config):
     """A Gradio playground over one or more checkpoints."""
 
     checkpoints: tuple[Path, ...] = CHECKPOINT.field(())  # offered in the picker
+    revision: str | None = REVISION.field(help=REVISION.help + " (applies to every Hub id given)")
     host: str = option("127.0.0.1", "address to listen on (0.0.0.0: every interface)")
     port: int = option(7860, "port to listen on (0: any free port)", ge=0, le=65535)
     concurrency: int = option(
@@ -57,4 +58,14 @@ class AppConfig(Config):
     )
 
     def problems(self) -> list[str]:
-        return [] if self.checkpoints else ["give at least one CHECKPOINT"]
+        from codeparrot.hub import revision_problems
+
+        out = [] if self.checkpoints else ["give at least one CHECKPOINT"]
+        return out + [p for c in self.checkpoints for p in revision_problems(c, self.revision)]
+
+    @property
+    def served_checkpoints(self) -> tuple[Path, ...]:
+        """The checkpoints with ``--revision`` folded into each Hub id (``ORG/NAME@REV``)."""
+        from codeparrot.hub import with_revision
+
+        return tuple(with_revision(c, self.revision) for c in self.checkpoints)

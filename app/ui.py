@@ -331,10 +331,10 @@ class Playground:
         ``config.checkpoints``); anything with ``checkpoints``, ``is_loaded`` and ``get``."""
         self.config = config
         self.pool = pool or EnginePool(
-            config.checkpoints, device=config.device, compile=config.compile
+            config.served_checkpoints, device=config.device, compile=config.compile
         )
         self.running = _RunningGenerations()
-        self.choices = _checkpoint_choices(config.checkpoints)
+        self.choices = _checkpoint_choices(config.served_checkpoints)
         self.slots = GenerationSlots(config.concurrency, config.queue_size)
         self.limits = RequestLimits(
             prompt_chars=config.max_prompt_chars,
@@ -601,8 +601,8 @@ def launch(config: AppConfig, *, block: bool = True) -> tuple[gr.Blocks, str]:
     Raises :class:`CheckpointError` when none of the checkpoints is a directory (a page
     with nothing to run would only confuse); missing ones among others show a notice.
     """
-    if not any(read_model_card(p).exists for p in config.checkpoints):  # dirs, Hub ids
-        listed = ", ".join(str(p) for p in config.checkpoints)
+    if not any(read_model_card(p).exists for p in config.served_checkpoints):  # dirs, Hub ids
+        listed = ", ".join(str(p) for p in config.served_checkpoints)
         raise CheckpointError(
             f"--checkpoint: none of these is a directory or a Hub model: {listed}"
         )

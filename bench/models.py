@@ -10,9 +10,13 @@ Cells (each ``ok``, ``-`` where it does not apply, or what went wrong):
 - ``serve``: ``codeparrot serve``'s service over HTTP, a request with a suffix;
 - ``lsp``: the language server's suggestion for a cursor inside a function, with the text
   after it, holding no special-token text;
-- ``bos``: a left-to-right prompt starts with BOS exactly where the tokenizer adds it.
-
-Finetuning, LoRA, the playground and Hub ids are cells of other benches.
+- ``bos``: a left-to-right prompt starts with BOS exactly where the tokenizer adds it;
+- ``app``: the playground started on a free port and called through ``gradio_client``
+  (its ``/generate`` endpoint), the candidate holding no special-token text;
+- ``finetune`` and ``lora``: ``finetune`` (every weight, then ``--peft lora``) for two
+  steps on a small repository, the result loaded by the engine;
+- ``hub``: ``codeparrot complete --checkpoint someorg/NAME`` with the model only in a
+  Hugging Face cache built here and ``HF_HUB_OFFLINE=1``.
 
     .venv/bin/python bench/models.py [--families codellama,qwen2.5-coder]
 """
@@ -32,10 +36,11 @@ from typing import Any
 
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.training helpers
 
 PREFIX = "import os\n\n\ndef join(parts):\n    return "
 SUFFIX = "\n\n\nprint(join(['a']))\n"
-CELLS = ("complete", "special", "serve", "lsp", "bos")
+CELLS = ("complete", "special", "serve", "lsp", "bos", "app", "finetune", "lora", "hub")
 
 
 def _special_token(engine: Any) -> int:
@@ -140,6 +145,75 @@ def cell_bos(path: Path) -> str:
     return "ok" if ids == engine.tokenizer("x = 1")["input_ids"] else f"{ids[:3]}"
 
 
+class _OnePool:
+    """The playground's engine pool, holding one scripted engine."""
+
+    def __init__(self, path: Path, engine: Any) -> None:
+        self.checkpoints = {str(path): path}
+        self.engine = engine
+
+    def is_loaded(self, key: str) -> bool:
+        return True
+
+    def get(self, key: str) -> Any:
+        return self.engine
+
+
+def cell_app(path: Path) -> str:
+    import gradio_client
+
+    from codeparrot.app.config import AppConfig
+    from codeparrot.app.ui import Playground, serve
+
+    engine, _word = _scripted(path)
+    config = AppConfig(checkpoints=(path,), port=0, compile=False)
+    demo, url = serve(Playground(config, pool=_OnePool(path, engine)), block=False)
+    try:
+        client = gradio_client.Client(url, verbose=False)
+        args = (str(path), PREFIX, 8, 0.0, 1.0, 1, 0, "none", "")
+        details = client.predict(*args, api_name="/generate")[1]
+        text = details[0]["text"]
+    finally:
+        demo.close()
+    return "special text" if _has_special_text(engine, text) else "ok"
+
+
+def cell_finetune(path: Path, root: Path, peft: str | None) -> str:
+    from codeparrot.generation import Engine, GenerationConfig
+    from codeparrot.training.finetune import finetune
+    from tests.training.test_finetune import make_repository, tiny_finetune
+
+    repository = root / "repository"
+    if not repository.exists():
+        make_repository(repository)
+    out = root / f"{path.name}-{peft or 'full'}"
+    config = tiny_finetune(repository, path, out, max_steps=2, peft=peft, eval_tokens=500)
+    result = finetune(config)
+    engine = Engine.load(result.model, quantize="none")
+    engine.generate(PREFIX, GenerationConfig(max_new_tokens=2, temperature=0))
+    return "ok" if result.steps == 2 else f"{result.steps} steps"
+
+
+def cell_hub(path: Path, root: Path) -> str:
+    import os
+
+    from tests.core.test_hub_models import cache_model
+
+    cache = root / "hf" / "hub"
+    repo_id = f"someorg/{path.name.replace('.', '-')}"
+    cache_model(cache, repo_id, path)
+    env = os.environ | {"HF_HOME": str(cache.parent), "HF_HUB_CACHE": str(cache)}
+    env |= {"HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "codeparrot", "complete", "--checkpoint", repo_id]
+    cmd += ["--temperature", "0", "--max-new-tokens", "4", "--json", "--device", "cpu"]
+    proc = subprocess.run([*cmd, PREFIX], capture_output=True, text=True, timeout=300, env=env)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [""])[-1]
+        return f"exit {proc.returncode}: {last[:60]}"
+    json.loads(proc.stdout)
+    return "ok"
+
+
 def run_family(name: str, root: Path) -> dict[str, str]:
     from families import FAMILIES, build_family
 
@@ -151,6 +225,10 @@ def run_family(name: str, root: Path) -> dict[str, str]:
         "serve": lambda: cell_serve(path),
         "lsp": lambda: cell_lsp(path),
         "bos": lambda: cell_bos(path),
+        "app": lambda: cell_app(path),
+        "finetune": lambda: cell_finetune(path, root, None),
+        "lora": lambda: cell_finetune(path, root, "lora"),
+        "hub": lambda: cell_hub(path, root),
     }
     row = {}
     for cell, work in cells.items():

@@ -404,3 +404,29 @@ def in_hub_cache(path: str | Path) -> bool:
     cache = hub_cache_dir().resolve()
     target = Path(path).resolve()
     return target == cache or cache in target.parents
+
+
+def with_revision(spec: str | Path, revision: str | None) -> Path:
+    """``spec`` with ``--revision`` folded in, as every loader takes it.
+
+    A Hub id becomes ``ORG/NAME@REV``; a local directory (where a revision means nothing)
+    and anything that is no Hub id come back as they were, for the loader to report. No
+    network: a command checks this before any work. :class:`CheckpointError` when
+    ``ORG/NAME@REV`` names another revision than ``revision``.
+    """
+    text = str(spec)
+    if not revision or Path(text).is_dir() or not looks_like_hub_id(text):
+        return Path(text)
+    repo_id, rev = split_revision(text, revision)
+    return Path(f"{repo_id}@{rev}")
+
+
+def revision_problems(spec: str | Path | None, revision: str | None) -> list[str]:
+    """:func:`with_revision`'s complaint as a config problem (empty when there is none)."""
+    if spec is None or not revision:
+        return []
+    try:
+        with_revision(spec, revision)
+    except CheckpointError as e:
+        return [f"--checkpoint and --revision disagree: {e}"]
+    return []

@@ -28,6 +28,7 @@ from codeparrot.options import (
     FIM_TOKENS,
     MAX_NEW_TOKENS,
     QUANTIZE_WEIGHTS,
+    REVISION,
     SYNTAX_SAMPLES,
     TEMPERATURE,
     TOP_P,
@@ -63,6 +64,7 @@ class LspConfig(Config):
     checkpoint: Path | None = CHECKPOINT.field(
         None, CHECKPOINT.help + " (default: `checkpoint` in the editor's initializationOptions)"
     )
+    revision: str | None = REVISION.field()
     # Editors ask on every keystroke: the limits are lower than a batch job's.
     max_new_tokens: int = MAX_NEW_TOKENS.field(
         32, "most tokens generated for a single-line completion", le=512
@@ -168,7 +170,9 @@ class LspConfig(Config):
             parse_fim_tokens(self.fim_tokens)
         except ValueError as e:
             out.append(str(e))
-        return out
+        from codeparrot.hub import revision_problems
+
+        return out + revision_problems(self.checkpoint, self.revision)
 
     @property
     def address(self) -> tuple[str, int] | None:

@@ -30,6 +30,7 @@ import dataclasses
 import io
 import json
 import logging
+import select
 import socket
 import threading
 import time
@@ -39,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from codeparrot.errors import ConfigError
+from codeparrot.generation.repetition import LineEndRepetitionStream, cut_line_end_repetition
 from codeparrot.lsp.serve_config import ServeConfig
 from codeparrot.lsp.serve_request import (
     ApiError,
@@ -135,28 +137,45 @@ class CompletionService:
         except ConfigError as e:
             raise bad(str(e)) from None
 
-    def response(self, events: Iterator[Any]) -> dict[str, Any]:
-        """A whole completion response, from every event of a stream."""
+    def response(self, events: Iterator[Any], prompt: str = "") -> dict[str, Any]:
+        """A whole completion response, from every event of a stream (each text cut before
+        a run at a line end with ``cut_repetition``; ``prompt`` is the text before it)."""
         done = sorted((e for e in events if e.completion is not None), key=lambda e: e.index)
         _log_generation([e.completion for e in done])
-        choices = [_choice(e.index, e.completion.text, e.completion) for e in done]
+        choices = [
+            _choice(e.index, self._cut(e.completion.text, prompt), e.completion) for e in done
+        ]
         return self._envelope(choices) | {"usage": _usage([e.completion for e in done])}
 
     def chunks(
-        self, events: Iterator[Any], include_usage: bool
-    ) -> Generator[dict[str, Any], None, None]:
-        """Streamed chunks: one per piece of text, the last of a choice with its reason."""
+        self, events: Iterator[Any], include_usage: bool, prompt: str = ""
+    ) -> Generator[dict[str, Any] | None, None, None]:
+        """Streamed chunks: one per piece of text, the last of a choice with its reason.
+
+        With ``cut_repetition`` each choice's text passes a hold-back: what is sent is what
+        the whole answer starts with, so joined chunks equal :meth:`response`'s text. None
+        stands for new text held back (nothing to send)."""
         envelope = self._envelope([])
         finished = []
+        held: dict[int, LineEndRepetitionStream] = {}
         for event in events:
-            if event.completion is None and not event.delta:
+            text = event.delta
+            if self.config.cut_repetition:
+                cut = held.setdefault(event.index, LineEndRepetitionStream(prompt))
+                text = cut.feed(text) + (cut.finish() if event.completion is not None else "")
+            if event.completion is None and not text:
+                if event.delta:
+                    yield None  # text held back: a moment to see whether the client is there
                 continue
             if event.completion is not None:
                 finished.append(event.completion)
-            yield envelope | {"choices": [_choice(event.index, event.delta, event.completion)]}
+            yield envelope | {"choices": [_choice(event.index, text, event.completion)]}
         _log_generation(finished)
         if include_usage:
             yield envelope | {"usage": _usage(finished)}
+
+    def _cut(self, text: str, prompt: str) -> str:
+        return cut_line_end_repetition(text, prompt) if self.config.cut_repetition else text
 
     def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {
@@ -341,9 +360,9 @@ class _Handler(BaseHTTPRequestHandler):
         with service.line.turn():
             events = service.events(request, cancel)
             if not request.stream:
-                self._send_json(200, service.response(events))
+                self._send_json(200, service.response(events, request.prompt))
                 return
-            self._stream(service.chunks(events, request.include_usage), cancel)
+            self._stream(service.chunks(events, request.include_usage, request.prompt), cancel)
 
     def _preflight(self) -> None:
         """A CORS preflight, answered for the origins of ``--allow-origin`` alone."""
@@ -454,7 +473,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _stream(
-        self, chunks: Generator[dict[str, Any], None, None], cancel: threading.Event
+        self, chunks: Generator[dict[str, Any] | None, None, None], cancel: threading.Event
     ) -> None:
         """Server-sent events until ``[DONE]``; a client that goes away cancels generation."""
         self.close_connection = True  # the body ends when the connection does
@@ -466,7 +485,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         try:
             for chunk in chunks:
-                self._event(chunk)
+                if chunk is not None:
+                    self._event(chunk)
+                elif self._client_gone():  # no write would tell while text is held back
+                    raise ConnectionResetError("the client closed the connection")
         except OSError:  # reset, broken pipe or a reader slower than read_timeout
             cancel.set()
             logger.info("client %s went away; generation cancelled", self.address_string())
@@ -483,6 +505,18 @@ class _Handler(BaseHTTPRequestHandler):
             chunks.close()
         with contextlib.suppress(OSError):
             self.wfile.write(b"data: [DONE]\n\n")
+
+    def _client_gone(self) -> bool:
+        """Has the client closed its end? (Readable with nothing to read: end of file.)"""
+        sock = self.connection
+        if not select.select([sock], [], [], 0)[0]:
+            return False
+        try:
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
 
     def _event(self, payload: dict[str, Any]) -> None:
         self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
@@ -507,7 +541,11 @@ def make_server(config: ServeConfig, engine: Any) -> CompletionServer:
 
 def load_engine(config: ServeConfig) -> Any:
     from codeparrot.generation import Engine
+    from codeparrot.hub import with_revision
 
     return Engine.load(
-        config.checkpoint, device=config.device, dtype=config.dtype, quantize=config.quantize
+        with_revision(config.checkpoint, config.revision),
+        device=config.device,
+        dtype=config.dtype,
+        quantize=config.quantize,
     )

@@ -18,6 +18,7 @@ from codeparrot.options import (
     FIM_TOKENS,
     MAX_NEW_TOKENS,
     QUANTIZE_WEIGHTS,
+    REVISION,
 )
 
 
@@ -26,6 +27,7 @@ class ServeConfig(Config):
     """An OpenAI-compatible completion endpoint (POST /v1/completions) over one checkpoint."""
 
     checkpoint: Path = CHECKPOINT.field()
+    revision: str | None = REVISION.field()
     host: str = option(
         "127.0.0.1", "address to listen on (0.0.0.0 exposes the model to the whole network)"
     )
@@ -40,6 +42,13 @@ class ServeConfig(Config):
     )
     fim_order: str = FIM_ORDER.field()
     fim_tokens: str = FIM_TOKENS.field()
+    cut_repetition: bool = option(
+        True,
+        "cut a completion before a short string repeated 4 or more times at a line end "
+        "(`for q in = = = =`, `x.unkunkunk`), as the editor and the playground do; numbers "
+        "and rulers are kept, and a stream holds back only the end of a line that could "
+        "still become such a run",
+    )
     queue_size: int = option(
         8,
         "requests allowed to wait while one generates; more are refused at once with 503",
@@ -104,6 +113,9 @@ class ServeConfig(Config):
                     f"--allow-host {name!r}: give a host name or address, no scheme or path"
                 )
         from codeparrot.fim import parse_fim_tokens
+        from codeparrot.hub import revision_problems
+
+        found += revision_problems(self.checkpoint, self.revision)
 
         try:
             parse_fim_tokens(self.fim_tokens)

@@ -168,7 +168,11 @@ class CodeparrotServer(LanguageServer):
 
     def load_engine(self) -> None:
         """Start loading the configured checkpoint in the generation thread (once per path)."""
+        from codeparrot.hub import with_revision
+
         path = self.config.checkpoint
+        if path is not None:
+            path = with_revision(path, self.config.revision)
         if path is None or path == self._engine_path:
             return
         self._engine_path = path
@@ -578,7 +582,7 @@ def serve(config: LspConfig) -> None:
     from codeparrot.models.checkpoint import read_model_config
 
     if config.checkpoint is not None:  # fail before the editor connects; Engine.load checks all
-        read_model_config(config.checkpoint)
+        read_model_config(config.checkpoint, revision=config.revision)
     logging.basicConfig(
         filename=config.log_file,
         level=logging.INFO,

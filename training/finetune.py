@@ -32,7 +32,10 @@ from codeparrot.errors import CheckpointError, DataError
 from codeparrot.options import (
     BATCH_SIZE,
     CHECKPOINT,
+    DEFAULT_FIM_RATE,
     DROPOUT,
+    FIM_RATE,
+    FIM_TOKENS,
     LEARNING_RATE,
     MAX_MINUTES,
     MAX_STEPS,
@@ -106,6 +109,14 @@ class FinetuneConfig(Config):
     force: bool = option(False, "replace --output if it already holds a fine-tuning run")
     progress: bool = option(True, "show progress bars")
     revision: str | None = REVISION.field()
+    fim_rate: float | None = FIM_RATE.field(
+        help="share of the training documents turned into fill-in-the-middle examples, laid "
+        "out in the base model's own template (StarCoder's, Qwen2.5-Coder's, CodeLlama's ...: "
+        "detected from its tokenizer, or --fim-tokens) and in the order the fine-tuned model "
+        f"is prompted in (SPM for the StarCoder template, PSM for the others); default: "
+        f"{DEFAULT_FIM_RATE} when the base fills in the middle (the quickstart's rate), else 0"
+    )
+    fim_tokens: str = FIM_TOKENS.field()
     peft: str | None = option(
         None,
         "parameter-efficient fine-tuning: lora trains low-rank adapters of the attention "
@@ -155,6 +166,12 @@ class FinetuneConfig(Config):
             ]
             if changed:
                 out.append(f"{', '.join(changed)} needs --peft lora")
+        from codeparrot.fim import parse_fim_tokens
+
+        try:
+            parse_fim_tokens(self.fim_tokens)
+        except ValueError as e:
+            out.append(str(e))
         return out
 
     @property
@@ -187,6 +204,9 @@ class FinetuneResult:
     lsp_command: str
     app_command: str
     pushed: str | None = None
+    # full fine-tuning stopped by --max-minutes under a quarter of its planned tokens: what
+    # to do about it (training/plan.py's warning, as `train --max-minutes` prints it)
+    warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
@@ -225,6 +245,14 @@ def preflight(config: FinetuneConfig) -> tuple[Path, Any]:
         )
     # causal LM, no custom code, weights, its tokenizer fits, --seq-length within the context
     validate_checkpoint(base, seq_length=config.seq_length)
+    if config.fim_rate:  # a base without FIM tokens: an error before any work
+        from codeparrot.models.checkpoint import load_tokenizer
+        from codeparrot.training.finetune_fim import family_transform
+
+        family_transform(
+            load_tokenizer(base), config.fim_rate, config.fim_tokens, config.seed,
+            where=str(config.checkpoint),
+        )  # fmt: skip
     check_repository(config.repository)
     if in_hub_cache(config.output):
         raise CheckpointError(
@@ -375,6 +403,7 @@ def _train_config(
         max_steps=steps,
         max_minutes=config.max_minutes,
         mixed_precision=config.mixed_precision,
+        fim_rate=0.0,  # FIM examples, in the base's template, come from finetune_fim
         eval_every=0,
         eval_batches=4,
         keep_checkpoints=1,
@@ -392,6 +421,105 @@ def planned_steps(config: FinetuneConfig, train_tokens: int, seq_length: int) ->
         return config.max_steps
     per_step = config.batch_size * seq_length
     return max(1, math.ceil(config.epochs * train_tokens / per_step))
+
+
+def _fim_plan(config: FinetuneConfig, base: Path, tokenizer: Any, say: Any) -> dict[str, Any]:
+    """The FIM rate, its transform in the base's template (None at rate 0) and the FIM
+    status the fine-tuned model records: trained with FIM, or the base's own status."""
+    from codeparrot.training.finetune_fim import base_infills, family_transform, fim_rate
+
+    infills = base_infills(base, tokenizer, config.fim_tokens)
+    rate = fim_rate(config.fim_rate, infills)
+    transform = family_transform(
+        tokenizer, rate, config.fim_tokens, config.seed, where=str(config.checkpoint)
+    )
+    if transform is not None:
+        order = "SPM" if transform.spm_rate else "PSM"
+        say(f"fill in the middle: {rate:g} of the documents, {order}, in the base's template")
+    return {"rate": rate, "transform": transform, "trained": bool(rate) or infills}
+
+
+def _fim_record(fim: dict[str, Any]) -> dict[str, Any]:
+    transform = fim["transform"]
+    if transform is None:
+        return {"rate": 0.0, "fim_trained": fim["trained"]}
+    return {
+        "rate": fim["rate"],
+        "template": transform.template,
+        "order": "spm" if transform.spm_rate else "psm",
+        "fim_trained": fim["trained"],
+    }
+
+
+def _fim_train_tokens(corpus: Path, transform: Any, tokenizer: Any) -> list[int]:
+    """The train split as FIM and plain documents, each ended by end-of-text."""
+    from codeparrot.training.finetune_fim import fim_documents
+
+    ids: list[int] = []
+    for doc in fim_documents(corpus, "train", transform):
+        ids.extend(doc)
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+def _train_full(
+    config: FinetuneConfig,
+    base: Path,
+    steps: int,
+    seq_length: int,
+    train_tokens: int,
+    tokenizer: Any,
+    fim: dict[str, Any],
+    say: Any,
+) -> Any:
+    """Train every weight; with FIM the examples come in the base's template, and the
+    export records the FIM status of :func:`_fim_plan`."""
+    from codeparrot.io import read_json, write_json
+    from codeparrot.models.checkpoint import CHECKPOINT_META
+    from codeparrot.training.data import PackedStream, shard_files
+    from codeparrot.training.loop import train
+
+    train_config = _train_config(config, base, steps, seq_length, train_tokens)
+    data: dict[str, Any] = {}
+    if fim["transform"] is not None:
+        data["train_data"] = PackedStream(
+            shard_files(config.corpus_dir, "train"),
+            tokenizer,
+            seq_length,
+            shuffle_buffer=train_config.shuffle_buffer,
+            sequence_buffer=train_config.sequence_buffer,
+            seed=train_config.seed,
+            fim=fim["transform"],
+        )
+        valid_files = shard_files(config.corpus_dir, "valid")
+        data["valid_data"] = lambda: PackedStream(
+            valid_files, tokenizer, seq_length, shuffle_buffer=0, loop=False
+        )
+    trained = train(train_config, log=say, **data)
+    meta_file = config.model_dir / CHECKPOINT_META
+    meta = read_json(meta_file)
+    meta["fim_trained"] = fim["trained"]
+    write_json(meta_file, meta)
+    return trained
+
+
+def undertrained(config: FinetuneConfig, trained: Any) -> str | None:
+    """The warning of ``train --max-minutes`` when the run saw under a quarter of the tokens
+    its steps were planned for (None otherwise)."""
+    from codeparrot.training.plan import undertrained_warning
+
+    if not trained.designed_tokens:
+        return None
+    if config.max_steps is not None:
+        what = f"--max-steps {config.max_steps}"
+    else:
+        what = f"--epochs {config.epochs:g}"
+    return undertrained_warning(
+        tokens_seen=trained.tokens_seen,
+        designed_tokens=trained.designed_tokens,
+        tokens_per_s=trained.tokens_per_s,
+        what=what,
+    )
 
 
 def commands(model_dir: Path) -> tuple[str, str]:
@@ -425,22 +553,26 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
     splits["train"] = every_train_token[: config.eval_tokens]
     say(f"measuring the base checkpoint on {len(splits['valid']):,} held-out tokens")
     before = checkpoint_losses(base, splits, seq_length)
+    fim = _fim_plan(config, base, tokenizer, say)
 
     steps = planned_steps(config, train_tokens, seq_length)
     say(f"fine-tuning for up to {steps} steps or {config.max_minutes:g} minutes")
     if config.peft == "lora":
         from codeparrot.training.lora import finetune_lora
 
+        if fim["transform"] is not None:
+            every_train_token = _fim_train_tokens(config.corpus_dir, fim["transform"], tokenizer)
         step, stopped_by, precision = finetune_lora(
-            config, base, every_train_token, steps=steps, seq_length=seq_length, log=say
-        )
+            config, base, every_train_token, steps=steps, seq_length=seq_length, log=say,
+            fim_trained=fim["trained"],
+        )  # fmt: skip
         planned = steps  # the adapter's loop checks --max-minutes before each step
+        warning = None
     else:
-        from codeparrot.training.loop import train
-
-        trained = train(_train_config(config, base, steps, seq_length, train_tokens), log=say)
+        trained = _train_full(config, base, steps, seq_length, train_tokens, tokenizer, fim, say)
         step, stopped_by = trained.step, trained.stopped_by
         precision, planned = trained.precision, trained.planned_steps
+        warning = undertrained(config, trained)
     del every_train_token
     after = checkpoint_losses(config.model_dir, splits, seq_length)
 
@@ -468,6 +600,7 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
         lsp_command=lsp_command,
         app_command=app_command,
         pushed=pushed,
+        warning=warning,
     )
     write_json(
         config.output / RESULT_FILE,
@@ -476,6 +609,7 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
             "seq_length": seq_length,
             "precision": precision,
             "planned_steps": planned,
+            "fim": _fim_record(fim),
             "provenance": provenance(config),
         },
     )

@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         f"nats/token ({result.valid_tokens:,} tokens); train split "
         f"{result.train_loss_before:.4f} -> {result.train_loss_after:.4f}"
     )
+    if result.warning:
+        print(result.warning)
     if result.pushed:
         print(f"pushed: {result.pushed}")
     print("complete in your editor:  " + result.lsp_command)

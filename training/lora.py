@@ -290,13 +290,15 @@ def finetune_lora(
     steps: int,
     seq_length: int,
     log: Callable[[str], None] | None = None,
+    fim_trained: bool | None = None,
 ) -> tuple[int, str, str]:
     """``finetune --peft lora``: train an adapter of ``base`` and save it (or merge it)
     into ``config.model_dir``; returns (steps, what stopped the run, the autocast dtype
     ``--mixed-precision`` chose: no, bf16 or fp16).
 
-    The adapter keeps its base's fill-in-the-middle status (it trains left to right: a
-    FIM base stays one, whose sentinels the adapter leaves as they were).
+    ``train_ids`` may hold FIM examples in the base's template (``finetune --fim-rate``);
+    ``fim_trained`` is the fill-in-the-middle status the adapter records (None: its base's
+    record, if it has one).
     """
     from codeparrot.hub import resolve_model
     from codeparrot.io import provenance
@@ -351,7 +353,7 @@ def finetune_lora(
         "train_config": config.to_dict(),
         "provenance": provenance(config),
     }
-    fim = trained_to_infill(base_meta)
+    fim = trained_to_infill(base_meta) if fim_trained is None else fim_trained
     if fim is not None:
         meta["fim_trained"] = fim
     if config.merge:

@@ -76,8 +76,13 @@ def run_complete(args: argparse.Namespace) -> int:
     suffix = config.suffix
     if config.suffix_file is not None:
         suffix = read_text_file(config.suffix_file, "--suffix-file")
+    from codeparrot.hub import with_revision
+
     engine = Engine.load(
-        config.checkpoint, device=config.device, dtype=config.dtype, quantize=config.quantize
+        with_revision(config.checkpoint, config.revision),
+        device=config.device,
+        dtype=config.dtype,
+        quantize=config.quantize,
     )
     if config.stream:
         return _print_stream(engine, prompt, gen, suffix)

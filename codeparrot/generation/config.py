@@ -22,6 +22,7 @@ from codeparrot.options import (
     MAX_NEW_TOKENS,
     QUANTIZE,
     QUANTIZE_WEIGHTS,
+    REVISION,
     TEMPERATURE,
     TOP_K,
     TOP_P,
@@ -71,6 +72,7 @@ class CompleteConfig(Config):
 
     checkpoint: Path = CHECKPOINT.field()
     prompt: str = option(help='the text to complete; "-" reads it from standard input')
+    revision: str | None = REVISION.field()
     suffix: str | None = option(
         None,
         "fill in the middle: the text after the gap (PROMPT is the text before it); needs "
@@ -94,4 +96,6 @@ class CompleteConfig(Config):
             out.append("--suffix and --suffix-file exclude each other")
         if self.stream and self.json:
             out.append("--stream and --json exclude each other")
-        return out
+        from codeparrot.hub import revision_problems
+
+        return out + revision_problems(self.checkpoint, self.revision)

@@ -191,3 +191,79 @@ def _line_end_cut(text: str, before: str) -> int:
             return offset + max(0, found[0] - len(lead))
         offset += len(line) + 1
     return len(text)
+
+
+def cut_line_end_repetition(text: str, before: str = "") -> str:
+    """``text`` cut before the first run that ends one of its lines, and only that rule of
+    :func:`cut_repetition` (a short string repeated :data:`LINE_END_REPEATS` times or more
+    right up to a line end: ``for q in = = = =``, ``dtemp.unkunkunk``), honest numbers and
+    rulers kept. ``before`` is what precedes ``text`` on its line. For an API's answers,
+    where the editor's other rules (lines copied from above, repeated blocks) would change
+    text a client may want whole."""
+    end = _line_end_cut(text, before)
+    if end >= len(text):
+        return text
+    kept = text[:end].rstrip()
+    return kept.rstrip(",.;") if kept.endswith((",", ".", ";")) else kept
+
+
+class LineEndRepetitionStream:
+    """:func:`cut_line_end_repetition` over a text that arrives in pieces.
+
+    :meth:`feed` returns the part of the text that no later piece can take back, keeping
+    back the tail that could still become a cut run (the end of the unfinished line that
+    repeats with a period of at most :data:`LINE_END_UNIT_CHARS` characters, and the
+    whitespace and separators a cut would drop before it); :meth:`finish` returns the rest.
+    What they return, joined, is ``cut_line_end_repetition(whole_text, before)``; nothing
+    more is returned after a cut.
+    """
+
+    def __init__(self, before: str = "") -> None:
+        self.before = before
+        self.text = ""
+        self.sent = 0  # characters of ``text`` returned so far
+        self.cut = False
+
+    def feed(self, piece: str) -> str:
+        if self.cut:
+            return ""
+        self.text += piece
+        done = self.text.rfind("\n") + 1  # the finished lines end here
+        finished = cut_line_end_repetition(self.text[:done], self.before)
+        if finished != self.text[:done]:
+            self.cut = True  # a finished line ended in a run: the answer is known
+            return self._send(finished)
+        lead = self.before.split("\n")[-1] if done == 0 else ""
+        line = (lead + self.text[done:]).rstrip()
+        start = done + max(0, _open_run_start(line) - len(lead))
+        safe = start
+        while safe > 0 and (self.text[safe - 1].isspace() or self.text[safe - 1] in ",.;"):
+            safe -= 1
+        return self._send(self.text[:safe])
+
+    def finish(self) -> str:
+        """The rest of the cut text, once the whole text has arrived."""
+        if self.cut:
+            return ""
+        self.cut = True
+        return self._send(cut_line_end_repetition(self.text, self.before))
+
+    def _send(self, upto: str) -> str:
+        if len(upto) <= self.sent:
+            return ""
+        piece = upto[self.sent :]
+        self.sent = len(upto)
+        return piece
+
+
+def _open_run_start(line: str) -> int:
+    """Start of the longest end of ``line`` that repeats with a period of at most
+    :data:`LINE_END_UNIT_CHARS` characters: where a run at the line's end could begin once
+    more text comes (the last :data:`LINE_END_UNIT_CHARS` characters at least)."""
+    start = len(line)
+    for size in range(1, LINE_END_UNIT_CHARS + 1):
+        s = max(0, len(line) - size)
+        while s > 0 and line[s - 1] == line[s - 1 + size]:
+            s -= 1
+        start = min(start, s)
+    return start

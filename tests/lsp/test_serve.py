@@ -301,10 +301,11 @@ def test_client_that_goes_away_mid_stream_stops_its_generation(server, engine):
         with socket.create_connection(server.server_address[:2], timeout=30) as sock:
             sock.sendall(head.encode() + payload)
             received = b""
-            while b"data: " not in received:
+            while b"\r\n\r\n" not in received:
                 received += sock.recv(4096)
             assert received.startswith(b"HTTP/1.1 200")
-        # gone after the first chunk
+        # gone once the stream has begun (its first text may still be held back by the
+        # repetition cut: this model writes only whitespace)
         assert engine.finished.wait(30)
     finally:
         engine.delay = 0.0

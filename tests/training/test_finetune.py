@@ -211,3 +211,39 @@ def test_mean_loss_weights_tokens_not_windows():
 
     # One full window of 4 tokens (3 predictions, loss 1) and a tail of 2 (1 prediction, loss 5).
     assert mean_loss(Fixed(), [1, 1, 1, 1, 5, 5], seq_length=4) == pytest.approx((3 + 5) / 4)
+
+
+def test_a_run_cut_short_by_the_clock_warns_as_train_does(
+    repository, tiny_checkpoint, tmp_path, monkeypatch, capsys
+):
+    """A full fine-tune that the clock stopped at under a quarter of its planned tokens says
+    so, with the minutes it needs; one that saw them all does not."""
+    import dataclasses
+
+    from codeparrot.cli import main
+    from codeparrot.training import loop
+
+    real_train = loop.train
+
+    def slow_train(config, log=None):  # as a slow machine would end: 1 of 16 steps in time
+        result = real_train(dataclasses.replace(config, max_steps=1), log=log)
+        return dataclasses.replace(
+            result, stopped_by="max_minutes", designed_tokens=16 * result.tokens_seen
+        )
+
+    monkeypatch.setattr(loop, "train", slow_train)
+    out = tmp_path / "slow"
+    argv = ["finetune", str(repository), "--checkpoint", str(tiny_checkpoint)]
+    argv += ["--output", str(out), "--max-steps", "16", "--seq-length", "32"]
+    argv += ["--eval-tokens", "500", "--valid-fraction", "0.25", "--mixed-precision", "no"]
+    argv += ["--log-with", "none", "--workers", "1", "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "WARNING: this machine trained the model on only" in printed
+    assert "--max-steps 16 is designed for (6%)" in printed and "--max-minutes" in printed
+    saved = json.loads((out / "finetune.json").read_text())
+    assert saved["warning"].startswith("WARNING")
+
+
+def test_a_run_that_saw_its_tokens_does_not_warn(finetuned):
+    assert finetuned[1].warning is None

@@ -1,0 +1,109 @@
+"""``--revision`` on every command that takes a checkpoint, through an offline cache.
+
+The cache holds ``someorg/tiny-coder`` at two revisions: ``main`` asks for remote code (so
+any command that loads it is refused) and the tag ``v1`` is the tiny checkpoint. A command
+that honours ``--revision v1`` loads; one that ignored it would be refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codeparrot.errors import CheckpointError, ConfigError
+from codeparrot.hub import with_revision
+from tests.core.test_hub_models import SHA, cache_model, hub_cache  # noqa: F401 (fixture)
+
+V1_SHA = "fedcba9876543210fedcba9876543210fedcba98"
+ID = "someorg/tiny-coder"
+
+
+@pytest.fixture
+def two_revisions(hub_cache, tiny_checkpoint):  # noqa: F811 (the fixture)
+    main = cache_model(hub_cache, ID, tiny_checkpoint)
+    config = json.loads((main / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_custom.CustomModel"}
+    (main / "config.json").write_text(json.dumps(config))
+    cache_model(hub_cache, ID, tiny_checkpoint, sha=V1_SHA)
+    repo = hub_cache / ("models--" + ID.replace("/", "--"))
+    (repo / "refs" / "main").write_text(SHA)
+    (repo / "refs" / "v1").write_text(V1_SHA)
+    return hub_cache
+
+
+def test_with_revision_folds_it_into_a_hub_id(tmp_path):
+    assert with_revision(ID, "v1") == Path(f"{ID}@v1")
+    assert with_revision(f"{ID}@v1", "v1") == Path(f"{ID}@v1")
+    assert with_revision(ID, None) == Path(ID)
+    assert with_revision(tmp_path, "v1") == tmp_path  # a directory has no revisions
+    with pytest.raises(CheckpointError, match="names revision 'v1' but --revision is 'v2'"):
+        with_revision(f"{ID}@v1", "v2")
+
+
+def test_complete_takes_revision(two_revisions):
+    run = [sys.executable, "-m", "codeparrot", "complete", "--max-new-tokens", "2"]
+
+    def complete(*args):
+        return subprocess.run(
+            [*run, *args, "x = "], capture_output=True, text=True, timeout=180, env=dict(os.environ)
+        )
+
+    ok = complete("--checkpoint", ID, "--revision", "v1")
+    assert ok.returncode == 0, ok.stderr
+    main = complete("--checkpoint", ID)
+    assert main.returncode != 0 and "auto_map" in main.stderr
+    both = complete("--checkpoint", f"{ID}@v1", "--revision", "v2")
+    assert both.returncode != 0 and "Traceback" not in both.stderr
+    assert "--revision" in both.stderr and f"{ID}@v1" in both.stderr
+
+
+def test_serve_takes_revision(two_revisions):
+    from codeparrot.lsp.serve import load_engine
+    from codeparrot.lsp.serve_config import ServeConfig
+
+    engine = load_engine(ServeConfig(checkpoint=Path(ID), revision="v1"))
+    assert engine.context_length == 256
+    with pytest.raises(CheckpointError, match="auto_map"):
+        load_engine(ServeConfig(checkpoint=Path(ID)))
+    with pytest.raises(ConfigError, match="--checkpoint and --revision disagree"):
+        ServeConfig(checkpoint=Path(f"{ID}@v1"), revision="main")
+
+
+def test_the_language_server_takes_revision(two_revisions):
+    from codeparrot.lsp.config import LspConfig
+    from codeparrot.lsp.server import build_server
+
+    server = build_server(LspConfig(checkpoint=Path(ID), revision="v1", cache_size=0))
+    try:
+        server.load_engine()
+        assert server._engine.result(timeout=120).context_length == 256
+    finally:
+        server._generator.shutdown(wait=True)
+    with pytest.raises(ConfigError, match="--checkpoint and --revision disagree"):
+        LspConfig(checkpoint=Path(f"{ID}@v1"), revision="v2")
+
+
+def test_the_playground_takes_revision(two_revisions):
+    from codeparrot.app.config import AppConfig
+    from codeparrot.app.ui import EnginePool
+
+    config = AppConfig(checkpoints=(Path(ID),), revision="v1")
+    assert config.served_checkpoints == (Path(f"{ID}@v1"),)
+    pool = EnginePool(config.served_checkpoints, device="cpu")
+    assert pool.get(f"{ID}@v1").context_length == 256
+    with pytest.raises(ConfigError, match="--checkpoint and --revision disagree"):
+        AppConfig(checkpoints=(Path(f"{ID}@v1"),), revision="v2")
+
+
+@pytest.mark.parametrize("command", ["complete", "serve", "lsp", "app", "finetune"])
+def test_every_command_that_loads_a_checkpoint_has_revision(command):
+    from codeparrot.cli import build_parser
+
+    parser = build_parser()
+    sub = parser._subparsers._group_actions[0].choices[command]
+    assert "--revision" in sub._option_string_actions

@@ -1,0 +1,135 @@
+"""Fill-in-the-middle examples for ``codeparrot finetune``, in the base model's own template.
+
+A base model that fills in the middle (a family template :mod:`codeparrot.fim` detects in
+its tokenizer, or ``--fim-tokens``) keeps doing so only if fine-tuning shows it FIM
+examples laid out as it learnt them: StarCoder's ``<fim_prefix>`` sentinels for
+StarCoder, ``<|fim_prefix|>`` for Qwen2.5-Coder, ``▁<PRE>`` and an end-of-middle
+``▁<EOT>`` for CodeLlama, DeepSeek-Coder's begin / hole / end tokens. The order is the one
+the engine will prompt the fine-tuned model in (:func:`codeparrot.fim.resolve_order` for a
+checkpoint written here): SPM for the StarCoder template (our checkpoints train on both
+orders and complete best in SPM; bigcode's StarCoder trained on both), PSM for the others.
+
+Each document is transformed whole before packing (Bavarian et al.'s document level):
+the families' vocabularies have no common padding token for the loss to skip, which the
+context level needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codeparrot.errors import ConfigError
+from codeparrot.options import DEFAULT_FIM_RATE
+from codeparrot.training.data import FimTransform
+
+# Templates whose model learnt an end-of-middle token after the middle (the others end it
+# with end-of-text, which packing puts after every document): CodeLlama's ``▁<EOT>``
+# (Meta's ``infilling_prompt_tokens``), and the END of ``--fim-tokens`` when given.
+END_OF_MIDDLE = {"codellama": "▁<EOT>"}
+
+
+@dataclass(frozen=True)
+class FamilyFimTransform(FimTransform):
+    """:class:`~codeparrot.training.data.FimTransform` with a family's sentinels and,
+    where the family has one, its end-of-middle token after each middle."""
+
+    end: int | None = None
+    template: str = ""  # the family's name (codeparrot.fim.TEMPLATES)
+
+    def _encode(
+        self, texts: list[str], plans: list[tuple[str, list[str]] | None]
+    ) -> list[list[int]]:
+        out = super()._encode(texts, plans)
+        if self.end is None:
+            return out
+        return [[*ids, self.end] if plan else ids for ids, plan in zip(out, plans, strict=True)]
+
+
+def base_infills(base: Path, tokenizer: Any, fim_tokens: str = "") -> bool:
+    """Does the base model fill in the middle? Its own record when it has one (a model
+    trained here), else whether its tokenizer has a family's template (or ``fim_tokens``)."""
+    from codeparrot.fim import detect_template
+    from codeparrot.models.checkpoint import read_checkpoint_meta, trained_to_infill
+
+    recorded = trained_to_infill(read_checkpoint_meta(base))
+    if recorded is not None:
+        return recorded
+    try:
+        return detect_template(tokenizer, fim_tokens) is not None
+    except ValueError:
+        return False
+
+
+def fim_rate(asked: float | None, infills: bool) -> float:
+    """``--fim-rate``, or by default the quickstart's rate for a base that infills, else 0."""
+    if asked is not None:
+        return asked
+    return DEFAULT_FIM_RATE if infills else 0.0
+
+
+def family_transform(
+    tokenizer: Any, rate: float, fim_tokens: str, seed: int, where: str
+) -> FamilyFimTransform | None:
+    """The transform for ``rate`` in the tokenizer's template; None at rate 0.
+
+    A tokenizer without a template (and no ``fim_tokens``) is a :class:`ConfigError`
+    naming ``where`` and the two ways out."""
+    from codeparrot.fim import AUTO, SPM, FimTokens, detect_template, resolve_order, token_id
+
+    if rate <= 0:
+        return None
+    try:
+        prompter = detect_template(tokenizer, fim_tokens)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if prompter is None:
+        raise ConfigError(
+            f"--fim-rate {rate:g}: the base model {where} has no fill-in-the-middle tokens of "
+            "a known family (StarCoder, SantaCoder, Qwen2.5-Coder, CodeGemma, CodeLlama, "
+            "DeepSeek-Coder); name its PREFIX,SUFFIX,MIDDLE[,END] tokens with --fim-tokens, "
+            "or pass --fim-rate 0"
+        )
+    template = prompter.template
+    end_name = END_OF_MIDDLE.get(template.name)
+    if template.name == "custom" and template.stops:
+        end_name = template.stops[0]
+    end = None if end_name is None else token_id(tokenizer, end_name)
+    eos = tokenizer.eos_token_id
+    # documents are transformed whole, so nothing is ever padded: the pad id is unused
+    tokens = FimTokens(prompter.prefix, prompter.middle, prompter.suffix, pad=eos)
+    # the order the engine prompts a checkpoint written here in
+    spm = 1.0 if resolve_order(AUTO, template, own_checkpoint=True) == SPM else 0.0
+    return FamilyFimTransform(
+        tokenizer, tokens, eos, rate, spm, "document", seed, end=end, template=template.name
+    )
+
+
+def fim_documents(corpus: Path, split: str, transform: FimTransform) -> Iterator[list[int]]:
+    """Token ids of each document of a corpus split, a FIM example with the transform's
+    probability (its draw depends on the document's place in the split alone)."""
+    from codeparrot.training.data import read_documents, shard_files
+
+    batch: list[str] = []
+    first = 0
+    for _shard, _line, text in read_documents(shard_files(corpus, split)):
+        batch.append(text)
+        if len(batch) == 64:
+            yield from transform.encode_documents(batch, [(first + i,) for i in range(64)])
+            first += 64
+            batch = []
+    if batch:
+        positions = [(first + i,) for i in range(len(batch))]
+        yield from transform.encode_documents(batch, positions)
+
+
+__all__ = [
+    "END_OF_MIDDLE",
+    "FamilyFimTransform",
+    "base_infills",
+    "family_transform",
+    "fim_documents",
+    "fim_rate",
+]
