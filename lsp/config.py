@@ -133,7 +133,8 @@ class LspConfig(Config):
     quantize: str = QUANTIZE_WEIGHTS.field(
         "auto",
         "weights of the decoding steps: none (the checkpoint's own), int8 (weight-only "
-        "int8 copies, for GPT-2 and Qwen3 checkpoints on a CPU) or auto (int8 where it applies: "
+        "int8 copies, for GPT-2, StarCoder, Llama-family and Qwen checkpoints on a CPU) or auto "
+        "(int8 where it applies: "
         "the default here, where every keystroke waits on the decoding steps)",
     )
     compile: bool = option(
