@@ -161,3 +161,19 @@ def test_a_budget_gone_before_the_steps_are_timed_is_a_clear_error(
         train(budgeted(corpus, tiny_checkpoint, tmp_path / "run", max_minutes=3 / 60))
     assert "--max-minutes 0.05 ran out after 3 step(s)" in str(e.value)
     assert "1.0 s a step" in str(e.value)
+
+
+def test_no_plan_keeps_the_schedule_over_max_steps_and_the_clock_stops_it(
+    tmp_path, corpus, tiny_checkpoint, clock
+):
+    lines: list[str] = []
+    run = tmp_path / "run"
+    config = budgeted(corpus, tiny_checkpoint, run, plan=False)
+    result = train(config, log=lines.append)
+    # 15 s at 1 s a step: the clock stops the run after step 15 of the 40 the schedule spans
+    assert result.stopped_by == "max_minutes" and result.step == 15
+    assert result.planned_steps == 40
+    assert not any(line.startswith("plan:") for line in lines)
+    lr = lrs(run)
+    assert lr[10] == pytest.approx(3e-3)  # still at the peak: WSD decays over steps 32-40
+    assert json.loads((run / "codeparrot_checkpoint.json").read_text())["plan"]["planned"] is False
