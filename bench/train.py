@@ -23,7 +23,9 @@ CPU without bf16 instructions gets on one that has them, force the probe's answe
 
     .venv/bin/python bench/train.py [--steps 12] [--rounds 3] [--no-compile] [--no-peer]
         [--no-baseline] [--precisions auto,no,bf16] [--optimizers adamw[,muon]]
-        [--preset tiny|tiny-qwen]
+        [--preset tiny|tiny-qwen] [--batch-size 8] [--vocab-size 16384]
+
+The quickstart's step is ``--preset tiny-qwen --batch-size 16 --vocab-size 8192``.
 """
 
 from __future__ import annotations
@@ -329,6 +331,13 @@ def _arguments() -> argparse.Namespace:
         "width and heads, within 1%% of its parameters); the baseline and the peer keep GPT-2",
     )
     parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=BATCH,
+        help="sequences per step (16 and --vocab-size 8192: the quickstart's step)",
+    )
+    parser.add_argument("--vocab-size", type=int, default=VOCAB, help="the model's vocabulary")
+    parser.add_argument(
         "--no-peer", dest="peer", action="store_false", help="skip the nanoGPT-style peers"
     )
     parser.add_argument(
@@ -426,7 +435,9 @@ def _report(args: argparse.Namespace, rates: dict, peaks: dict, runs: dict) -> N
 
 
 def main() -> None:
+    global BATCH, VOCAB  # the shape every step of this one run uses
     args = _arguments()
+    BATCH, VOCAB = args.batch_size, args.vocab_size
     with tempfile.TemporaryDirectory() as tmp:
         steps, runs = _build_steps(args, Path(tmp))
         for name, run in runs.items():

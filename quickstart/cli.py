@@ -18,6 +18,7 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,21 @@ class QuickstartConfig(Config):
     )
     max_steps: int = MAX_STEPS.field(help="training steps (the learning-rate schedule ends here)")
     batch_size: int = BATCH_SIZE.field(QUICKSTART_RECIPE.batch_size, "sequences per training step")
-    max_minutes: float = MAX_MINUTES.field(
-        14.0, "stop training after this many minutes whatever the step"
+    total_minutes: float = option(
+        15.0,
+        "the whole quickstart's time (the install's too, from --started-at): training "
+        "gets what the other steps leave, measured as they run",
+        gt=0,
+    )
+    started_at: float | None = option(
+        None,
+        "Unix time the quickstart began, for --total-minutes (`make quickstart` passes the "
+        "time before its install; default: when this command started)",
+        gt=0,
+        metavar="SECONDS",
+    )
+    max_minutes: float | None = MAX_MINUTES.field(
+        help="training minutes, planned over (default: what --total-minutes leaves)"
     )
     mixed_precision: str = MIXED_PRECISION.field()
     compile: bool = option(
@@ -209,7 +223,11 @@ def step_tokenizer(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str
     }
 
 
-def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
+def _train_config(
+    cfg: QuickstartConfig, resume: bool = False, max_minutes: float | None = None
+) -> Any:
+    """The training run's config; ``max_minutes`` the budget derived at run time (the
+    recorded config keeps ``--max-minutes`` as given, so that a re-run reuses the model)."""
     from codeparrot.training.config import TrainConfig
 
     return TrainConfig(
@@ -220,7 +238,7 @@ def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
         n_positions=cfg.n_positions,
         max_steps=cfg.max_steps,
         batch_size=cfg.batch_size,
-        max_minutes=cfg.max_minutes,
+        max_minutes=cfg.max_minutes if max_minutes is None else max_minutes,
         mixed_precision=cfg.mixed_precision,
         compile=cfg.compile,
         pretokenized=cfg.pretokenized,
@@ -235,7 +253,12 @@ def _train_config(cfg: QuickstartConfig, resume: bool = False) -> Any:
     )
 
 
-def step_train(cfg: QuickstartConfig, interrupted: bool = False, log: Any = None) -> dict[str, Any]:
+def step_train(
+    cfg: QuickstartConfig,
+    interrupted: bool = False,
+    log: Any = None,
+    max_minutes: float | None = None,
+) -> dict[str, Any]:
     import shutil
 
     from codeparrot.eval.loss import LossConfig, evaluate_loss
@@ -247,7 +270,7 @@ def step_train(cfg: QuickstartConfig, interrupted: bool = False, log: Any = None
     resume = interrupted and checkpoints.is_dir() and any(checkpoints.iterdir())
     if not resume and cfg.model_dir.exists():
         shutil.rmtree(cfg.model_dir)
-    result = train(_train_config(cfg, resume=resume), log=log)
+    result = train(_train_config(cfg, resume=resume, max_minutes=max_minutes), log=log)
     # how likely the model finds HumanEval's reference solutions: a HumanEval signal that
     # moves long before pass@k of a model trained for minutes does (no code is run)
     solutions = evaluate_loss(LossConfig(checkpoints=(cfg.model_dir,), task="humaneval"))
@@ -267,6 +290,7 @@ def step_train(cfg: QuickstartConfig, interrupted: bool = False, log: Any = None
         "planned_steps": result.planned_steps,
         "max_steps": cfg.max_steps,
         "designed_tokens": result.designed_tokens,
+        "budget_minutes": max_minutes if max_minutes is not None else cfg.max_minutes,
     }
 
 
@@ -379,11 +403,41 @@ def check_fits(cfg: QuickstartConfig) -> None:
         )
 
 
-def run_quickstart(cfg: QuickstartConfig, log: Any = print) -> dict[str, Any]:
-    """Run (or reuse) every step; returns the recorded state with each step's facts."""
+def training_minutes(
+    cfg: QuickstartConfig, elapsed_s: float, steps: dict[str, Any], log: Any
+) -> float:
+    """``--max-minutes``, or what ``--total-minutes`` leaves for training once
+    ``elapsed_s`` are spent (quickstart.budget), said in one line."""
+    from codeparrot.quickstart.budget import training_budget
+
+    if cfg.max_minutes is not None:
+        return cfg.max_minutes
+    executes = execution_allowed(cfg)
+    problems = min(cfg.eval_limit or HUMANEVAL_PROBLEMS, HUMANEVAL_PROBLEMS)
+    budget = training_budget(
+        total_minutes=cfg.total_minutes,
+        elapsed_s=elapsed_s,
+        tokenizer_s=(steps.get("tokenizer") or {}).get("seconds"),
+        humaneval_samples=problems * cfg.eval_n if executes else 0,
+        infill_tasks=cfg.infill_sample if executes else 0,
+    )
+    log(budget.describe())
+    return budget.minutes
+
+
+HUMANEVAL_PROBLEMS = 164
+
+
+def run_quickstart(
+    cfg: QuickstartConfig, log: Any = print, clock: Callable[[], float] = time.time
+) -> dict[str, Any]:
+    """Run (or reuse) every step; returns the recorded state with each step's facts.
+
+    ``clock`` tells the time (Unix seconds) for ``--total-minutes`` and ``--started-at``."""
     from codeparrot.io import provenance, write_json
 
     check_fits(cfg)
+    began = cfg.started_at if cfg.started_at is not None else clock()
 
     state: dict[str, Any] = {}
     if cfg.state_file.is_file() and not cfg.force:
@@ -413,20 +467,29 @@ def run_quickstart(cfg: QuickstartConfig, log: Any = print) -> dict[str, Any]:
         redo_rest = True  # everything downstream of a redone step is redone too
         interrupted = same and previous.get("status") == "running" and not cfg.force
         log(f"[{number}/{total}] {title} ..." + (" (continuing)" if interrupted else ""))
-        started = time.perf_counter()
+        started = clock()
         output = str(_output_of(cfg, name))
         steps[name] = {"config": step_config, "output": output, "status": "running"}
         write_json(cfg.state_file, {"steps": steps, "provenance": provenance(cfg)})
-        facts = func(cfg, interrupted, log) if name == "train" else func(cfg, interrupted)
+        if name == "train":
+            minutes = training_minutes(cfg, clock() - began, steps, log)
+            facts = step_train(cfg, interrupted, log, max_minutes=minutes)
+        else:
+            facts = func(cfg, interrupted)
         steps[name] = {
             "config": step_config,
             "output": output,
             "status": "done",
-            "seconds": round(time.perf_counter() - started, 1),
+            "seconds": round(clock() - started, 1),
             "facts": facts,
         }
         write_json(cfg.state_file, {"steps": steps, "provenance": provenance(cfg)})
-    state = {"steps": steps, "provenance": provenance(cfg)}
+    state = {
+        "steps": steps,
+        "minutes": (clock() - began) / 60,  # this run's, from --started-at where given
+        "timed_from": "--started-at" if cfg.started_at is not None else "the command's start",
+        "provenance": provenance(cfg),
+    }
     write_json(cfg.state_file, state)
     return state
 
@@ -444,6 +507,14 @@ def _output_of(cfg: QuickstartConfig, name: str) -> Path:
 def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
     steps = {k: v for k, v in state["steps"].items() if v.get("status") == "done"}
     lines = ["", "codeparrot quickstart: summary", "=" * 30]
+    if state.get("minutes") is not None:
+        since = "make quickstart's start, install included"
+        if state.get("timed_from") != "--started-at":
+            since = "the command's start"
+        lines.append(
+            f"time        {state['minutes']:.1f} minutes in all, of --total-minutes "
+            f"{cfg.total_minutes:g} (from {since})"
+        )
     if "corpus" in steps:
         f = steps["corpus"]["facts"]
         removed = ", ".join(f"{k} {v:,}" for k, v in sorted(f["removed"].items()) if v)

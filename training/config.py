@@ -153,6 +153,12 @@ class TrainConfig(Config):
     max_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)", ge=0)
     max_steps: int = MAX_STEPS.field()
     max_minutes: float | None = MAX_MINUTES.field()
+    plan: bool = option(
+        True,
+        "with --max-minutes: time the first steps and lay the learning-rate schedule over "
+        "the steps the budget holds, so the run ends annealed (--no-plan: over --max-steps, "
+        "and the clock stops the run wherever it is)",
+    )
     max_tokens: int | None = option(None, "stop once this many training tokens were seen", ge=1)
     mixed_precision: str = MIXED_PRECISION.field()
     compile: bool = option(

@@ -816,14 +816,16 @@ class _Planner:
     """Times the first steps of a run with ``--max-minutes`` and lays the schedule over
     the steps the budget holds (training.plan); then keeps timing, and shortens the plan
     when the machine slows down (lengthens it only in WSD's stable phase: the learning rate
-    must not rise again). A resumed run keeps its saved plan."""
+    must not rise again). A resumed run keeps its saved plan. With ``--no-plan`` it does
+    nothing: the schedule spans ``--max-steps`` and the clock stops the run wherever it is."""
 
     def __init__(self, run: Run, progress: _Progress) -> None:
         self.run, self.progress = run, progress
         cfg, plan = run.config, run.state.plan
         self.first = run.state.step
-        self.active = cfg.max_minutes is not None and not plan.planned  # no plan yet
-        self.watching = cfg.max_minutes is not None
+        budgeted = cfg.max_minutes is not None and cfg.plan  # --no-plan: the clock stops it
+        self.active = budgeted and not plan.planned  # no plan yet
+        self.watching = budgeted
         # the clock when timing began (moved on past evaluations): the pace is the mean since,
         # so that a passing burst of other work on the machine does not cut the plan short
         self.mark = 0.0

@@ -28,10 +28,16 @@ MARGIN = 0.95
 # Later, the plan is shortened only when the pace falls short of this share of the time left
 # (between MARGIN and 1, so that the pace the plan was made at does not shorten it again).
 REPLAN_MARGIN = 0.98
+# Near the end that share is a few seconds at most: a later replan also keeps this many
+# steps' time in hand (at most END_SLACK_SHARE of the budget), so that one slow evaluation
+# or a passing slowdown does not leave the clock to stop the run short of the floor.
+END_SLACK_STEPS = 4
+END_SLACK_SHARE = 0.02
 # An evaluation of one batch costs about this many training steps (forward only, no
-# backward or optimizer step), and a checkpoint save about two.
-EVAL_BATCH_STEPS = 0.4
-SAVE_STEPS = 2.0
+# backward or optimizer step, not compiled), and a checkpoint save with its state about
+# four (the quickstart's recipe on 2 cores: 20 batches and a save paused a run ~14 steps).
+EVAL_BATCH_STEPS = 0.5
+SAVE_STEPS = 4.0
 
 
 @dataclass
@@ -93,10 +99,12 @@ def steps_within(
     eval_every: int,
     eval_s: float,
     margin: float = MARGIN,
+    slack_s: float = 0.0,
 ) -> int:
     """The step count (from 0) the budget reaches: ``done`` steps took ``elapsed_s``, each
-    more takes ``step_s``, each evaluation on the way ``eval_s``."""
-    available = max(0.0, (budget_s - elapsed_s) * margin)
+    more takes ``step_s``, each evaluation on the way ``eval_s``; ``margin`` of the time
+    left is used, less ``slack_s``."""
+    available = max(0.0, (budget_s - elapsed_s) * margin - slack_s)
     per_step = step_s + (eval_s / eval_every if eval_every > 0 else 0.0)
     end = done + math.floor(available / per_step)
 
@@ -164,6 +172,7 @@ def replan(
     end = steps_within(
         budget_s=budget_minutes * 60, elapsed_s=elapsed_s, done=done, step_s=step_s,
         eval_every=eval_every, eval_s=eval_s, margin=REPLAN_MARGIN,
+        slack_s=min(END_SLACK_STEPS * step_s, END_SLACK_SHARE * budget_minutes * 60),
     )  # fmt: skip
     end = min(max(end, done + 1), plan.max_steps)
     if end == plan.steps or (end > plan.steps and not lengthen):

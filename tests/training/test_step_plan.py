@@ -91,11 +91,12 @@ def test_a_slower_machine_shortens_the_plan_a_faster_one_lengthens_it_before_the
     same = dict(budget_minutes=106 / 60, done=50, eval_every=0, eval_batches=1)
     assert not replan(plan, elapsed_s=50, step_s=1.0, **same)  # on pace: kept
     assert replan(plan, elapsed_s=50, step_s=2.0, **same)  # half the pace from here on
-    assert plan.steps == 50 + 27 and plan.step_seconds == 2.0  # 98% of 56 s at 2 s a step
-    assert not replan(plan, elapsed_s=50, step_s=0.5, **same) and plan.steps == 77
+    # 98% of 56 s at 2 s a step, less 2% of the budget (2.12 s) kept in hand
+    assert plan.steps == 50 + 26 and plan.step_seconds == 2.0
+    assert not replan(plan, elapsed_s=50, step_s=0.5, **same) and plan.steps == 76
     # in WSD's stable phase a faster machine may lengthen it again, up to --max-steps
     assert replan(plan, elapsed_s=50, step_s=0.5, lengthen=True, **same)
-    assert plan.steps == 50 + 109
+    assert plan.steps == 50 + 105  # 54.88 s less 4 steps' 2 s, at 0.5 s a step
 
 
 def test_a_budget_too_small_for_the_warmup_is_a_clear_error():
@@ -136,10 +137,11 @@ def test_a_planned_run_resumes_bitwise_exactly(tmp_path, corpus, tiny_checkpoint
     parts = tmp_path / "parts"
     tokens_per_step = 4 * 64
     first = train(budgeted(corpus, tiny_checkpoint, parts, eval_every=4,
-                           max_tokens=9 * tokens_per_step))  # fmt: skip
-    assert first.stopped_by == "max_tokens" and first.step == 9
+                           max_tokens=7 * tokens_per_step))  # fmt: skip
+    # stopped after the plan was made (at step 6: 9 steps, evaluations counted) and before its end
+    assert first.stopped_by == "max_tokens" and first.step == 7
     resumed = train(budgeted(corpus, tiny_checkpoint, parts, eval_every=4, resume=True))
-    assert resumed.resumed_from == 9 and resumed.step == resumed.planned_steps < 40
+    assert resumed.resumed_from == 7 and resumed.step == resumed.planned_steps < 40
     assert lrs(parts) == lrs(whole)
     a, b = read_weights(whole), read_weights(parts)
     assert all((a[k] == b[k]).all() for k in a)
@@ -161,3 +163,19 @@ def test_a_budget_gone_before_the_steps_are_timed_is_a_clear_error(
         train(budgeted(corpus, tiny_checkpoint, tmp_path / "run", max_minutes=3 / 60))
     assert "--max-minutes 0.05 ran out after 3 step(s)" in str(e.value)
     assert "1.0 s a step" in str(e.value)
+
+
+def test_no_plan_keeps_the_schedule_over_max_steps_and_the_clock_stops_it(
+    tmp_path, corpus, tiny_checkpoint, clock
+):
+    lines: list[str] = []
+    run = tmp_path / "run"
+    config = budgeted(corpus, tiny_checkpoint, run, plan=False)
+    result = train(config, log=lines.append)
+    # 15 s at 1 s a step: the clock stops the run after step 15 of the 40 the schedule spans
+    assert result.stopped_by == "max_minutes" and result.step == 15
+    assert result.planned_steps == 40
+    assert not any(line.startswith("plan:") for line in lines)
+    lr = lrs(run)
+    assert lr[10] == pytest.approx(3e-3)  # still at the peak: WSD decays over steps 32-40
+    assert json.loads((run / "codeparrot_checkpoint.json").read_text())["plan"]["planned"] is False
