@@ -16,6 +16,7 @@ from codeparrot.options import (
     FIM_ORDER,
     FIM_SUFFIX_SHARE,
     MAX_NEW_TOKENS,
+    REVISION,
     SYNTAX_SAMPLES,
     TEMPERATURE,
     TOP_P,
@@ -128,6 +129,7 @@ class GenerationOptions(TaskOptions):
     """How completions are generated (shared by `eval generate` and `eval humaneval`)."""
 
     checkpoint: Path | None = CHECKPOINT.field(None)
+    revision: str | None = REVISION.field()
     output: Path | None = option(
         None, "report directory (default: CHECKPOINT/TASK, or MODEL/TASK with --backend openai)"
     )
@@ -239,7 +241,18 @@ class GenerationOptions(TaskOptions):
                 out.append("--syntax-samples needs --backend local (it draws more samples)")
         elif self.checkpoint is None:
             out.append("--checkpoint is required (or --backend openai --base-url URL --model NAME)")
-        return out
+        from codeparrot.hub import revision_problems
+
+        return out + revision_problems(self.checkpoint, self.revision)
+
+    @property
+    def model_path(self) -> Path | None:
+        """The checkpoint to load: ``--revision`` folded into a Hub id (``ORG/NAME@REV``)."""
+        if self.checkpoint is None:
+            return None
+        from codeparrot.hub import with_revision
+
+        return with_revision(self.checkpoint, self.revision)
 
 
 @dataclass(frozen=True)

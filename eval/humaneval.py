@@ -61,7 +61,7 @@ def with_max_new_tokens(config: GenerationOptions, engine: Any = None) -> Any:
     else:
         from codeparrot.models.checkpoint import context_length, read_model_config
 
-        context = context_length(read_model_config(config.checkpoint))
+        context = context_length(read_model_config(config.model_path))
     return config.replace(max_new_tokens=min(REFERENCE_MAX_NEW_TOKENS, max(1, context // 2)))
 
 
@@ -95,7 +95,7 @@ def _model_settings(config: GenerationOptions) -> dict[str, Any]:
         return {"backend": "openai", "model": config.model}
     from codeparrot.hub import looks_like_hub_id
 
-    spec = str(config.checkpoint)
+    spec = str(config.model_path)
     if not Path(spec).is_dir() and looks_like_hub_id(spec):
         return {"checkpoint": spec}  # a Hub id (ORG/NAME[@REV]): the same wherever it runs
     return {"checkpoint": str(Path(spec).resolve())}
@@ -239,7 +239,7 @@ def _load_engine(config: GenerationOptions, group: Any) -> Any:
     device = config.device
     if device is None and group is not None:
         device = str(group.device)
-    return Engine.load(config.checkpoint, device=device)  # every check: the core loader
+    return Engine.load(config.model_path, device=device)  # every check: the core loader
 
 
 def served_engine(config: GenerationOptions) -> Any:

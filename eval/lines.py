@@ -45,6 +45,7 @@ from codeparrot.options import (
     FIM_SUFFIX_SHARE,
     MAX_NEW_TOKENS,
     QUANTIZE_WEIGHTS,
+    REVISION,
     SYNTAX_SAMPLES,
     WORKSPACE_SHARE,
 )
@@ -62,6 +63,7 @@ class LinesConfig(Config):
     """Greedy line completion on held-out files: exact match and edit similarity."""
 
     checkpoint: Path | None = CHECKPOINT.field(None)
+    revision: str | None = REVISION.field()
     data: Path | None = HELDOUT_DATA.field()
     n: int = option(200, "lines to complete (half at a line's start, half mid-line)", ge=2)
     seed: int = option(0, "seed of the line draw")
@@ -112,7 +114,11 @@ class LinesConfig(Config):
     quantize: str = QUANTIZE_WEIGHTS.field("auto", "decoding steps (as the language server)")
 
     def problems(self) -> list[str]:
-        return ["give a CHECKPOINT"] if self.checkpoint is None else []
+        if self.checkpoint is None:
+            return ["give a CHECKPOINT"]
+        from codeparrot.hub import revision_problems
+
+        return revision_problems(self.checkpoint, self.revision)
 
 
 @dataclass(frozen=True)
@@ -296,8 +302,11 @@ def engine_completer(
     of the ``workspace`` files of the task's folder), and the settings it used."""
     from codeparrot.generation import Engine, GenerationConfig
     from codeparrot.generation.syntax import checked_generate, fits_in_window
+    from codeparrot.hub import with_revision
 
-    engine = Engine.load(config.checkpoint, quantize=config.quantize)
+    engine = Engine.load(
+        with_revision(config.checkpoint, config.revision), quantize=config.quantize
+    )
     # a suffix can be sent: asked for, given room, and the checkpoint has the sentinels
     fim = config.fim and config.suffix_share > 0 and getattr(engine, "fim", None) is not None
     budget, max_new = prompting.prompt_budget(

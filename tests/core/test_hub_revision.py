@@ -100,10 +100,33 @@ def test_the_playground_takes_revision(two_revisions):
         AppConfig(checkpoints=(Path(f"{ID}@v1"),), revision="v2")
 
 
-@pytest.mark.parametrize("command", ["complete", "serve", "lsp", "app", "finetune"])
+def test_eval_takes_revision(two_revisions, tmp_path):
+    from codeparrot.eval.config import GenerateConfig
+    from codeparrot.eval.humaneval import _load_engine, _model_settings
+    from codeparrot.eval.lines import LinesConfig
+
+    config = GenerateConfig(checkpoint=Path(ID), revision="v1", output=tmp_path / "out")
+    assert config.model_path == Path(f"{ID}@v1")
+    assert _load_engine(config, None).context_length == 256
+    # resume compares what generated the samples: the revision is part of it
+    assert _model_settings(config) == {"checkpoint": f"{ID}@v1"}
+    with pytest.raises(CheckpointError, match="auto_map"):
+        _load_engine(GenerateConfig(checkpoint=Path(ID), output=tmp_path / "out"), None)
+    with pytest.raises(ConfigError, match="--checkpoint and --revision disagree"):
+        GenerateConfig(checkpoint=Path(f"{ID}@v1"), revision="v2")
+    with pytest.raises(ConfigError, match="--checkpoint and --revision disagree"):
+        LinesConfig(checkpoint=Path(f"{ID}@v1"), revision="v2")
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["complete", "serve", "lsp", "app", "finetune", "eval humaneval", "eval infill", "eval lines"],
+)
 def test_every_command_that_loads_a_checkpoint_has_revision(command):
     from codeparrot.cli import build_parser
 
     parser = build_parser()
-    sub = parser._subparsers._group_actions[0].choices[command]
+    sub = parser
+    for word in command.split():
+        sub = sub._subparsers._group_actions[0].choices[word]
     assert "--revision" in sub._option_string_actions
