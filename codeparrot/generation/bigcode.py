@@ -37,14 +37,7 @@ class GPTBigCodeDecoder(GPT2Decoder):
         self.wte = t.wte.weight  # (V, C)
         self.wpe = t.wpe.weight  # (T_ctx, C)
         self.ln_f = (t.ln_f.weight, t.ln_f.bias)
-        self.lm_head = model.lm_head.weight  # (V, C), tied to wte
-        self.lm_bias = getattr(model.lm_head, "bias", None)
-        self.lm_head_bf16 = None
-        self.int8 = None
-        self.lm_head_int8 = None
-        self._compiled = None
-        self.dtype = self.wte.dtype
-        self.device = self.wte.device
+        self._init_head(model)
         self.fast_gelu = cfg.activation_function in ("gelu_new", "gelu_pytorch_tanh")
         self.acts = [block.mlp.act for block in t.h]
         scaling = self.head_dim**-0.5 if cfg.scale_attn_weights else 1.0

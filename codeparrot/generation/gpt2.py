@@ -209,15 +209,7 @@ class GPT2Decoder:
         self.wte = t.wte.weight  # (V, C)
         self.wpe = t.wpe.weight  # (T_ctx, C)
         self.ln_f = (t.ln_f.weight, t.ln_f.bias)
-        self.lm_head = model.lm_head.weight  # (V, C), usually tied to wte
-        self.lm_bias = getattr(model.lm_head, "bias", None)
-        self.lm_head_bf16: torch.Tensor | None = None  # see use_bf16_head
-        # see quantize_int8: per layer {name: (int8 (N, K), scales (N,))}, and the head
-        self.int8: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] | None = None
-        self.lm_head_int8: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._compiled: Any = None  # see compile_steps
-        self.dtype = self.wte.dtype
-        self.device = self.wte.device
+        self._init_head(model)
         # gelu_new is the tanh approximation; torch has it as one fused kernel.
         self.fast_gelu = cfg.activation_function in ("gelu_new", "gelu_pytorch_tanh")
         self.acts = [block.mlp.act for block in t.h]
@@ -238,6 +230,18 @@ class GPT2Decoder:
                     scaling=scaling,
                 )
             )
+
+    def _init_head(self, model: Any) -> None:
+        """The output head and the state every decoder starts from (after ``self.wte``)."""
+        self.lm_head = model.lm_head.weight  # (V, C), usually tied to wte
+        self.lm_bias = getattr(model.lm_head, "bias", None)
+        self.lm_head_bf16: torch.Tensor | None = None  # see use_bf16_head
+        # see quantize_int8: per layer {name: (int8 (N, K), scales (N,))}, and the head
+        self.int8: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self.lm_head_int8: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._compiled: Any = None  # see compile_steps
+        self.dtype = self.wte.dtype
+        self.device = self.wte.device
 
     @classmethod
     def supports(cls, model: Any) -> bool:

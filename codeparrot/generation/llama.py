@@ -112,14 +112,7 @@ class LlamaDecoder(GPT2Decoder):
         self.context_length = cfg.max_position_embeddings
         self.wte = inner.embed_tokens.weight  # (V, C)
         self.ln_f = (inner.norm.weight, getattr(inner.norm, "bias", None))
-        self.lm_head = model.lm_head.weight  # (V, C), often tied to wte
-        self.lm_bias = getattr(model.lm_head, "bias", None)
-        self.lm_head_bf16 = None
-        self.int8 = None
-        self.lm_head_int8 = None
-        self._compiled = None
-        self.dtype = self.wte.dtype
-        self.device = self.wte.device
+        self._init_head(model)
         self.inv_freq = inner.rotary_emb.inv_freq.detach().float()  # (hs/2,)
         self.rope_scale = float(getattr(inner.rotary_emb, "attention_scaling", 1.0))
         self.act = _activation(inner.layers[0].mlp, cfg.hidden_act)
