@@ -811,12 +811,22 @@ def _runtime_sources(checker, runtime, new):
         binds = [(_hold(path), new + path, MS_NODEV) for path in paths if path not in copies]
         return binds, copies
     tree = runtime["tree"]
-    binds = [
-        (_hold(os.path.join(tree, name)), f"{new}/{name}", MS_NODEV)
-        for name in sorted(os.listdir(tree))
-    ]
+    binds = []
+    for name in sorted(os.listdir(tree)):
+        # A runtime under /tmp (a checkout or virtualenv there) is bound a level down, so
+        # that the root's /tmp stays the staging tmpfs's own folder: every sample mounts
+        # its private /tmp over it.
+        top = os.path.join(tree, name)
+        inner = sorted(os.listdir(top)) if name in MOUNT_POINTS else None
+        if inner is None:
+            binds.append((_hold(top), f"{new}/{name}", MS_NODEV))
+        else:
+            binds += [(_hold(os.path.join(top, c)), f"{new}/{name}/{c}", MS_NODEV) for c in inner]
     binds += [(_hold(path), new + path, MS_NODEV) for path in runtime["bound"]]
     return binds, []
+
+
+MOUNT_POINTS = ("proc", "tmp", "dev")  # folders of the root that build_root makes itself
 
 
 # Parts of the standard library no sample needs, left out of the run's copy: test suites,

@@ -546,3 +546,19 @@ def test_userns_mode_builds_the_same_root_for_an_unprivileged_user(monkeypatch):
         for program, expected in probes.items():
             verdict = box.run(program, TEST_PLUS_ONE, "f")
             assert expected in verdict.result, (program, verdict.result)
+
+
+def test_a_runtime_under_tmp_is_bound_below_the_roots_tmp(zygote, tmp_path):
+    """A checkout or virtualenv under /tmp puts a ``tmp`` folder in the run's copy of the
+    runtime: it is bound a level down, so that the sandbox's root keeps its own /tmp (the
+    mount point of every sample's private /tmp) and the zygote can set it up."""
+    tree = tmp_path / "copy"
+    (tree / "tmp" / "checkout" / "lib").mkdir(parents=True)
+    (tree / "usr" / "lib").mkdir(parents=True)
+    binds, copies = zygote._runtime_sources(None, {"tree": str(tree), "bound": []}, "/new")
+    try:
+        targets = sorted(target for _held, target, _flags in binds)
+        assert targets == ["/new/tmp/checkout", "/new/usr"] and copies == []
+    finally:
+        for (fd, _is_dir), _target, _flags in binds:
+            os.close(fd)
