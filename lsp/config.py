@@ -123,10 +123,12 @@ class LspConfig(Config):
         True, "complete a whole block when the cursor opens an empty one (`def f():|`)"
     )
     threads: int = option(
-        1,
-        "torch threads for generation: small models decode fastest on one, which also "
-        "leaves a core to the editor",
-        ge=1,
+        0,
+        "torch threads for generation. 0 (auto): prompts on every core, and the decoding "
+        "steps on one or on every core, whichever a measurement at load finds faster "
+        "(small models decode fastest on one, which also leaves a core to the editor; "
+        "models of real size gain from more). N: prompts and steps on N threads",
+        ge=0,
         le=256,
     )
     device: str | None = DEVICE.field()

@@ -448,8 +448,9 @@ def _load(path, device: str | None, threads: int, quantize: str, compile: bool):
     import torch
 
     from codeparrot.generation import Engine
+    from codeparrot.generation.threads import cpu_cores, tune_decode_threads
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(threads or cpu_cores())
     try:
         engine = Engine.load(path, device=device, quantize=quantize)
     except ConfigError as e:
@@ -458,6 +459,11 @@ def _load(path, device: str | None, threads: int, quantize: str, compile: bool):
         # an unsupported architecture must not leave every suggestion empty
         logger.warning("--quantize int8 does not apply (%s): decoding with its own weights", e)
         engine = Engine.load(path, device=device, quantize="none")
+    if engine.device.type == "cpu":
+        if threads:
+            engine.decode_threads = engine.prompt_threads = threads
+        else:
+            logger.info("%s: %s", path, tune_decode_threads(engine).describe())
     if compile and engine.compile_steps_if_possible():  # in the background; see .engine
         logger.info("compiling the decoding step of %s in the background", path)
     return engine
@@ -528,7 +534,12 @@ def build_server(config: LspConfig) -> CodeparrotServer:
 
     @server.command("codeparrot.stats")
     def stats(ls: CodeparrotServer):
-        return {**ls.stats, "cacheHits": ls.cache.hits, "cacheEntries": len(ls.cache)}
+        out = {**ls.stats, "cacheHits": ls.cache.hits, "cacheEntries": len(ls.cache)}
+        loaded = ls._engine
+        if loaded is not None and loaded.done() and loaded.exception() is None:
+            engine = loaded.result()
+            out["threads"] = {"prompt": engine.prompt_threads, "steps": engine.decode_threads}
+        return out
 
     return server
 

@@ -160,8 +160,9 @@ class Engine:
         ``lean_gpt2``: use the lean decoder (:mod:`codeparrot.generation.lean`) for the
         models it covers (``False``: the ``transformers`` forward, as for others).
         ``decode_threads``: intra-op threads for the one-token steps (``None``: torch's
-        setting). The prompt always uses torch's setting. A step is a few dozen small
-        kernels; on a busy machine a second thread mostly waits for its turn.
+        setting). Prompts use :attr:`prompt_threads` (``None``: torch's setting). A step is
+        a few dozen small kernels; on a busy machine a second thread mostly waits for its
+        turn (:func:`codeparrot.generation.threads.tune_decode_threads` measures both).
         ``infills``: whether the model learnt fill-in-the-middle (None: it did if its
         tokenizer has the sentinels). A model that did not is never sent a suffix
         (:attr:`fim` is None) even when its tokenizer has the sentinels.
@@ -201,6 +202,8 @@ class Engine:
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
         self.bf16_prefill = bf16_prefill
         self.decode_threads = decode_threads
+        # intra-op threads for prompts (None: the caller's setting); see generation.threads
+        self.prompt_threads: int | None = None
         self.vocab_size = len(tokenizer)  # ids the tokenizer can decode (<= the model's)
         if bf16_prefill and self._gpt2 is not None:
             self._gpt2.use_bf16_head()
@@ -671,7 +674,8 @@ class Engine:
         import torch
 
         run = self._start(ids, truncated, config, healed)
-        logits = self._prefill(run.step, healed)
+        with _intra_op_threads(self.prompt_threads):
+            logits = self._prefill(run.step, healed)
         if healed is not None:
             for c in run.cands:
                 c.heal_rest = healed[0]

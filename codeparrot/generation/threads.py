@@ -1,0 +1,88 @@
+"""How many CPU threads a prompt and a one-token step get, chosen by measuring.
+
+A prompt is a few large matrix products: it runs fastest on every core. A one-token step
+is a few dozen small kernels: a small model's runs fastest on one thread (a second mostly
+waits for its turn, and the editor keeps a core), while a model of real size (a 164M
+StarCoder-shaped one: 27.8 against 18.0 ms a step on 2 cores, RESULTS.md) gains from
+every core. :func:`tune_decode_threads` times a few steps of the loaded model on one
+thread and on all, and keeps the faster; small models skip the second measurement.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+# A step this fast on one thread is a small model's: more threads cost more than they give.
+ONE_THREAD_BELOW_MS = 8.0
+# More threads must be this much faster to be kept (they also take the editor's core).
+MORE_THREADS_GAIN = 1.15
+PROBE_PROMPT = 16  # prompt tokens before the timed steps
+PROBE_WARMUP = 2  # steps not timed (first allocations)
+PROBE_STEPS = 6
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on (its affinity, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The steps' thread count and the figures behind it (``None``: not measured)."""
+
+    threads: int
+    one_ms: float
+    many_ms: float | None
+    cores: int
+
+    def describe(self) -> str:
+        if self.many_ms is None:
+            why = f"one thread: {self.one_ms:.1f} ms a step" + (
+                f", under {ONE_THREAD_BELOW_MS:g} ms" if self.cores > 1 else ""
+            )
+        else:
+            why = f"{self.one_ms:.1f} ms a step on 1, {self.many_ms:.1f} ms on {self.cores}"
+        return f"decoding steps on {self.threads} thread(s) ({why}); prompts on {self.cores}"
+
+
+def time_steps(engine: Any, threads: int) -> float:
+    """Milliseconds of one one-token step of ``engine`` on ``threads`` threads (mean)."""
+    import torch
+
+    from codeparrot.generation.engine import _intra_op_threads
+
+    vocab = max(1, engine.vocab_size - 1)
+    ids = [(7 + 31 * i) % vocab for i in range(PROBE_PROMPT)]
+    with torch.inference_mode(), _intra_op_threads(threads):
+        steps = engine._stepper(ids, 1, PROBE_WARMUP + PROBE_STEPS + 1)
+        nxt = steps.prefill().argmax(dim=-1)
+        for _ in range(PROBE_WARMUP):
+            nxt = steps.decode(nxt).argmax(dim=-1)
+        start = time.perf_counter()
+        for _ in range(PROBE_STEPS):
+            nxt = steps.decode(nxt).argmax(dim=-1)
+        return (time.perf_counter() - start) * 1000 / PROBE_STEPS
+
+
+def tune_decode_threads(engine: Any, cores: int | None = None) -> ThreadChoice:
+    """Set ``engine.decode_threads`` to the faster of one thread and ``cores`` (default:
+    :func:`cpu_cores`) for its steps, and ``engine.prompt_threads`` to ``cores``; returns
+    the choice with its figures. The probe's prompt is left out of the prompt cache."""
+    cores = cores or cpu_cores()
+    one = time_steps(engine, 1)
+    many = None
+    threads = 1
+    if cores > 1 and one >= ONE_THREAD_BELOW_MS:
+        many = time_steps(engine, cores)
+        if one / many >= MORE_THREADS_GAIN:
+            threads = cores
+    engine.prompt_cache.clear()
+    engine.decode_threads = threads
+    engine.prompt_threads = cores
+    return ThreadChoice(threads, one, many, cores)

@@ -1,0 +1,59 @@
+"""Thread counts of prompts and one-token steps: measured at load, kept when they pay."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from codeparrot.generation import Engine, GenerationConfig
+from codeparrot.generation import threads as th
+
+
+@pytest.fixture()
+def engine(tiny_checkpoint) -> Engine:
+    return Engine.load(tiny_checkpoint)
+
+
+def _fake_steps(monkeypatch, ms: dict[int, float]) -> list[int]:
+    asked: list[int] = []
+
+    def fake(engine, threads):
+        asked.append(threads)
+        return ms[threads]
+
+    monkeypatch.setattr(th, "time_steps", fake)
+    return asked
+
+
+def test_a_small_model_keeps_one_thread_without_timing_more(engine, monkeypatch):
+    asked = _fake_steps(monkeypatch, {1: 3.0, 4: 1.0})
+    choice = th.tune_decode_threads(engine, cores=4)
+    assert asked == [1]  # fast on one thread: the second measurement is skipped
+    assert (engine.decode_threads, engine.prompt_threads) == (1, 4)
+    assert choice.many_ms is None and "prompts on 4" in choice.describe()
+
+
+def test_a_model_of_real_size_decodes_on_every_core_when_that_pays(engine, monkeypatch):
+    _fake_steps(monkeypatch, {1: 27.8, 2: 18.0})
+    choice = th.tune_decode_threads(engine, cores=2)
+    assert engine.decode_threads == 2 and choice.threads == 2
+    assert "27.8 ms a step on 1, 18.0 ms on 2" in choice.describe()
+
+
+def test_a_small_gain_leaves_the_editor_its_core(engine, monkeypatch):
+    _fake_steps(monkeypatch, {1: 20.0, 2: 18.5})  # 1.08x: not worth a core
+    assert th.tune_decode_threads(engine, cores=2).threads == 1
+    _fake_steps(monkeypatch, {1: 20.0})
+    assert th.tune_decode_threads(engine, cores=1).threads == 1  # nothing to compare
+
+
+def test_the_real_probe_times_steps_and_leaves_no_prompt_behind(engine):
+    before = torch.get_num_threads()
+    choice = th.tune_decode_threads(engine, cores=2)
+    assert choice.one_ms > 0 and choice.threads in (1, 2)
+    assert torch.get_num_threads() == before  # the caller's setting is restored
+    assert engine.prompt_cache.lookup([7, 38, 69])[0] is None
+    config = GenerationConfig(max_new_tokens=8, temperature=0.0)
+    tuned = engine.generate("def add(a, b):", config)[0].text
+    engine.decode_threads, engine.prompt_threads = 1, None
+    assert engine.generate("def add(a, b):", config)[0].text == tuned
