@@ -17,12 +17,15 @@ corpus); a directory without them gets them built first (the quickstart's own st
 
 Each run trains in a process of its own with an empty compilation cache
 (``TORCHINDUCTOR_CACHE_DIR`` in its run directory): a second run in a warm cache compiles
-in seconds instead of ~40 s, and would train that much longer. ``--only train`` stops after
-the two runs (time them on a quiet machine), ``--only score`` scores the runs already in
-``--output`` (the losses do not depend on the machine's load).
+in seconds instead of ~40 s, and would train that much longer. ``--side-by-side`` trains
+both at once, each pinned to a core of its own with one thread: a machine half as fast,
+whose passing load slows both runs alike (one run after the other, a few percent of
+throughput between them outweighs what the schedule changes). ``--only train`` stops
+after the two runs (time them on a quiet machine), ``--only score`` scores the runs
+already in ``--output`` (the losses do not depend on the machine's load).
 
     .venv/bin/python bench/plan_pays.py --data runs/quickstart [--minutes 7] [--output DIR]
-        [--only train|score] [--heldout-files 200]
+        [--side-by-side] [--only train|score] [--heldout-files 200]
 """
 
 from __future__ import annotations
@@ -111,18 +114,47 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="both runs' seed (the quickstart's)")
     parser.add_argument("--only", choices=("train", "score"), default=None)
     parser.add_argument("--heldout-files", type=int, default=200, help="files scored")
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="train both runs at once, each on a core of its own with one thread (a machine "
+        "half as fast, and the same load on both)",
+    )
     parser.add_argument("--one", choices=tuple(RUNS), default=None, help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
-def train_in_own_process(args: argparse.Namespace, root: Path, name: str) -> dict:
-    """One run in a fresh process with an empty compilation cache; its result."""
-    output = root / name
+def start_own_process(
+    args: argparse.Namespace, root: Path, name: str, core: int | None = None
+) -> subprocess.Popen:
+    """One run in a fresh process with an empty compilation cache (on ``core`` alone, one
+    thread, when given)."""
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(root / f"{name}-compile-cache")}
+    if core is not None:
+        env["OMP_NUM_THREADS"] = "1"
     command = [sys.executable, __file__, "--data", str(args.data), "--minutes",
                str(args.minutes), "--output", str(root), "--seed", str(args.seed), "--one", name]  # fmt: skip
-    subprocess.run(command, env=env, check=True)
-    return json.loads((output / "plan_pays.json").read_text())
+    pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
+    return subprocess.Popen(command, env=env, preexec_fn=pin)
+
+
+def train_runs(args: argparse.Namespace, root: Path) -> None:
+    """Both runs: one after the other on every core, or ``--side-by-side``: at the same
+    time, each on a core of its own, so that whatever else slows the machine slows both."""
+    cores = sorted(os.sched_getaffinity(0))
+    if args.side_by_side and len(cores) < 2:
+        raise SystemExit("--side-by-side needs two cores")
+    procs = []
+    for k, (name, plan) in enumerate(RUNS.items()):
+        core = cores[k] if args.side_by_side else None
+        where = f" on core {core}, one thread" if core is not None else ""
+        print(f"{name}: --max-minutes {args.minutes:g}{'' if plan else ' --no-plan'}{where}",
+              flush=True)  # fmt: skip
+        procs.append(start_own_process(args, root, name, core))
+        if not args.side_by_side and procs[-1].wait() != 0:
+            raise SystemExit(f"the {name} run failed")
+    if any(p.wait() != 0 for p in procs):
+        raise SystemExit("a run failed")
 
 
 def report_runs(runs: list[dict]) -> None:
@@ -149,11 +181,7 @@ def main() -> None:
         return
     if args.only != "score":
         prepared(args.data)
-        for name, plan in RUNS.items():
-            print(
-                f"{name}: --max-minutes {args.minutes:g}{'' if plan else ' --no-plan'}", flush=True
-            )
-            train_in_own_process(args, root, name)
+        train_runs(args, root)
     runs = [json.loads((root / name / "plan_pays.json").read_text()) for name in RUNS]
     report_runs(runs)
     if args.only != "train":
