@@ -204,8 +204,8 @@ class FinetuneResult:
     lsp_command: str
     app_command: str
     pushed: str | None = None
-    # full fine-tuning stopped by --max-minutes under a quarter of its planned tokens: what
-    # to do about it (training/plan.py's warning, as `train --max-minutes` prints it)
+    # a fine-tune (full or LoRA) stopped by --max-minutes under a quarter of its planned
+    # tokens: what to do about it (training/plan.py's warning, as `train` prints it)
     warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -512,7 +512,9 @@ def _train_full(
 
 def undertrained(config: FinetuneConfig, trained: Any) -> str | None:
     """The warning of ``train --max-minutes`` when the run saw under a quarter of the tokens
-    its steps were planned for (None otherwise)."""
+    its steps were planned for (None otherwise). ``trained`` is the full fine-tune's
+    ``TrainResult`` or the LoRA loop's ``LoopResult``: both count ``tokens_seen``,
+    ``designed_tokens`` and ``tokens_per_s``."""
     from codeparrot.training.plan import undertrained_warning
 
     if not trained.designed_tokens:
@@ -569,12 +571,13 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
 
         if fim["transform"] is not None:
             every_train_token = _fim_train_tokens(config.corpus_dir, fim["transform"], tokenizer)
-        step, stopped_by, precision = finetune_lora(
+        adapter, precision = finetune_lora(
             config, base, every_train_token, steps=steps, seq_length=seq_length, log=say,
             fim_trained=fim["trained"],
         )  # fmt: skip
+        step, stopped_by = adapter.steps, adapter.stopped_by
         planned = steps  # the adapter's loop checks --max-minutes before each step
-        warning = None
+        warning = undertrained(config, adapter)
     else:
         trained = _train_full(config, base, steps, seq_length, train_tokens, tokenizer, fim, say)
         step, stopped_by = trained.step, trained.stopped_by
