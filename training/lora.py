@@ -81,8 +81,8 @@ class Schedule:
 @dataclass
 class LoopResult:
     """How the loop ended: steps done, why it stopped, the train loss per logged step, and
-    the tokens trained on against those its ``max_steps`` were planned for (what
-    :func:`codeparrot.training.plan.undertrained_warning` reads, as of ``train``'s runs)."""
+    the tokens trained on against those its ``max_steps`` were planned for (the counts
+    ``train``'s result keeps too, for :func:`codeparrot.training.plan.undertrained_warning`)."""
 
     steps: int
     stopped_by: str  # "max_steps" or "max_minutes"

@@ -3,7 +3,10 @@
 Tiny StarCoder-family and Qwen2.5-Coder-family models in their Hub layouts
 (``tests/families.py``) fine-tune with FIM; the examples the training saw carry that
 family's sentinels in the order the fine-tuned model is prompted in, and the export keeps
-the base's FIM status. A base without FIM tokens is refused before any work.
+the base's FIM status. A base without FIM tokens is refused before any work. Every
+example, FIM or left to right, starts with the ids the engine prompts the same family with:
+BOS first where the tokenizer adds it (CodeLlama, DeepSeek-Coder), none for StarCoder's
+layout (the checkpoints trained here).
 """
 
 from __future__ import annotations
