@@ -204,8 +204,8 @@ class FinetuneResult:
     lsp_command: str
     app_command: str
     pushed: str | None = None
-    # full fine-tuning stopped by --max-minutes under a quarter of its planned tokens: what
-    # to do about it (training/plan.py's warning, as `train --max-minutes` prints it)
+    # a fine-tune (full or LoRA) stopped by --max-minutes under a quarter of its planned
+    # tokens: what to do about it (training/plan.py's warning, as `train` prints it)
     warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -285,23 +285,24 @@ def default_seq_length(model_config: dict[str, Any]) -> int:
 
 
 def split_tokens(corpus: Path, split: str, tokenizer: Any, limit: int) -> list[int]:
-    """The first ``limit`` tokens of a split in shard order, documents joined by EOS."""
+    """The first ``limit`` tokens of a split in shard order, each document after the BOS
+    the tokenizer adds (where it adds one) and ended by EOS, as training packs them."""
     from codeparrot.training.data import encode_batch, read_documents, shard_files
+    from codeparrot.training.finetune_fim import bos_ids
 
+    bos = bos_ids(tokenizer)
     ids: list[int] = []
     texts: list[str] = []
     for _shard, _line, text in read_documents(shard_files(corpus, split)):
         texts.append(text)
         if len(texts) == 64:
             for doc in encode_batch(tokenizer, texts):
-                ids.extend(doc)
-                ids.append(tokenizer.eos_token_id)
+                ids.extend((*bos, *doc, tokenizer.eos_token_id))
             texts = []
             if len(ids) >= limit:
                 break
     for doc in encode_batch(tokenizer, texts):
-        ids.extend(doc)
-        ids.append(tokenizer.eos_token_id)
+        ids.extend((*bos, *doc, tokenizer.eos_token_id))
     return ids[:limit]
 
 
@@ -424,8 +425,9 @@ def planned_steps(config: FinetuneConfig, train_tokens: int, seq_length: int) ->
 
 
 def _fim_plan(config: FinetuneConfig, base: Path, tokenizer: Any, say: Any) -> dict[str, Any]:
-    """The FIM rate, its transform in the base's template (None at rate 0) and the FIM
-    status the fine-tuned model records: trained with FIM, or the base's own status."""
+    """The FIM rate, the transform of the training documents (FIM examples in the base's
+    template, and BOS first where the tokenizer adds it; None when neither applies) and
+    the FIM status the fine-tuned model records: trained with FIM, or the base's own."""
     from codeparrot.training.finetune_fim import base_infills, family_transform, fim_rate
 
     infills = base_infills(base, tokenizer, config.fim_tokens)
@@ -433,7 +435,7 @@ def _fim_plan(config: FinetuneConfig, base: Path, tokenizer: Any, say: Any) -> d
     transform = family_transform(
         tokenizer, rate, config.fim_tokens, config.seed, where=str(config.checkpoint)
     )
-    if transform is not None:
+    if transform is not None and rate:
         order = "SPM" if transform.spm_rate else "PSM"
         say(f"fill in the middle: {rate:g} of the documents, {order}, in the base's template")
     return {"rate": rate, "transform": transform, "trained": bool(rate) or infills}
@@ -441,7 +443,7 @@ def _fim_plan(config: FinetuneConfig, base: Path, tokenizer: Any, say: Any) -> d
 
 def _fim_record(fim: dict[str, Any]) -> dict[str, Any]:
     transform = fim["transform"]
-    if transform is None:
+    if not fim["rate"]:
         return {"rate": 0.0, "fim_trained": fim["trained"]}
     return {
         "rate": fim["rate"],
@@ -452,7 +454,8 @@ def _fim_record(fim: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fim_train_tokens(corpus: Path, transform: Any, tokenizer: Any) -> list[int]:
-    """The train split as FIM and plain documents, each ended by end-of-text."""
+    """The train split as the transform makes its documents (FIM examples, BOS first where
+    the tokenizer adds it), each ended by end-of-text."""
     from codeparrot.training.finetune_fim import fim_documents
 
     ids: list[int] = []
@@ -472,11 +475,13 @@ def _train_full(
     fim: dict[str, Any],
     say: Any,
 ) -> Any:
-    """Train every weight; with FIM the examples come in the base's template, and the
+    """Train every weight; with FIM the examples come in the base's template, every
+    document after the BOS the tokenizer adds (training and validation alike), and the
     export records the FIM status of :func:`_fim_plan`."""
     from codeparrot.io import read_json, write_json
     from codeparrot.models.checkpoint import CHECKPOINT_META
     from codeparrot.training.data import PackedStream, shard_files
+    from codeparrot.training.finetune_fim import family_transform
     from codeparrot.training.loop import train
 
     train_config = _train_config(config, base, steps, seq_length, train_tokens)
@@ -492,8 +497,10 @@ def _train_full(
             fim=fim["transform"],
         )
         valid_files = shard_files(config.corpus_dir, "valid")
+        # validation stays left to right, with the BOS the training documents start with
+        plain = family_transform(tokenizer, 0.0, "", train_config.seed, str(config.checkpoint))
         data["valid_data"] = lambda: PackedStream(
-            valid_files, tokenizer, seq_length, shuffle_buffer=0, loop=False
+            valid_files, tokenizer, seq_length, shuffle_buffer=0, loop=False, fim=plain
         )
     trained = train(train_config, log=say, **data)
     meta_file = config.model_dir / CHECKPOINT_META
@@ -505,7 +512,9 @@ def _train_full(
 
 def undertrained(config: FinetuneConfig, trained: Any) -> str | None:
     """The warning of ``train --max-minutes`` when the run saw under a quarter of the tokens
-    its steps were planned for (None otherwise)."""
+    its steps were planned for (None otherwise). ``trained`` is the full fine-tune's
+    ``TrainResult`` or the LoRA loop's ``LoopResult``: both count ``tokens_seen``,
+    ``designed_tokens`` and ``tokens_per_s``."""
     from codeparrot.training.plan import undertrained_warning
 
     if not trained.designed_tokens:
@@ -562,12 +571,13 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
 
         if fim["transform"] is not None:
             every_train_token = _fim_train_tokens(config.corpus_dir, fim["transform"], tokenizer)
-        step, stopped_by, precision = finetune_lora(
+        adapter, precision = finetune_lora(
             config, base, every_train_token, steps=steps, seq_length=seq_length, log=say,
             fim_trained=fim["trained"],
         )  # fmt: skip
+        step, stopped_by = adapter.steps, adapter.stopped_by
         planned = steps  # the adapter's loop checks --max-minutes before each step
-        warning = None
+        warning = undertrained(config, adapter)
     else:
         trained = _train_full(config, base, steps, seq_length, train_tokens, tokenizer, fim, say)
         step, stopped_by = trained.step, trained.stopped_by

@@ -12,6 +12,13 @@ orders and complete best in SPM; bigcode's StarCoder trained on both), PSM for t
 Each document is transformed whole before packing (Bavarian et al.'s document level):
 the families' vocabularies have no common padding token for the loss to skip, which the
 context level needs.
+
+Every example starts as the engine's prompts do: with the BOS that the tokenizer's own
+post-processor puts first (CodeLlama's ``<s>``, DeepSeek-Coder's begin-of-sentence; none for
+StarCoder, Qwen2.5-Coder and the checkpoints trained here), before a FIM example's first
+sentinel and before a left-to-right document alike. A template with a bare suffix
+(CodeLlama's) gets its suffix encoded without the SentencePiece space, as the engine
+prompts it.
 """
 
 from __future__ import annotations
@@ -23,29 +30,78 @@ from typing import Any
 
 from codeparrot.errors import ConfigError
 from codeparrot.options import DEFAULT_FIM_RATE
-from codeparrot.training.data import FimTransform
+from codeparrot.training.data import FimTransform, encode_batch
 
 # Templates whose model learnt an end-of-middle token after the middle (the others end it
 # with end-of-text, which packing puts after every document): CodeLlama's ``▁<EOT>``
 # (Meta's ``infilling_prompt_tokens``), and the END of ``--fim-tokens`` when given.
 END_OF_MIDDLE = {"codellama": "▁<EOT>"}
+# A character no tokenizer merges with a text's first word: a bare suffix is encoded after
+# it and its ids dropped (the engine's own marker, so prompts and examples agree).
+BARE_MARKER = "\u263a"
+
+
+def bos_ids(tokenizer: Any) -> tuple[int, ...]:
+    """The special ids the tokenizer's own post-processor puts before a text (BOS), if any:
+    what the engine starts every prompt with, so every training example starts with them."""
+    try:
+        full = list(tokenizer("a", verbose=False)["input_ids"])
+        bare = list(tokenizer("a", add_special_tokens=False, verbose=False)["input_ids"])
+    except Exception:  # a tokenizer that cannot encode "a" adds nothing we could see
+        return ()
+    special = set(tokenizer.all_special_ids)
+    for k in range(len(full) - len(bare) + 1):
+        if full[k : k + len(bare)] == bare:
+            head = full[:k]
+            return tuple(head) if all(i in special for i in head) else ()
+    return ()
 
 
 @dataclass(frozen=True)
 class FamilyFimTransform(FimTransform):
-    """:class:`~codeparrot.training.data.FimTransform` with a family's sentinels and,
-    where the family has one, its end-of-middle token after each middle."""
+    """:class:`~codeparrot.training.data.FimTransform` in a family's template: its
+    sentinels, its end-of-middle token after each middle where it has one, its BOS before
+    every document (FIM or not) where the tokenizer adds one, and a bare suffix where the
+    template asks for one. At rate 0 it only puts BOS first (its sentinels are unused)."""
 
     end: int | None = None
     template: str = ""  # the family's name (codeparrot.fim.TEMPLATES)
+    bos: tuple[int, ...] = ()
+    bare_suffix: bool = False
 
     def _encode(
         self, texts: list[str], plans: list[tuple[str, list[str]] | None]
     ) -> list[list[int]]:
-        out = super()._encode(texts, plans)
-        if self.end is None:
-            return out
-        return [[*ids, self.end] if plan else ids for ids, plan in zip(out, plans, strict=True)]
+        from codeparrot.fim import layout
+
+        flat: list[str] = []
+        for text, plan in zip(texts, plans, strict=True):
+            if plan is None:
+                flat.append(text)
+            else:
+                prefix, middle, suffix = plan[1]
+                flat += [prefix, middle, BARE_MARKER + suffix if self.bare_suffix else suffix]
+        ids = iter(encode_batch(self.tokenizer, flat))
+        marker = encode_batch(self.tokenizer, [BARE_MARKER])[0] if self.bare_suffix else []
+        out = []
+        for plan in plans:
+            if plan is None:
+                out.append([*self.bos, *next(ids)])
+                continue
+            prefix, middle, suffix = next(ids), next(ids), next(ids)
+            if self.bare_suffix:
+                suffix = self._bare(suffix, marker, plan[1][2])
+            example = [*self.bos, *layout(prefix, suffix, middle, self.tokens, plan[0])]
+            out.append(example if self.end is None else [*example, self.end])
+        return out
+
+    def _bare(self, marked: list[int], marker: list[int], text: str) -> list[int]:
+        """Ids of ``text`` without the leading space, from its encoding after the marker
+        (its plain encoding in the unlikely case that the marker merged with it)."""
+        if marked[: len(marker)] == marker:
+            return marked[len(marker) :]
+        [plain] = encode_batch(self.tokenizer, [text])
+        return plain
 
 
 def base_infills(base: Path, tokenizer: Any, fim_tokens: str = "") -> bool:
@@ -73,14 +129,20 @@ def fim_rate(asked: float | None, infills: bool) -> float:
 def family_transform(
     tokenizer: Any, rate: float, fim_tokens: str, seed: int, where: str
 ) -> FamilyFimTransform | None:
-    """The transform for ``rate`` in the tokenizer's template; None at rate 0.
+    """The transform for ``rate`` in the tokenizer's template; at rate 0 one that only puts
+    the tokenizer's BOS first, or None where it adds none (the documents stay as they are).
 
-    A tokenizer without a template (and no ``fim_tokens``) is a :class:`ConfigError`
-    naming ``where`` and the two ways out."""
+    A tokenizer without a template (and no ``fim_tokens``) at a rate above 0 is a
+    :class:`ConfigError` naming ``where`` and the two ways out."""
     from codeparrot.fim import AUTO, SPM, FimTokens, detect_template, resolve_order, token_id
 
+    bos = bos_ids(tokenizer)
+    eos = tokenizer.eos_token_id
     if rate <= 0:
-        return None
+        if not bos:
+            return None
+        unused = FimTokens(eos, eos, eos, eos)  # no document is laid out at rate 0
+        return FamilyFimTransform(tokenizer, unused, eos, 0.0, 0.0, "document", seed, bos=bos)
     try:
         prompter = detect_template(tokenizer, fim_tokens)
     except ValueError as e:
@@ -97,14 +159,14 @@ def family_transform(
     if template.name == "custom" and template.stops:
         end_name = template.stops[0]
     end = None if end_name is None else token_id(tokenizer, end_name)
-    eos = tokenizer.eos_token_id
     # documents are transformed whole, so nothing is ever padded: the pad id is unused
     tokens = FimTokens(prompter.prefix, prompter.middle, prompter.suffix, pad=eos)
     # the order the engine prompts a checkpoint written here in
     spm = 1.0 if resolve_order(AUTO, template, own_checkpoint=True) == SPM else 0.0
     return FamilyFimTransform(
-        tokenizer, tokens, eos, rate, spm, "document", seed, end=end, template=template.name
-    )
+        tokenizer, tokens, eos, rate, spm, "document", seed, end=end, template=template.name,
+        bos=bos, bare_suffix=template.bare_suffix,
+    )  # fmt: skip
 
 
 def fim_documents(corpus: Path, split: str, transform: FimTransform) -> Iterator[list[int]]:
@@ -126,9 +188,11 @@ def fim_documents(corpus: Path, split: str, transform: FimTransform) -> Iterator
 
 
 __all__ = [
+    "BARE_MARKER",
     "END_OF_MIDDLE",
     "FamilyFimTransform",
     "base_infills",
+    "bos_ids",
     "family_transform",
     "fim_documents",
     "fim_rate",

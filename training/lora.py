@@ -80,13 +80,21 @@ class Schedule:
 
 @dataclass
 class LoopResult:
-    """How the loop ended: steps done, why it stopped, the train loss per logged step."""
+    """How the loop ended: steps done, why it stopped, the train loss per logged step, and
+    the tokens trained on against those its ``max_steps`` were planned for (the counts
+    ``train``'s result keeps too, for :func:`codeparrot.training.plan.undertrained_warning`)."""
 
     steps: int
     stopped_by: str  # "max_steps" or "max_minutes"
     seconds: float
     step_seconds: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
+    tokens_seen: int = 0
+    designed_tokens: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_seen / self.seconds if self.seconds > 0 else 0.0
 
 
 def target_modules(model: Any, targets: tuple[str, ...] = ()) -> list[str]:
@@ -215,7 +223,8 @@ def train_adapter(
     dtype = torch.bfloat16 if schedule.mixed_precision == "bf16" else torch.float16
     budget = schedule.max_minutes * 60 if schedule.max_minutes else None
     batches = _batches(windows, schedule.batch_size, schedule.seed)
-    result = LoopResult(steps=0, stopped_by="max_steps", seconds=0.0)
+    designed = schedule.max_steps * schedule.batch_size * len(windows[0])
+    result = LoopResult(steps=0, stopped_by="max_steps", seconds=0.0, designed_tokens=designed)
     started = time.perf_counter()
     model.train()
     for step in range(schedule.max_steps):
@@ -237,6 +246,7 @@ def train_adapter(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         result.steps = step + 1
+        result.tokens_seen += sum(len(window) for window in batch)
         result.step_seconds.append(time.perf_counter() - t0)
         result.losses.append(total)
         if step == 0 or (step + 1) % max(1, schedule.max_steps // 10) == 0:
@@ -291,10 +301,10 @@ def finetune_lora(
     seq_length: int,
     log: Callable[[str], None] | None = None,
     fim_trained: bool | None = None,
-) -> tuple[int, str, str]:
+) -> tuple[LoopResult, str]:
     """``finetune --peft lora``: train an adapter of ``base`` and save it (or merge it)
-    into ``config.model_dir``; returns (steps, what stopped the run, the autocast dtype
-    ``--mixed-precision`` chose: no, bf16 or fp16).
+    into ``config.model_dir``; returns how the loop ended (steps, what stopped it, the
+    tokens seen) and the autocast dtype ``--mixed-precision`` chose: no, bf16 or fp16.
 
     ``train_ids`` may hold FIM examples in the base's template (``finetune --fim-rate``);
     ``fim_trained`` is the fill-in-the-middle status the adapter records (None: its base's
@@ -363,7 +373,7 @@ def finetune_lora(
         save_adapter(
             peft_model, tokenizer, config.model_dir, meta, base=base_name, revision=ref.revision
         )
-    return result.steps, result.stopped_by, choice.mixed_precision
+    return result, choice.mixed_precision
 
 
 __all__ = [

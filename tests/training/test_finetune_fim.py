@@ -3,7 +3,10 @@
 Tiny StarCoder-family and Qwen2.5-Coder-family models in their Hub layouts
 (``tests/families.py``) fine-tune with FIM; the examples the training saw carry that
 family's sentinels in the order the fine-tuned model is prompted in, and the export keeps
-the base's FIM status. A base without FIM tokens is refused before any work.
+the base's FIM status. A base without FIM tokens is refused before any work. Every
+example, FIM or left to right, starts with the ids the engine prompts the same family with:
+BOS first where the tokenizer adds it (CodeLlama, DeepSeek-Coder), none for StarCoder's
+layout (the checkpoints trained here).
 """
 
 from __future__ import annotations
@@ -90,8 +93,9 @@ def test_codellama_examples_end_the_middle_with_its_end_token(tmp_path, reposito
     transform = finetune_fim.family_transform(tokenizer, 1.0, "", 0, "codellama")
     assert transform is not None and transform.template == "codellama"
     [example] = transform.encode_documents(["def f(x):\n    return x + 1\n"], [(0,)])
-    pre, suf, mid, eot = tokenizer.convert_tokens_to_ids(["▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>"])
-    assert example[0] == pre and example[-1] == eot
+    ids = tokenizer.convert_tokens_to_ids(["<s>", "▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>"])
+    bos, pre, suf, mid, eot = ids
+    assert example[:2] == [bos, pre] and example[-1] == eot
     assert example.index(suf) < example.index(mid) < len(example) - 1
 
 
@@ -132,3 +136,117 @@ def test_fim_tokens_name_an_unknown_template(tmp_path, repository):
     assert transform.template == "custom"
     assert example[0] == pre and example[-1] == end
     assert example.index(suf) < example.index(mid)
+
+
+# -- every example starts as the engine's prompt does ---------------------------------
+
+FIM_FAMILIES = ("tiny_starcoder_py", "santacoder", "starcoder2", "qwen2.5-coder", "codellama",
+                "deepseek-coder")  # fmt: skip
+# a cut whose middle and suffix start with spaces: CodeLlama's bare suffix must show
+PREFIX, MIDDLE, SUFFIX = "def add(a, b):\n", "    total = a + b\n", "    return total\n"
+
+
+@pytest.fixture(scope="module")
+def family_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("families")
+    return {name: build_family(name, root / name) for name in (*FIM_FAMILIES, "codegen")}
+
+
+@pytest.mark.parametrize("order", ["psm", "spm"])
+@pytest.mark.parametrize("name", FIM_FAMILIES)
+def test_a_fim_example_starts_with_the_engines_prompt(family_dirs, name, order):
+    """BOS where the tokenizer adds it (CodeLlama, DeepSeek-Coder), the template's
+    sentinels, the prefix and the (bare, for CodeLlama) suffix: the ids the engine prompts
+    with for the same prefix, suffix and order, then the middle."""
+    import dataclasses
+
+    from codeparrot.generation import Engine
+    from tests.families import FAMILIES
+
+    engine = Engine.load(family_dirs[name], device="cpu")
+    tokenizer = engine.tokenizer
+    transform = finetune_fim.family_transform(tokenizer, 1.0, "", 0, name)
+    transform = dataclasses.replace(transform, spm_rate=float(order == "spm"))
+    [example] = transform._encode(["unused"], [(order, [PREFIX, MIDDLE, SUFFIX])])
+    prompt, truncated = engine.encode_infill(PREFIX, SUFFIX, 8, order=order)
+    assert not truncated
+    assert example[: len(prompt)] == prompt, (
+        tokenizer.convert_ids_to_tokens(example[: len(prompt)]),
+        tokenizer.convert_ids_to_tokens(prompt),
+    )
+    bos = FAMILIES[name].bos
+    first = tokenizer.convert_ids_to_tokens(example[:2])
+    if bos is None:  # StarCoder's layout, as the checkpoints trained here: no BOS
+        assert first[0] == engine.fim.template.prefix
+    else:
+        assert first == [bos, engine.fim.template.prefix]
+    middle = tokenizer(MIDDLE, add_special_tokens=False)["input_ids"]
+    assert example[len(prompt) : len(prompt) + len(middle)] == middle
+
+
+@pytest.mark.parametrize("name", [*FIM_FAMILIES, "codegen"])
+def test_a_left_to_right_document_starts_with_the_engines_prompt(family_dirs, name):
+    """A document left as it is starts with BOS exactly where the engine's prompt does,
+    at any FIM rate (at rate 0 a family without BOS keeps its documents untouched)."""
+    from codeparrot.generation import Engine
+
+    engine = Engine.load(family_dirs[name], device="cpu")
+    text = PREFIX + MIDDLE + SUFFIX
+    prompt, _ = engine.encode_prompt(text, 8)
+    for rate in (0.0, 1.0) if engine.fim is not None else (0.0,):
+        transform = finetune_fim.family_transform(engine.tokenizer, rate, "", 0, name)
+        if transform is None:
+            assert rate == 0 and not engine.bos_ids
+            continue
+        [document] = transform._encode([text], [None])
+        assert document == prompt
+
+
+@pytest.mark.parametrize("peft", [None, "lora"])
+def test_codellama_trains_and_is_measured_on_documents_after_bos(
+    repository, family_dirs, tmp_path, monkeypatch, peft
+):
+    """Full and LoRA fine-tuning of a CodeLlama-shaped base: every document it trains on
+    (FIM or left to right) and the token stream its loss is measured on start with ``<s>``."""
+    from codeparrot.training import finetune as finetune_module
+
+    bos = 1  # "<s>" in the CodeLlama family's vocabulary (tests/families.py)
+    seen: list[list[int]] = []
+    encode = finetune_fim.FamilyFimTransform._encode
+
+    def spy(self, texts, plans):
+        out = encode(self, texts, plans)
+        seen.extend(out)
+        return out
+
+    measured: list[list[int]] = []
+    split_tokens = finetune_module.split_tokens
+
+    def spy_split(*args, **kwargs):
+        ids = split_tokens(*args, **kwargs)
+        measured.append(ids)
+        return ids
+
+    monkeypatch.setattr(finetune_fim.FamilyFimTransform, "_encode", spy)
+    monkeypatch.setattr(finetune_module, "split_tokens", spy_split)
+    config = tiny_finetune(
+        repository, family_dirs["codellama"], tmp_path / "run", fim_rate=0.5, max_steps=1,
+        peft=peft,
+    )  # fmt: skip
+    finetune(config)
+    assert len(seen) >= 5 and all(ids[0] == bos for ids in seen)
+    assert {ids[1] == 3 for ids in seen} == {True, False}  # "▁<PRE>": some FIM, some not
+    eos = 2  # "</s>"
+    for ids in measured:
+        assert ids[0] == bos
+        assert all(ids[i + 1] == bos for i, t in enumerate(ids[:-1]) if t == eos)
+
+
+def test_our_own_layout_has_no_bos(tiny_checkpoint, tmp_path):
+    """A checkpoint trained here (GPT-2, no post-processor BOS) keeps its documents and
+    examples as they were: no transform at rate 0, nothing before the first sentinel."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    assert finetune_fim.bos_ids(tokenizer) == ()
+    assert finetune_fim.family_transform(tokenizer, 0.0, "", 0, "tiny") is None

@@ -189,6 +189,33 @@ def test_a_step_that_would_overrun_the_budget_is_not_started():
     assert typical_step_seconds([9.0, 1.0, 2.0, 3.0]) == 2.0  # the first step's warm-up left out
 
 
+def test_an_adapter_cut_short_by_the_clock_warns_as_train_does(
+    repository, tiny_checkpoint, tmp_path, capsys
+):
+    """--max-minutes so small that only the first step starts (the loop takes one before it
+    can estimate a step): 1 of 16 planned steps, and the full fine-tune's warning."""
+    from codeparrot.cli import main
+
+    out = tmp_path / "slow"
+    argv = ["finetune", str(repository), "--checkpoint", str(tiny_checkpoint), "--peft", "lora"]
+    argv += ["--output", str(out), "--max-steps", "16", "--max-minutes", "1e-9"]
+    argv += ["--seq-length", "32", "--batch-size", "2", "--eval-tokens", "500"]
+    argv += ["--valid-fraction", "0.25", "--mixed-precision", "no", "--log-with", "none"]
+    argv += ["--workers", "1", "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "1 steps (max_minutes)" in printed
+    assert "WARNING: this machine trained the model on only" in printed
+    assert "--max-steps 16 is designed for (6%)" in printed and "--max-minutes" in printed
+    saved = json.loads((out / "finetune.json").read_text())
+    assert saved["warning"].startswith("WARNING") and saved["stopped_by"] == "max_minutes"
+
+
+def test_an_adapter_that_took_its_steps_does_not_warn(adapter_run):
+    _base, _config, result = adapter_run
+    assert result.stopped_by == "max_steps" and result.warning is None
+
+
 def test_lora_settings_without_peft_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="--merge needs --peft lora"):
         FinetuneConfig(repository=tmp_path, checkpoint=tmp_path, output=tmp_path, merge=True)
