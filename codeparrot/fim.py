@@ -279,3 +279,25 @@ def resolve_order(order: str, template: FimTemplate, own_checkpoint: bool = Fals
     if order != AUTO:
         raise ValueError(f"FIM order must be one of {', '.join(ORDER_CHOICES)}, got {order!r}")
     return SPM if own_checkpoint and template.name == "starcoder" else template.order
+
+
+# Put before a text to encode it without the SentencePiece space before its first word (its
+# ids are dropped after): CodeLlama's reference infilling code uses this character. The
+# engine's prompts and the fine-tune's examples both use it, so that they agree.
+BARE_MARKER = "\u263a"
+
+
+def leading_special_ids(tokenizer: Any) -> tuple[int, ...]:
+    """The special ids the tokenizer's own post-processor puts before a text (BOS), if any:
+    what every prompt starts with, and so every training example."""
+    try:
+        full = list(tokenizer("a", verbose=False)["input_ids"])
+        bare = list(tokenizer("a", add_special_tokens=False, verbose=False)["input_ids"])
+    except Exception:  # a tokenizer that cannot encode "a" adds nothing we could see
+        return ()
+    special = set(tokenizer.all_special_ids)
+    for k in range(len(full) - len(bare) + 1):
+        if full[k : k + len(bare)] == bare:
+            head = full[:k]
+            return tuple(head) if all(i in special for i in head) else ()
+    return ()

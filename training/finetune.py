@@ -287,10 +287,10 @@ def default_seq_length(model_config: dict[str, Any]) -> int:
 def split_tokens(corpus: Path, split: str, tokenizer: Any, limit: int) -> list[int]:
     """The first ``limit`` tokens of a split in shard order, each document after the BOS
     the tokenizer adds (where it adds one) and ended by EOS, as training packs them."""
+    from codeparrot.fim import leading_special_ids
     from codeparrot.training.data import encode_batch, read_documents, shard_files
-    from codeparrot.training.finetune_fim import bos_ids
 
-    bos = bos_ids(tokenizer)
+    bos = leading_special_ids(tokenizer)
     ids: list[int] = []
     texts: list[str] = []
     for _shard, _line, text in read_documents(shard_files(corpus, split)):

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.errors import ConfigError
+from codeparrot.fim import BARE_MARKER, leading_special_ids
 from codeparrot.options import DEFAULT_FIM_RATE
 from codeparrot.training.data import FimTransform, encode_batch
 
@@ -36,25 +37,6 @@ from codeparrot.training.data import FimTransform, encode_batch
 # with end-of-text, which packing puts after every document): CodeLlama's ``▁<EOT>``
 # (Meta's ``infilling_prompt_tokens``), and the END of ``--fim-tokens`` when given.
 END_OF_MIDDLE = {"codellama": "▁<EOT>"}
-# A character no tokenizer merges with a text's first word: a bare suffix is encoded after
-# it and its ids dropped (the engine's own marker, so prompts and examples agree).
-BARE_MARKER = "\u263a"
-
-
-def bos_ids(tokenizer: Any) -> tuple[int, ...]:
-    """The special ids the tokenizer's own post-processor puts before a text (BOS), if any:
-    what the engine starts every prompt with, so every training example starts with them."""
-    try:
-        full = list(tokenizer("a", verbose=False)["input_ids"])
-        bare = list(tokenizer("a", add_special_tokens=False, verbose=False)["input_ids"])
-    except Exception:  # a tokenizer that cannot encode "a" adds nothing we could see
-        return ()
-    special = set(tokenizer.all_special_ids)
-    for k in range(len(full) - len(bare) + 1):
-        if full[k : k + len(bare)] == bare:
-            head = full[:k]
-            return tuple(head) if all(i in special for i in head) else ()
-    return ()
 
 
 @dataclass(frozen=True)
@@ -136,7 +118,7 @@ def family_transform(
     :class:`ConfigError` naming ``where`` and the two ways out."""
     from codeparrot.fim import AUTO, SPM, FimTokens, detect_template, resolve_order, token_id
 
-    bos = bos_ids(tokenizer)
+    bos = leading_special_ids(tokenizer)
     eos = tokenizer.eos_token_id
     if rate <= 0:
         if not bos:
@@ -188,11 +170,9 @@ def fim_documents(corpus: Path, split: str, transform: FimTransform) -> Iterator
 
 
 __all__ = [
-    "BARE_MARKER",
     "END_OF_MIDDLE",
     "FamilyFimTransform",
     "base_infills",
-    "bos_ids",
     "family_transform",
     "fim_documents",
     "fim_rate",

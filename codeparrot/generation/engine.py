@@ -32,7 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.errors import CheckpointError, ConfigError
-from codeparrot.fim import PSM, FimPrompter, detect_template, resolve_order
+from codeparrot.fim import (
+    BARE_MARKER,
+    PSM,
+    FimPrompter,
+    detect_template,
+    leading_special_ids,
+    resolve_order,
+)
 from codeparrot.generation.config import (
     DTYPES,
     LOAD_QUANTIZE,
@@ -53,9 +60,6 @@ from codeparrot.options import FIM_SUFFIX_SHARE
 
 logger = logging.getLogger(__name__)
 
-# Put before a text to encode it without the SentencePiece space before its first word (its
-# ids are dropped after): CodeLlama's reference infilling code uses this character.
-_BARE_MARKER = "\u263a"
 
 # A prompt longer than its budget loses a multiple of this many tokens at the start, so
 # that the prompts of a growing document keep the same first token (and their cached
@@ -192,7 +196,7 @@ class Engine:
         self.fim: FimPrompter | None = self.sentinels if infills is not False else None
         self.own_checkpoint = own_checkpoint
         # ids a prompt starts with where the tokenizer's own post-processor adds them (BOS)
-        self.bos_ids: list[int] = _leading_special_ids(tokenizer)
+        self.bos_ids: list[int] = list(leading_special_ids(tokenizer))
         # ids that end a completion: every end id of generation_config.json, and every
         # special token (a special token's text is never a completion's)
         self.end_ids: frozenset[int] = _end_ids_of(model, self.eos_token_id)
@@ -527,8 +531,8 @@ class Engine:
         if not text:
             return []
         if bare:
-            marker = self._encode_text(_BARE_MARKER)
-            ids = self._encode_text(_BARE_MARKER + text)
+            marker = self._encode_text(BARE_MARKER)
+            ids = self._encode_text(BARE_MARKER + text)
             if ids[: len(marker)] == marker:
                 return ids[len(marker) :]
             return ids
@@ -1036,21 +1040,6 @@ def _int8_missing(model: Any, on_cpu: bool) -> str:
     if not int8_supported():
         return "torch's int8 weight-only CPU kernel"
     return ""
-
-
-def _leading_special_ids(tokenizer: Any) -> list[int]:
-    """The special ids the tokenizer's own post-processor puts before a text (BOS), if any."""
-    try:
-        full = list(tokenizer("a", verbose=False)["input_ids"])
-        bare = list(tokenizer("a", add_special_tokens=False, verbose=False)["input_ids"])
-    except Exception:
-        return []
-    special = set(tokenizer.all_special_ids)
-    for k in range(len(full) - len(bare) + 1):
-        if full[k : k + len(bare)] == bare:
-            head = full[:k]
-            return head if all(i in special for i in head) else []
-    return []
 
 
 def _special_ids(tokenizer: Any) -> frozenset[int]:

@@ -16,6 +16,7 @@ import json
 import pytest
 
 from codeparrot.errors import ConfigError
+from codeparrot.fim import leading_special_ids
 from codeparrot.training import finetune_fim
 from codeparrot.training.finetune import finetune
 from tests.families import build_family
@@ -248,5 +249,5 @@ def test_our_own_layout_has_no_bos(tiny_checkpoint, tmp_path):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
-    assert finetune_fim.bos_ids(tokenizer) == ()
+    assert leading_special_ids(tokenizer) == ()
     assert finetune_fim.family_transform(tokenizer, 0.0, "", 0, "tiny") is None
