@@ -291,8 +291,8 @@ class GPT2Decoder:
         if self.int8_kernel == "dynamic":
             # dynamo cannot trace the kernel's packed weights: with a graph break at every
             # product the compiled step ran slower than the eager one, which also beats
-            # compiled weight-only steps (164M GPTBigCode, one thread: 26.8 and 27.4 ms
-            # against 14-17 ms eager)
+            # compiled weight-only steps (164M GPTBigCode, one thread, a shared machine:
+            # 26.8 and 27.4 ms against 14-17 ms eager)
             logger.info("compiled steps skipped: the dynamic int8 kernel runs faster eagerly")
             return
         compiled = torch.compile(self.forward, dynamic=True, options={"size_asserts": False})
@@ -325,7 +325,7 @@ class GPT2Decoder:
         float32 weights. ``kernel`` is one of :data:`~codeparrot.generation.int8.KERNELS`,
         or ``auto``: the faster of them on the first block's matrices, timed here in a few
         milliseconds (:func:`~codeparrot.generation.int8.choose_kernel`). Logits move by
-        well under 1% of their spread (tests bound it); prompts still run on the
+        1-2% of their spread at most (tests bound it); prompts still run on the
         full-precision weights. Costs a quarter of the model's float32 size in memory.
         """
         if not int8_supported():

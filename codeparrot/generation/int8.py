@@ -8,17 +8,17 @@ Two of torch's CPU kernels multiply them:
 - ``dynamic``: torch's dynamic int8 linear (``quantized::linear_dynamic``; fbgemm on
   x86). Each call quantizes the activations (one scale for the whole input, so rows
   are first scaled to the same largest value, then scaled back) and multiplies int8 by
-  int8 into int32, bias included. Activations get 8 bits
-  on a CPU with VNNI, else 7 (as torch's own ``quantize_dynamic`` does: fbgemm's AVX2
-  kernels would saturate with 8). Rounding the activations too, it moves the logits
-  about twice as far as the weight-only kernel (tests bound both);
+  int8 into int32, bias included. Activations get 8 bits on a CPU with VNNI, else 7 (as
+  torch's own ``quantize_dynamic`` does: fbgemm's AVX2 kernels would saturate with 8).
+  Rounding the activations too, it moves the logits about twice as far as the
+  weight-only kernel (tests bound both);
 - ``weight-only``: ``aten._weight_int8pack_mm``: the int8 weights times bf16 activations
   (fp32 on a CPU without fast bf16, where it is slow).
 
 :func:`choose_kernel` times both on one block's own matrices when the weights are
 quantized (a few milliseconds) and keeps the faster. Measured on an AMD EPYC (Zen 4),
-one thread, the matrices of a 164M GPTBigCode model: ``dynamic`` 2.2 ms for a layer and
-the head against 6.6 ms for ``weight-only`` (bf16). Packed weights are built in memory
+one thread, a shared machine, the matrices of a 164M GPTBigCode model: ``dynamic`` 2.2
+ms for one block and the head against 6.6 ms for ``weight-only`` (bf16). Packed weights are built in memory
 from the model's own weights, never read from or written to disk.
 """
 
