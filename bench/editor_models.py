@@ -124,10 +124,11 @@ def decode_speed(path: Path, text: str, threads: list[int]) -> None:
     lean = Engine.load(path, quantize="none")  # as the server: bf16 prompts where fast
     ids = lean.tokenizer(text, add_special_tokens=False)["input_ids"][:512]
     engines = {"lean float32": lean}
-    auto = Engine(lean.model, lean.tokenizer, quantize="int8")  # the probe's choice
+    same = {"bf16_prefill": lean.bf16_prefill}  # prompts as the float32 engine's
+    auto = Engine(lean.model, lean.tokenizer, quantize="int8", **same)  # the probe's choice
     for kernel in KERNELS:
         if kernel_supported(kernel):
-            engines[f"lean int8 {kernel}"] = engine = Engine(lean.model, lean.tokenizer)
+            engines[f"lean int8 {kernel}"] = engine = Engine(lean.model, lean.tokenizer, **same)
             engine._gpt2.quantize_int8(kernel)  # the steps read int8 where it is there
     engines[f"lean int8 auto ({auto._gpt2.int8_kernel})"] = auto
     engines["transformers float32"] = Engine(lean.model, lean.tokenizer, lean_gpt2=False)
