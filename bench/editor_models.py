@@ -13,10 +13,12 @@ more tokens than with the real tokenizer), saved with ``save_pretrained``:
 Then, per model:
 
 1. decoding speed: milliseconds per one-token step after a 512-token prompt, through
-   the engine's own steps, lean decoder against the ``transformers`` forward (its cache),
-   float32 and int8 (the lean decoder's weight-only int8; for transformers, torch's
-   dynamic int8 ``quantize_dynamic`` where this torch has it), one thread as the
-   language server decodes; the ratio is what the fast path pays;
+   the engine's own steps, at each of ``--threads`` (one: as the language server
+   decodes): the lean decoder in float32 and with each of its int8 kernels (torch's
+   dynamic int8 linear, fbgemm on x86; the weight-only ``_weight_int8pack_mm``; and the
+   one its probe chooses), against the ``transformers`` forward (its cache) in float32
+   and with torch's dynamic int8 ``quantize_dynamic`` where this torch has it; ratios
+   within the run;
 2. the language server through ``bench/lsp.py --checkpoint DIR`` (cold start, warm,
    bursts, typing through), with ``--quantize none`` and ``--quantize int8``.
 
@@ -24,6 +26,7 @@ Targets for the 164M model (a one-line suggestion): warm p50 <= 250 ms, p95 <= 6
 the first suggestion after start within 3 s.
 
     .venv/bin/python bench/editor_models.py [--models starcoder,qwen] [--requests 30]
+        [--threads 1,2] [--skip-lsp]
 """
 
 from __future__ import annotations
@@ -85,9 +88,11 @@ def build(name: str, out: Path, texts: list[str]) -> Path:
     return out
 
 
-def step_ms(engine: Any, ids: list[int], steps: int = 24, rounds: int = 3) -> tuple[float, float]:
+def step_ms(
+    engine: Any, ids: list[int], step_threads: int = 1, steps: int = 24, rounds: int = 3
+) -> tuple[float, float]:
     """Medians over ``rounds``: milliseconds of the prompt (torch's threads), and the mean
-    milliseconds of a one-token step (one thread, as the language server decodes)."""
+    milliseconds of a one-token step on ``step_threads`` (one: as the language server)."""
     import torch
 
     threads = torch.get_num_threads()
@@ -98,7 +103,7 @@ def step_ms(engine: Any, ids: list[int], steps: int = 24, rounds: int = 3) -> tu
             start = time.perf_counter()
             nxt = stepper.prefill().argmax(dim=-1)
             prompts.append((time.perf_counter() - start) * 1000)
-            torch.set_num_threads(1)  # the prompt on every thread, the steps on one
+            torch.set_num_threads(step_threads)  # the prompt on every thread
             start = time.perf_counter()
             for _ in range(steps):
                 nxt = stepper.decode(nxt).argmax(dim=-1)
@@ -108,40 +113,45 @@ def step_ms(engine: Any, ids: list[int], steps: int = 24, rounds: int = 3) -> tu
     return statistics.median(prompts), statistics.median(times)
 
 
-def decode_speed(path: Path, text: str) -> None:
-    """Per-token decode ms: lean against transformers, float32 and int8, same prompt."""
+def decode_speed(path: Path, text: str, threads: list[int]) -> None:
+    """Per-token decode ms at each thread count: the lean decoder in float32 and with each
+    int8 kernel, against transformers' forward, same prompt; ratios within the run."""
     import torch
 
     from codeparrot.generation import Engine
+    from codeparrot.generation.int8 import KERNELS, kernel_supported
 
     lean = Engine.load(path, quantize="none")  # as the server: bf16 prompts where fast
     ids = lean.tokenizer(text, add_special_tokens=False)["input_ids"][:512]
-    hf = Engine(lean.model, lean.tokenizer, lean_gpt2=False)
-    rows = {"lean float32": step_ms(lean, ids), "transformers float32": step_ms(hf, ids)}
-    lean8 = Engine(lean.model, lean.tokenizer, quantize="int8")
-    rows["lean int8"] = step_ms(lean8, ids)
+    engines = {"lean float32": lean}
+    same = {"bf16_prefill": lean.bf16_prefill}  # prompts as the float32 engine's
+    auto = Engine(lean.model, lean.tokenizer, quantize="int8", **same)  # the probe's choice
+    for kernel in KERNELS:
+        if kernel_supported(kernel):
+            engines[f"lean int8 {kernel}"] = engine = Engine(lean.model, lean.tokenizer, **same)
+            engine._gpt2.quantize_int8(kernel)  # the steps read int8 where it is there
+    engines[f"lean int8 auto ({auto._gpt2.int8_kernel})"] = auto
+    engines["transformers float32"] = Engine(lean.model, lean.tokenizer, lean_gpt2=False)
     try:
         dynamic = torch.ao.quantization.quantize_dynamic(
             lean.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=False
         )
-        rows["transformers dynamic int8"] = step_ms(
-            Engine(dynamic, lean.tokenizer, lean_gpt2=False), ids
-        )
+        engines["transformers dynamic int8"] = Engine(dynamic, lean.tokenizer, lean_gpt2=False)
     except Exception as e:  # not in every torch build
         print(f"  transformers dynamic int8: not measured ({type(e).__name__}: {e})")
     print(f"  prompt of {len(ids)} tokens (bf16 prefill: {lean.bf16_prefill})")
-    for name, (prompt_ms, ms) in rows.items():
-        print(f"  {name:<28} prompt {prompt_ms:7.0f} ms   step {ms:7.1f} ms/token")
-    rows = {name: ms for name, (_, ms) in rows.items()}
-    print(
-        f"  lean vs transformers: float32 {rows['transformers float32'] / rows['lean float32']:.2f}x"
-        + (
-            f", int8 {rows['transformers dynamic int8'] / rows['lean int8']:.2f}x"
-            if "transformers dynamic int8" in rows
-            else ""
-        )
-        + f"; lean int8 vs lean float32 {rows['lean float32'] / rows['lean int8']:.2f}x"
-    )
+    for n in threads:
+        rows = {name: step_ms(engine, ids, n) for name, engine in engines.items()}
+        base = rows["lean float32"][1]
+        print(f"  one-token steps on {n} thread(s); x = lean float32's ms / the row's")
+        for name, (prompt_ms, ms) in rows.items():
+            print(
+                f"    {name:<30} prompt {prompt_ms:6.0f} ms   step {ms:6.1f} ms/token"
+                f"   {base / ms:5.2f}x"
+            )
+        if "lean int8 dynamic" in rows and "lean int8 weight-only" in rows:
+            ratio = rows["lean int8 weight-only"][1] / rows["lean int8 dynamic"][1]
+            print(f"    dynamic int8 kernel vs weight-only: {ratio:.2f}x faster steps")
 
 
 def main() -> None:
@@ -152,6 +162,9 @@ def main() -> None:
     parser.add_argument("--bursts", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--skip-lsp", action="store_true", help="decoding speed only")
+    parser.add_argument(
+        "--threads", default="1", help="thread counts of the timed steps, comma-separated"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from lsp import stdlib_texts
@@ -162,8 +175,8 @@ def main() -> None:
             t0 = time.perf_counter()
             path = build(name, Path(tmp) / name, list(texts.values()))
             print(f"built in {time.perf_counter() - t0:.1f} s")
-            print(f"{name}: decoding speed, 512-token prompt, 1 thread")
-            decode_speed(path, texts["argparse.py"])
+            print(f"{name}: decoding speed, 512-token prompt")
+            decode_speed(path, texts["argparse.py"], [int(n) for n in args.threads.split(",")])
             if args.skip_lsp:
                 continue
             for q in args.quantize.split(","):

@@ -19,7 +19,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from codeparrot.generation.gpt2 import GPT2Decoder, _int8_linear, _Layer
+from codeparrot.generation.gpt2 import GPT2Decoder, _Layer
+from codeparrot.generation.int8 import int8_linear
 
 
 class GPTBigCodeDecoder(GPT2Decoder):
@@ -84,5 +85,5 @@ class GPTBigCodeDecoder(GPT2Decoder):
     ) -> torch.Tensor:
         weight, bias = getattr(layer, name)
         if int8:
-            return _int8_linear(x, self.int8[i][name], bias)  # type: ignore[index]
+            return int8_linear(x, self.int8[i][name])  # type: ignore[index]
         return F.linear(x, weight, bias)

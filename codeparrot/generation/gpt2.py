@@ -15,13 +15,14 @@ What it saves, per call:
 
 On a CPU a one-token step is bound by how fast the weights stream from memory, not by
 arithmetic. :meth:`GPT2Decoder.quantize_int8` adds int8 copies of the matrices
-(weight-only, symmetric, one scale per output channel) that the small-batch steps read
-instead: a quarter of the bytes, ~2.3x faster steps on the tiny preset (RESULTS.md).
-Prompts keep the full-precision weights.
+(symmetric, one scale per output channel) that the small-batch steps read instead: a
+quarter of the bytes, multiplied by the faster of torch's two CPU int8 kernels here
+(:mod:`codeparrot.generation.int8`). Prompts keep the full-precision weights.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -29,6 +30,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from codeparrot.generation.int8 import INT8_MAX_ROWS as INT8_MAX_ROWS
+from codeparrot.generation.int8 import Int8Matrix, choose_kernel, int8_linear, quantize_matrix
+from codeparrot.generation.int8 import int8_supported as int8_supported
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -42,42 +49,7 @@ class _Layer:
     scaling: float
 
 
-# Steps with at most this many rows use the int8 weights (when present); with more rows
-# the int8 kernel stops paying for itself against a blocked fp32/bf16 product.
-INT8_MAX_ROWS = 32
-
 _LINEARS = ("c_attn", "c_proj", "c_fc", "mlp_proj")
-
-
-def int8_supported() -> bool:
-    """Does this torch have the CPU int8 weight-only product (``_weight_int8pack_mm``)?"""
-    try:
-        x = torch.zeros(1, 64, dtype=torch.bfloat16)
-        w = torch.zeros(8, 64, dtype=torch.int8)
-        torch.ops.aten._weight_int8pack_mm(x, w, torch.ones(8, dtype=torch.bfloat16))
-    except (AttributeError, RuntimeError, NotImplementedError):
-        return False
-    return True
-
-
-def quantize_rows_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``weight`` (N, K) -> int8 (N, K) and scales (N,): symmetric, one scale per row. The
-    scales' dtype is the activations' in the product: bf16 where the CPU runs it fast,
-    else fp32 (codeparrot.precision)."""
-    from codeparrot.precision import cpu_has_fast_bf16
-
-    w = weight.detach().float()
-    scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
-    q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
-    return q, scales.to(torch.bfloat16 if cpu_has_fast_bf16() else torch.float32)
-
-
-def _int8_linear(
-    x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None
-) -> torch.Tensor:
-    out = torch.ops.aten._weight_int8pack_mm(x.to(packed[1].dtype), *packed)
-    # one op adds the bias and returns the bias's (the residual's) dtype
-    return out.to(x.dtype) if bias is None else torch.add(bias, out)
 
 
 class KVCache:
@@ -236,9 +208,10 @@ class GPT2Decoder:
         self.lm_head = model.lm_head.weight  # (V, C), usually tied to wte
         self.lm_bias = getattr(model.lm_head, "bias", None)
         self.lm_head_bf16: torch.Tensor | None = None  # see use_bf16_head
-        # see quantize_int8: per layer {name: (int8 (N, K), scales (N,))}, and the head
-        self.int8: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] | None = None
-        self.lm_head_int8: tuple[torch.Tensor, torch.Tensor] | None = None
+        # see quantize_int8: per layer {name: int8 matrix}, the head's, and their kernel
+        self.int8: list[dict[str, Int8Matrix]] | None = None
+        self.lm_head_int8: Int8Matrix | None = None
+        self.int8_kernel: str | None = None
         self._compiled: Any = None  # see compile_steps
         self.dtype = self.wte.dtype
         self.device = self.wte.device
@@ -282,7 +255,7 @@ class GPT2Decoder:
             x = self._blocks(ids, cache, int8)
         last = self._final_norm(x[:, -1])  # (B, C)
         if int8 and self.lm_head_int8 is not None:
-            return _int8_linear(last, self.lm_head_int8, self.lm_bias)
+            return int8_linear(last, self.lm_head_int8)
         if self.lm_head_bf16 is not None:
             logits = F.linear(last.to(torch.bfloat16), self.lm_head_bf16)  # (B, V)
             return logits.float() if self.lm_bias is None else logits.float() + self.lm_bias
@@ -312,8 +285,16 @@ class GPT2Decoder:
         serves every prompt length. The step's kernels take the calling thread's
         intra-op thread count, so call this with the count the steps will run with.
         Measured on the tiny preset: the 31 one-token steps of a 32-token completion
-        25.9 -> 20.4 ms, with the same logits (RESULTS.md).
+        25.9 -> 20.4 ms, with the same logits (RESULTS.md). Not with the ``dynamic`` int8
+        kernel (see :meth:`quantize_int8`): its eager steps are the faster.
         """
+        if self.int8_kernel == "dynamic":
+            # dynamo cannot trace the kernel's packed weights: with a graph break at every
+            # product the compiled step ran slower than the eager one, which also beats
+            # compiled weight-only steps (164M GPTBigCode, one thread, a shared machine:
+            # 26.8 and 27.4 ms against 14-17 ms eager)
+            logger.info("compiled steps skipped: the dynamic int8 kernel runs faster eagerly")
+            return
         compiled = torch.compile(self.forward, dynamic=True, options={"size_asserts": False})
         with torch.inference_mode():  # as in the engine: its tensors are inference tensors
             cache = self.new_cache(1, 16)
@@ -337,22 +318,35 @@ class GPT2Decoder:
         if self.lm_head.dtype == torch.float32:
             self.lm_head_bf16 = self.lm_head.detach().to(torch.bfloat16)
 
-    def quantize_int8(self) -> None:
+    def quantize_int8(self, kernel: str = "auto") -> None:
         """Add int8 copies of every matrix (and the output projection) for one-token steps.
 
-        Weight-only quantization, one scale per output channel: the steps read a quarter
-        of the bytes of float32 weights, and multiply in bf16 (CPU kernel
-        ``_weight_int8pack_mm``). Logits move by well under 1% of their spread (tests
-        bound it); prompts still run on the full-precision weights. Costs a quarter of
-        the model's float32 size in memory.
+        Symmetric, one scale per output channel: the steps read a quarter of the bytes of
+        float32 weights. ``kernel`` is one of :data:`~codeparrot.generation.int8.KERNELS`,
+        or ``auto``: the faster of them on the first block's matrices, timed here in a few
+        milliseconds (:func:`~codeparrot.generation.int8.choose_kernel`). Logits move by
+        1-2% of their spread at most (tests bound it); prompts still run on the
+        full-precision weights. Costs a quarter of the model's float32 size in memory.
         """
         if not int8_supported():
-            raise RuntimeError("this torch build has no int8 weight-only CPU kernel")
+            raise RuntimeError("this torch build has no int8 CPU kernel")
+        self.int8_kernel = choose_kernel(self._int8_sources(0), kernel)
         self.int8 = [
-            {name: quantize_rows_int8(self._out_in(getattr(layer, name)[0])) for name in _LINEARS}
-            for layer in self.layers
+            {
+                name: quantize_matrix(weight, bias, self.int8_kernel)
+                for name, (weight, bias) in self._int8_sources(i).items()
+            }
+            for i in range(len(self.layers))
         ]
-        self.lm_head_int8 = quantize_rows_int8(self.lm_head)
+        self.lm_head_int8 = quantize_matrix(self.lm_head, self.lm_bias, self.int8_kernel)
+
+    def _int8_sources(self, i: int) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+        """Layer ``i``'s matrices for :meth:`quantize_int8`: name -> weight (out, in), bias."""
+        layer = self.layers[i]
+        return {
+            name: (self._out_in(getattr(layer, name)[0]), getattr(layer, name)[1])
+            for name in _LINEARS
+        }
 
     @staticmethod
     def _out_in(weight: torch.Tensor) -> torch.Tensor:
@@ -368,7 +362,7 @@ class GPT2Decoder:
     ) -> torch.Tensor:
         weight, bias = getattr(layer, name)
         if int8:
-            return _int8_linear(x, self.int8[i][name], bias)  # type: ignore[index]
+            return int8_linear(x, self.int8[i][name])  # type: ignore[index]
         return torch.addmm(bias, x, weight)
 
     def _blocks(self, ids: torch.Tensor, cache: KVCache, int8: bool = False) -> torch.Tensor:

@@ -33,14 +33,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from codeparrot.generation.gpt2 import (
-    GPT2Decoder,
-    KVCache,
-    _int8_linear,
-    attend,
-    int8_supported,
-    quantize_rows_int8,
-)
+from codeparrot.generation.gpt2 import GPT2Decoder, KVCache, attend
+from codeparrot.generation.int8 import int8_linear
 
 # the model classes this decoder runs, and where each keeps its MLP's matrices
 ARCHITECTURES = (
@@ -163,22 +157,15 @@ class LlamaDecoder(GPT2Decoder):
         make = lambda: torch.empty(shape, dtype=self.dtype, device=self.device)  # noqa: E731
         return KVCache([make() for _ in self.blocks], [make() for _ in self.blocks], prefix)
 
-    def quantize_int8(self) -> None:
-        """int8 copies of every block matrix and the output projection (see GPT-2's).
-
-        The query/key/value matrices are quantized as one, and so are the gate and up
-        projections: one kernel each per step instead of three and two.
-        """
-        if not int8_supported():
-            raise RuntimeError("this torch build has no int8 weight-only CPU kernel")
-        self.int8 = [
-            {
-                group: quantize_rows_int8(torch.cat([block.weights[p] for p in parts]))
-                for group, parts in self.groups.items()
-            }
-            for block in self.blocks
-        ]
-        self.lm_head_int8 = quantize_rows_int8(self.lm_head)
+    def _int8_sources(self, i: int) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+        """Block ``i``'s matrices for :meth:`quantize_int8`, by group: the query/key/value
+        matrices as one, and the gate and up projections as one (one kernel each per step
+        instead of three and two)."""
+        block = self.blocks[i]
+        return {
+            group: (torch.cat([block.weights[p] for p in parts]), block.biases[group])
+            for group, parts in self.groups.items()
+        }
 
     def _final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return self._norm(x, self.ln_f)
@@ -196,7 +183,7 @@ class LlamaDecoder(GPT2Decoder):
         block = self.blocks[i]
         bias = block.biases[group]
         if int8:
-            return _int8_linear(x, self.int8[i][group], bias)  # type: ignore[index]
+            return int8_linear(x, self.int8[i][group])  # type: ignore[index]
         parts = self.groups[group]
         if len(parts) == 1:
             return F.linear(x, block.weights[parts[0]], bias)

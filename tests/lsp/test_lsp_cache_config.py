@@ -102,9 +102,13 @@ def test_non_finite_settings_are_refused(name, value):
 
 @pytest.mark.slow
 def test_the_server_compiles_its_decoding_step_in_the_background_unless_told_not_to(
-    tiny_checkpoint,
+    tiny_checkpoint, monkeypatch
 ):
+    from codeparrot.generation import int8
     from codeparrot.lsp.server import _load
+
+    # the weight-only int8 kernel: the dynamic one's steps stay eager (test_int8_kernels)
+    monkeypatch.setattr(int8, "measure_kernels", lambda m: {"dynamic": 2.0, "weight-only": 1.0})
 
     plain = _load(tiny_checkpoint, None, 1, "auto", False)
     assert not plain.steps_compiled.is_set() and plain._gpt2._compiled is None

@@ -1,0 +1,137 @@
+"""The int8 kernels of the lean decoders' one-token steps: the dynamic one (torch's
+``quantized::linear_dynamic``, fbgemm on x86) where it is chosen, the weight-only one
+(``aten._weight_int8pack_mm``) where it is not or the dynamic one is missing, and either
+keeping every family's logits close for batches of up to ``INT8_MAX_ROWS`` rows that
+share a prompt."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import transformers as tf
+from torch.profiler import profile
+
+from codeparrot.generation import int8
+from codeparrot.generation.int8 import INT8_MAX_ROWS, KERNELS, kernel_supported
+from codeparrot.generation.lean import lean_decoder
+
+V = 96  # vocabulary of the tiny models
+SMALL = {"num_hidden_layers": 2, "max_position_embeddings": 64, "vocab_size": V}
+
+
+def _model(family: str) -> torch.nn.Module:
+    """A two-layer random model of ``family``, its matrices scaled so that its logits
+    are peaked (a random init's are near-uniform)."""
+    llama = dict(SMALL, hidden_size=64, intermediate_size=96, num_attention_heads=4)
+    configs = {
+        "gpt2": tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=64, vocab_size=V),
+        "gpt_bigcode": tf.GPTBigCodeConfig(
+            n_embd=64, n_layer=2, n_head=4, n_positions=64, vocab_size=V, multi_query=True
+        ),
+        "qwen2": tf.Qwen2Config(**llama, num_key_value_heads=2),  # biased q/k/v, SwiGLU
+        "starcoder2": tf.Starcoder2Config(  # LayerNorm, plain MLP, biases everywhere
+            **llama, num_key_value_heads=2, hidden_act="gelu_pytorch_tanh"
+        ),
+        "qwen3": tf.Qwen3Config(**llama, num_key_value_heads=2, head_dim=16),
+    }
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(configs[family]).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(4.0 if p.dim() == 2 else 1.0)
+    return model
+
+
+def _ops(decoder, ids: torch.Tensor, cache) -> set[str]:
+    """The operator names one int8 step of ``ids`` runs."""
+    with torch.inference_mode(), profile() as prof:
+        decoder.forward(ids, cache, int8=True)
+    return {e.name for e in prof.events()}
+
+
+def _prompt(decoder, rows: int):
+    """A shared 9-token prompt prefilled once, and a cache of ``rows`` rows after it."""
+    prompt = decoder.new_cache(1, 9)
+    with torch.inference_mode():
+        decoder.forward(torch.arange(3, 12)[None], prompt)
+    return decoder.new_cache(rows, 3, prefix=prompt.view(9))
+
+
+@pytest.mark.skipif(not kernel_supported("dynamic"), reason="no dynamic int8 kernel here")
+def test_the_dynamic_kernel_is_the_one_taken_where_the_probe_chooses_it(monkeypatch, caplog):
+    monkeypatch.setattr(int8, "measure_kernels", lambda m: {"dynamic": 1.0, "weight-only": 3.0})
+    decoder = lean_decoder(_model("gpt_bigcode"))
+    with caplog.at_level(logging.INFO, logger="codeparrot.generation.int8"):
+        decoder.quantize_int8()
+    assert decoder.int8_kernel == "dynamic"
+    assert any("the dynamic kernel" in r.getMessage() for r in caplog.records)
+    ops = _ops(decoder, torch.tensor([[5], [7]]), _prompt(decoder, 2))
+    assert "quantized::linear_dynamic" in ops and "aten::_weight_int8pack_mm" not in ops
+
+
+@pytest.mark.skipif(not kernel_supported("weight-only"), reason="no weight-only int8 kernel")
+@pytest.mark.parametrize("why", ["probe", "missing"])
+def test_the_weight_only_kernel_where_it_is_faster_or_the_dynamic_one_is_missing(
+    monkeypatch, why: str
+) -> None:
+    if why == "probe":  # both exist; the weight-only one measured faster
+        monkeypatch.setattr(int8, "kernel_supported", lambda k: True)
+        monkeypatch.setattr(int8, "measure_kernels", lambda m: {"dynamic": 3.0, "weight-only": 1.0})
+    else:  # a torch build without quantized::linear_dynamic
+        monkeypatch.setattr(int8, "kernel_supported", lambda k: k == "weight-only")
+        monkeypatch.setattr(int8, "measure_kernels", lambda m: pytest.fail("nothing to measure"))
+    decoder = lean_decoder(_model("qwen2"))
+    decoder.quantize_int8()
+    assert decoder.int8_kernel == "weight-only"
+    ops = _ops(decoder, torch.tensor([[5]]), _prompt(decoder, 1))
+    assert "aten::_weight_int8pack_mm" in ops and "quantized::linear_dynamic" not in ops
+    if why == "missing":
+        with pytest.raises(RuntimeError, match="no dynamic int8 CPU kernel"):
+            lean_decoder(_model("qwen2")).quantize_int8("dynamic")
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("family", ["gpt2", "gpt_bigcode", "qwen2", "starcoder2", "qwen3"])
+def test_int8_steps_of_every_family_stay_close_for_up_to_the_most_rows(family, kernel):
+    """n samples of one prompt (up to INT8_MAX_ROWS rows): each row's int8 logits stay
+    close to the exact ones, from the kernel asked for. Weight-only: within 2% of their
+    spread (measured up to 1.5% here). Dynamic: within 4%, as it also rounds the
+    activations, with one scale over all the rows (measured up to 2.3% with 8-bit
+    activations, 3.8% with 7-bit ones)."""
+    bound = 0.02 if kernel == "weight-only" else 0.04
+    if not kernel_supported(kernel):
+        pytest.skip(f"no {kernel} int8 kernel in this torch build")
+    model = _model(family)
+    exact, quick = lean_decoder(model), lean_decoder(model)
+    quick.quantize_int8(kernel)
+    assert quick.int8_kernel == kernel
+    for rows in (1, 5, INT8_MAX_ROWS):
+        a, b = _prompt(exact, rows), _prompt(quick, rows)
+        tokens = torch.randint(0, V, (rows, 1), generator=torch.Generator().manual_seed(rows))
+        with torch.inference_mode():
+            for _ in range(2):  # the second step reads the first's keys/values too
+                full = exact.forward(tokens, a)
+                approx = quick.forward(tokens, b, int8=True)
+                spread = full.amax(dim=-1) - full.amin(dim=-1)
+                error = (full - approx).abs().amax(dim=-1)
+                assert torch.all(error < bound * spread), (rows, error / spread)
+                assert not torch.equal(full, approx)  # the int8 weights were really used
+                tokens = full.argmax(dim=-1, keepdim=True)
+
+
+@pytest.mark.skipif(not kernel_supported("dynamic"), reason="no dynamic int8 kernel here")
+def test_compiling_leaves_the_dynamic_kernels_steps_eager(monkeypatch, caplog) -> None:
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled"))
+    decoder = lean_decoder(_model("gpt2"))
+    decoder.quantize_int8("dynamic")
+    with caplog.at_level(logging.INFO, logger="codeparrot.generation.gpt2"):
+        decoder.compile_steps()
+    assert decoder._compiled is None
+    assert any("compiled steps skipped" in r.getMessage() for r in caplog.records)
+
+
+def test_an_unknown_kernel_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="int8 kernel 'int4'"):
+        lean_decoder(_model("gpt2")).quantize_int8("int4")
