@@ -172,9 +172,11 @@ class Engine:
         (:attr:`fim` is None) even when its tokenizer has the sentinels.
         ``own_checkpoint``: trained here (FIM order ``auto`` is then SPM, see
         :func:`codeparrot.fim.resolve_order`).
-        ``quantize``: ``"int8"`` runs the one-token steps on int8 weight-only copies of
-        the matrices (the lean decoder's models, on a CPU): ~2.3x faster steps, logits within
-        ~1% (prompts keep full precision). ``"none"``: the model's own weights.
+        ``quantize``: ``"int8"`` runs the one-token steps on int8 copies of the matrices
+        (the lean decoder's models, on a CPU), through whichever of torch's two int8 kernels
+        a probe finds faster (:mod:`codeparrot.generation.int8`): 2-4x faster steps than
+        float32, logits within ~2% of their spread (prompts keep full precision).
+        ``"none"``: the model's own weights.
         """
         from codeparrot.generation.gpt2 import PromptCache
         from codeparrot.generation.lean import lean_decoder
@@ -238,8 +240,8 @@ class Engine:
             raise ConfigError(f"quantize 'int8' is for CPU decoding; the model is on {self.device}")
         if not int8_supported():
             raise ConfigError(
-                "quantize 'int8' needs torch's int8 weight-only CPU kernel "
-                "(aten._weight_int8pack_mm), which this torch build lacks"
+                "quantize 'int8' needs one of torch's int8 CPU kernels (quantized::"
+                "linear_dynamic or aten._weight_int8pack_mm), which this torch build lacks"
             )
         self._gpt2.quantize_int8()
 
@@ -270,8 +272,10 @@ class Engine:
         compiles in a daemon thread while requests keep being served by the eager step;
         each request switches over once :attr:`steps_compiled` is set. A failed compile
         (no C++ compiler, an unsupported torch) leaves the eager step in place and the
-        exception in :attr:`compile_error`. Measured on the tiny preset (int8 steps):
-        a 32-token completion's steps 21% faster, the same tokens (RESULTS.md).
+        exception in :attr:`compile_error`. Measured on the tiny preset (weight-only int8
+        steps): a 32-token completion's steps 21% faster, the same tokens (RESULTS.md).
+        Steps on the dynamic int8 kernel stay eager (the compiler cannot trace its packed
+        weights, and they are faster eager than compiled weight-only ones).
         ``background=False`` compiles in the calling thread and raises on failure.
         """
         if self._gpt2 is None:
