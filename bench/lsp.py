@@ -45,6 +45,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -117,18 +118,26 @@ def build_checkpoint(out: Path, texts: list[str], positions: int, preset: str = 
     return out
 
 
-def cursors(texts: dict[str, str], n: int, seed: int) -> list[tuple[str, int, int]]:
-    """(file, line, column) at the end of code lines deep enough into the file."""
-    rng = random.Random(seed)
-    out = []
+def code_lines(texts: dict[str, str], rng: random.Random, min_chars: int) -> Iterator[tuple]:
+    """(file, line, its code) of random ASCII code lines deep enough into their file, with
+    at least ``min_chars`` characters after the indent, for ever."""
     names = sorted(texts)
-    while len(out) < n:
+    while True:
         name = rng.choice(names)
         lines = texts[name].split("\n")
         line = rng.randrange(40, len(lines) - 1)
         code = lines[line].rstrip()
-        if len(code.strip()) < 8 or not code.isascii():
-            continue
+        if len(code.strip()) >= min_chars and code.isascii():
+            yield name, line, code
+
+
+def cursors(texts: dict[str, str], n: int, seed: int) -> list[tuple[str, int, int]]:
+    """(file, line, column) at the end of code lines deep enough into the file."""
+    rng = random.Random(seed)
+    out = []
+    for name, line, code in code_lines(texts, rng, 8):
+        if len(out) == n:
+            break
         # cut the line somewhere after its indent: the user is typing it
         indent = len(code) - len(code.lstrip())
         col = rng.randrange(indent + 3, len(code) + 1)
@@ -187,6 +196,21 @@ class Session:
         return (time.perf_counter() - start) * 1000, list(result.items if result else [])
 
 
+async def start_server(checkpoint: Path, flags: list[str]):
+    """``codeparrot lsp`` on ``checkpoint`` with ``flags`` (and no statistics: a benchmark
+    is not the user's editing), initialized, as a pygls client."""
+    from pygls.lsp.client import LanguageClient
+
+    client = LanguageClient("bench", "1")
+    await client.start_io(
+        sys.executable, "-m", "codeparrot.lsp", "--checkpoint", str(checkpoint), *flags,
+        "--no-stats",
+    )  # fmt: skip
+    await client.initialize_async(t.InitializeParams(capabilities=t.ClientCapabilities()))
+    client.initialized(t.InitializedParams())
+    return client
+
+
 async def run_server(
     checkpoint: Path,
     texts,
@@ -202,21 +226,13 @@ async def run_server(
     syntax_deadline_ms: float = 100.0,
     quantize: str | None = None,
 ) -> tuple[dict[str, list[float]], list[float], dict]:
-    from pygls.lsp.client import LanguageClient
-
-    client = LanguageClient("bench", "1")
     flags = ["--max-new-tokens", str(max_new), "--context-tokens", str(context)]
     flags += ["--cache-size", "128" if cache else "0"]
     flags += ["--compile"] if compile else []
     flags += ["--syntax-samples", str(syntax_samples)]
     flags += ["--syntax-deadline-ms", str(syntax_deadline_ms)]
-    flags += ["--no-stats"]  # a benchmark is not the user's editing
     flags += ["--quantize", quantize] if quantize else []
-    await client.start_io(
-        sys.executable, "-m", "codeparrot.lsp", "--checkpoint", str(checkpoint), *flags
-    )
-    await client.initialize_async(t.InitializeParams(capabilities=t.ClientCapabilities()))
-    client.initialized(t.InitializedParams())
+    client = await start_server(checkpoint, flags)
     s = Session(client)
     results: dict[str, list[float]] = {
         "first20": [],
@@ -285,17 +301,12 @@ WORD = re.compile(r"\w+|\s+|[^\w\s]+")
 
 def typed_lines(texts: dict[str, str], n: int, seed: int) -> list[tuple[str, int, int]]:
     """(file, line, indent) of ``n`` code lines to type from their indent to their end."""
-    rng = random.Random(seed)
     out: list[tuple[str, int, int]] = []
-    names = sorted(texts)
-    while len(out) < n:
-        name = rng.choice(names)
-        lines = texts[name].split("\n")
-        line = rng.randrange(40, len(lines) - 1)
-        code = lines[line].rstrip()
-        if len(code.strip()) < 12 or not code.isascii() or code.lstrip().startswith("#"):
-            continue
-        out.append((name, line, len(code) - len(code.lstrip())))
+    for name, line, code in code_lines(texts, random.Random(seed), 12):
+        if len(out) == n:
+            break
+        if not code.lstrip().startswith("#"):
+            out.append((name, line, len(code) - len(code.lstrip())))
     return out
 
 
@@ -317,17 +328,10 @@ async def run_typing(
     set (``maxNewTokens``, not timed) to the tokens of the rest of the line plus its end:
     what a model that completes the line right generates.
     """
-    from pygls.lsp.client import LanguageClient
-
-    client = LanguageClient("bench", "1")
-    flags = ["--context-tokens", str(context), "--cache-size", "0", "--no-stats"]
+    flags = ["--context-tokens", str(context), "--cache-size", "0"]
     flags += ["--quantize", quantize] if quantize else []
     flags += ["--fim-order", fim_order] if fim_order else []
-    await client.start_io(
-        sys.executable, "-m", "codeparrot.lsp", "--checkpoint", str(checkpoint), *flags
-    )
-    await client.initialize_async(t.InitializeParams(capabilities=t.ClientCapabilities()))
-    client.initialized(t.InitializedParams())
+    client = await start_server(checkpoint, flags)
     s = Session(client)
     out: dict[str, Any] = {"jump": [], "word": [], "new_tokens": []}
     try:
