@@ -268,6 +268,18 @@ def _checked(
     return config, tokenizer
 
 
+def _from_pretrained(auto: Any, path: Path, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """``auto.from_pretrained``; an architecture that this transformers cannot run with
+    the attention asked for (CodeGen has no SDPA before some 5.x releases) gets its own."""
+    try:
+        return auto.from_pretrained(path, **kwargs)
+    except ValueError as e:
+        if "attn_implementation" not in kwargs or "scaled_dot_product_attention" not in str(e):
+            raise
+        kwargs = {k: v for k, v in kwargs.items() if k != "attn_implementation"}
+        return auto.from_pretrained(path, **kwargs)
+
+
 def load_checkpoint(
     path: str | Path,
     *,
@@ -298,7 +310,7 @@ def load_checkpoint(
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model, info = _from_pretrained(AutoModelForCausalLM, path, kwargs)
     except Exception as e:  # a truncated safetensors file raises from deep inside
         raise CheckpointError(
             f"checkpoint {path}: weights cannot be loaded, not a loadable causal LM ({e})"

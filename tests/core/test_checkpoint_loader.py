@@ -117,3 +117,36 @@ def test_tokenizer_max_length_is_the_model_context(tmp_path, tiny_checkpoint, ca
     (c,) = engine.generate("x = 1\n" * 400, GenerationConfig(max_new_tokens=2))
     assert c.prompt_truncated
     assert "longer than the specified maximum" not in capfd.readouterr().err
+
+
+def test_an_architecture_without_sdpa_loads_with_its_own_attention():
+    """transformers 5.18 refuses SDPA for CodeGen at construction; the loader then asks
+    for the architecture's own attention instead of failing (later 5.x fall back alone)."""
+    from codeparrot.models.checkpoint import _from_pretrained
+
+    calls = []
+
+    class Auto:
+        @staticmethod
+        def from_pretrained(path, **kwargs):
+            calls.append(kwargs)
+            if kwargs.get("attn_implementation") == "sdpa":
+                raise ValueError(
+                    "CodeGenForCausalLM does not support an attention implementation "
+                    "through torch.nn.functional.scaled_dot_product_attention yet."
+                )
+            return "model", {}
+
+    assert _from_pretrained(Auto, Path("m"), {"attn_implementation": "sdpa", "x": 1}) == (
+        "model",
+        {},
+    )
+    assert calls == [{"attn_implementation": "sdpa", "x": 1}, {"x": 1}]
+
+    class Broken:
+        @staticmethod
+        def from_pretrained(path, **kwargs):
+            raise ValueError("a truncated file")
+
+    with pytest.raises(ValueError, match="truncated"):  # other errors are not retried
+        _from_pretrained(Broken, Path("m"), {"attn_implementation": "sdpa"})
