@@ -4,7 +4,7 @@ line benchmark (pure functions of text and a token counter; no torch).
 For a cursor in a document the prompt is built in four steps, each a function here:
 
 1. :func:`window_start`: the text before the cursor is read from a start that moves in
-   steps of :data:`PROMPT_QUANTUM` characters of the document (then to a line start), so
+   steps of :func:`prompt_quantum` characters of the document (then to a line start), so
    that successive prompts of a document being typed share their beginning;
 2. :func:`prompt_budget`: the prompt's tokens, what the model's context leaves after the
    new tokens (at most the editor's ``context_tokens``);
@@ -29,8 +29,9 @@ from urllib.parse import unquote, urlparse
 
 CountTokens = Callable[[str], int]
 
-# Prompt starts move in steps of this many characters (see fit_prefix, window_start).
-PROMPT_QUANTUM = 64
+# Prompt starts move in steps of characters (see prompt_quantum, fit_prefix, window_start).
+QUANTUM_MIN_CHARS = 64
+QUANTUM_MAX_CHARS = 512
 # Code runs ~3-4 characters per token; 8 leaves room for long whitespace-heavy tokens.
 GUESS_CHARS_PER_TOKEN = 8
 # The fewest characters before the cursor a prompt window reads (the language server's
@@ -38,6 +39,17 @@ GUESS_CHARS_PER_TOKEN = 8
 MIN_WINDOW_CHARS = 4096
 
 # -- the window before the cursor -----------------------------------------------------------
+
+
+def prompt_quantum(budget_tokens: int) -> int:
+    """The step, in characters, in which the start of a prompt of ``budget_tokens`` moves.
+
+    While the user types, the start stays put until the text has grown by about a step,
+    then the whole prompt is read again (a jump: ~1 s for a 164M model on 2 cores). Half a
+    character per budget token (384 for 768 tokens: a jump every ~5 lines typed) costs the
+    prompt a quarter of a step on average, about 7% of its text; between 64 and 512.
+    """
+    return max(QUANTUM_MIN_CHARS, min(QUANTUM_MAX_CHARS, budget_tokens // 2))
 
 
 def window_chars(context_tokens: int) -> int:
@@ -233,6 +245,7 @@ def prompt_parts(
     fim: bool = True,
     others: Sequence[tuple[str, str]] = (),
     workspace_share: float = 0.0,
+    suffix_tokens: int | None = None,
 ) -> PromptParts:
     """The prompt for a cursor between ``before`` and ``after``, within ``budget`` tokens
     (``.text`` before the gap, ``.suffix`` after it; ``None``: complete the prefix alone).
@@ -241,9 +254,10 @@ def prompt_parts(
     ``others`` (``(uri, text)``, most recently edited first) take at most
     ``workspace_share`` of the budget, at the top of the prompt. With ``fim`` (a checkpoint
     that learnt fill in the middle) and something but blanks after the cursor, the suffix
-    takes whole lines of ``after``, at most ``suffix_share`` of what is left, and the prefix
-    the rest.
+    takes whole lines of ``after``, at most ``suffix_share`` of what is left (and at most
+    ``suffix_tokens``, where given), and the prefix the rest.
     """
+    quantum = prompt_quantum(budget)  # the whole budget's: as the window's grid
     snippets: list[str] = []
     if workspace_share > 0 and others:
         room = int(budget * workspace_share)
@@ -251,9 +265,12 @@ def prompt_parts(
         budget -= count_tokens("".join(snippets)) if snippets else 0
     suffix = None
     if fim and after.strip():
-        suffix = fit_suffix(after, int(budget * suffix_share), count_tokens) or None
+        room = int(budget * suffix_share)
+        if suffix_tokens is not None:
+            room = min(room, suffix_tokens)
+        suffix = fit_suffix(after, room, count_tokens) or None
     # a prompt with a suffix also holds the three FIM sentinels, of which the budget's one
     # spare token covers one: without the other two the engine would cut another line
     used = count_tokens(suffix) + FIM_SENTINEL_TOKENS - 1 if suffix else 0
-    prefix = fit_prefix(before, budget - used, count_tokens, quantum=PROMPT_QUANTUM)
+    prefix = fit_prefix(before, budget - used, count_tokens, quantum=quantum)
     return PromptParts(tuple(snippets), prefix, suffix)

@@ -187,7 +187,7 @@ def editor_window(task: LineTask, context_tokens: int) -> tuple[str, str]:
     document (the file without the rest of the line) for a ``context_tokens`` prompt."""
     chars = prompting.window_chars(context_tokens)
     start = prompting.window_start(
-        task.prefix, len(task.prefix), chars, grid=prompting.PROMPT_QUANTUM
+        task.prefix, len(task.prefix), chars, grid=prompting.prompt_quantum(context_tokens)
     )
     return task.prefix[start:], task.suffix[:SUFFIX_CHARS]
 

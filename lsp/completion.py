@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from codeparrot import prompting
+from codeparrot.fim import PSM
 from codeparrot.generation.syntax import replacements
 from codeparrot.lsp.config import LspConfig
 from codeparrot.lsp.documents import Window
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
 
 # Ends of a block the model may run into (besides a dedent, detected while streaming).
 MULTILINE_STOPS = ("\n\n\n", "\nclass ", "\ndef ", "\nif __name__")
+# The auto suffix window in PSM order (see suffix_tokens): what the model reads again at
+# each keystroke takes about this long, and the window keeps at least the next line or two.
+SUFFIX_REREAD_MS = 100.0
+SUFFIX_MIN_TOKENS = 32
 
 
 @dataclass(frozen=True)
@@ -175,20 +180,40 @@ def fim_prompt(
     :func:`codeparrot.prompting.prompt_parts` with the editor's settings: workspace
     snippets of ``others`` within ``workspace_share`` of the budget; with a FIM checkpoint
     (and ``config.fim``) the suffix window takes whole lines after the cursor, at most
-    ``fim_suffix_share`` of the rest, and the prefix the remainder; a checkpoint without the
-    sentinels, or nothing but blanks after the cursor, gets the prefix alone.
+    ``fim_suffix_share`` of the rest and :func:`suffix_tokens`, and the prefix the
+    remainder; a checkpoint without the sentinels, or nothing but blanks after the cursor,
+    gets the prefix alone.
     """
+    fim = config.fim and _can_infill(engine, config)
     parts = prompting.prompt_parts(
         engine.count_tokens,
         window.prefix,
         window.suffix,
         budget,
         suffix_share=config.fim_suffix_share,
-        fim=config.fim and _can_infill(engine, config),
+        fim=fim,
         others=others,
         workspace_share=config.workspace_share,
+        suffix_tokens=suffix_tokens(engine, config) if fim else None,
     )
     return parts.text, parts.suffix
+
+
+def suffix_tokens(engine: Engine, config: LspConfig) -> int | None:
+    """The most tokens the suffix window may take (``None``: only ``fim_suffix_share``).
+
+    ``config.fim_suffix_tokens`` where set. Else (auto), in PSM order only: each keystroke
+    changes the prefix, and the suffix after it is read again, so it gets what the model
+    reads in :data:`SUFFIX_REREAD_MS` at the speed measured at load
+    (``engine.prompt_ms_per_token``), at least :data:`SUFFIX_MIN_TOKENS`. In SPM order the
+    suffix comes first and typing keeps its keys and values in the prompt cache.
+    """
+    if config.fim_suffix_tokens:
+        return config.fim_suffix_tokens
+    ms = getattr(engine, "prompt_ms_per_token", None)
+    if not ms or engine.fim_order(config.fim_order, config.fim_tokens) != PSM:
+        return None
+    return max(SUFFIX_MIN_TOKENS, int(SUFFIX_REREAD_MS / ms))
 
 
 def _can_infill(engine: Engine, config: LspConfig) -> bool:

@@ -49,6 +49,7 @@ EDITOR_SETTINGS = (
     "multiline",
     "fim",
     "fim_suffix_share",
+    "fim_suffix_tokens",
     "fim_order",
     "fim_tokens",
     "workspace_share",
@@ -98,6 +99,15 @@ class LspConfig(Config):
         "text after the cursor too (a checkpoint without them completes the prefix alone)",
     )
     fim_suffix_share: float = FIM_SUFFIX_SHARE.field()
+    fim_suffix_tokens: int = option(
+        0,
+        "with FIM: the most tokens the suffix window may take. In PSM order (the suffix after "
+        "the prefix) the model reads the suffix again at every keystroke, so 0 (auto) caps it "
+        "at what this machine reads in about 100 ms, measured at load (at least 32 tokens; "
+        "no cap in SPM order, where typing reuses it). N: at most N tokens in either order",
+        ge=0,
+        le=32768,
+    )
     fim_order: str = FIM_ORDER.field()
     fim_tokens: str = FIM_TOKENS.field()
     workspace_share: float = WORKSPACE_SHARE.field(

@@ -39,12 +39,12 @@ from codeparrot import __version__
 from codeparrot.errors import CodeparrotError, ConfigError
 from codeparrot.generation.syntax import fits_in_window
 from codeparrot.lsp.cache import PREFIX_KEY, SuggestionCache
-from codeparrot.lsp.completion import Outcome, suggest
+from codeparrot.lsp.completion import Outcome, suffix_tokens, suggest
 from codeparrot.lsp.config import LspConfig, apply_settings
 from codeparrot.lsp.documents import UTF16, Document, Position, Window, cursor_window
 from codeparrot.lsp.postprocess import block_indent
 from codeparrot.lsp.stats import StatsRecorder, default_stats_file
-from codeparrot.prompting import PROMPT_QUANTUM, window_chars
+from codeparrot.prompting import prompt_quantum, window_chars
 
 logger = logging.getLogger("codeparrot.lsp")
 
@@ -295,7 +295,7 @@ class CodeparrotServer(LanguageServer):
             offset,
             window_chars(config.context_tokens),
             config.suffix_chars,
-            grid=PROMPT_QUANTUM,
+            grid=prompt_quantum(config.context_tokens),
         )
         base = block_indent(window) if config.multiline else None
         fits = None
@@ -448,7 +448,7 @@ def _load(path, device: str | None, threads: int, quantize: str, compile: bool):
     import torch
 
     from codeparrot.generation import Engine
-    from codeparrot.generation.threads import cpu_cores, tune_decode_threads
+    from codeparrot.generation.threads import cpu_cores, time_prompt, tune_decode_threads
 
     torch.set_num_threads(threads or cpu_cores())
     try:
@@ -464,6 +464,9 @@ def _load(path, device: str | None, threads: int, quantize: str, compile: bool):
             engine.decode_threads = engine.prompt_threads = threads
         else:
             logger.info("%s: %s", path, tune_decode_threads(engine).describe())
+        # sizes the suffix window read again at each keystroke (completion.suffix_tokens)
+        engine.prompt_ms_per_token = time_prompt(engine)
+        logger.info("%s: prompts read at %.2f ms a token", path, engine.prompt_ms_per_token)
     if compile and engine.compile_steps_if_possible():  # in the background; see .engine
         logger.info("compiling the decoding step of %s in the background", path)
     return engine
@@ -539,6 +542,9 @@ def build_server(config: LspConfig) -> CodeparrotServer:
         if loaded is not None and loaded.done() and loaded.exception() is None:
             engine = loaded.result()
             out["threads"] = {"prompt": engine.prompt_threads, "steps": engine.decode_threads}
+            out["promptMsPerToken"] = engine.prompt_ms_per_token
+            if engine.fim is not None:
+                out["fimSuffixTokens"] = suffix_tokens(engine, ls.config)
         return out
 
     return server

@@ -210,6 +210,9 @@ class Engine:
         self.decode_threads = decode_threads
         # intra-op threads for prompts (None: the caller's setting); see generation.threads
         self.prompt_threads: int | None = None
+        # milliseconds a prompt token takes, where measured (the language server does at
+        # load: generation.threads.time_prompt); None: not measured
+        self.prompt_ms_per_token: float | None = None
         self.vocab_size = len(tokenizer)  # ids the tokenizer can decode (<= the model's)
         if bf16_prefill and self._gpt2 is not None:
             self._gpt2.use_bf16_head()

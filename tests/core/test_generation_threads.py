@@ -57,3 +57,11 @@ def test_the_real_probe_times_steps_and_leaves_no_prompt_behind(engine):
     tuned = engine.generate("def add(a, b):", config)[0].text
     engine.decode_threads, engine.prompt_threads = 1, None
     assert engine.generate("def add(a, b):", config)[0].text == tuned
+
+
+def test_the_prompt_probe_measures_a_speed_and_leaves_no_prompt_behind(engine):
+    before = torch.get_num_threads()
+    ms = th.time_prompt(engine, threads=1)
+    assert 0 < ms < 1000  # milliseconds a token of the tiny model, whatever the machine
+    assert torch.get_num_threads() == before
+    assert not engine.prompt_cache._table  # the probe's prompts are not kept

@@ -24,7 +24,7 @@ from codeparrot.generation.repetition import is_repetitive
 from codeparrot.lsp.completion import fim_prompt, prompt_budget
 from codeparrot.lsp.config import LspConfig
 from codeparrot.lsp.documents import Document, cursor_window
-from codeparrot.prompting import PROMPT_QUANTUM, window_chars
+from codeparrot.prompting import prompt_quantum, window_chars
 
 CKPT = Path("unused")  # the prompt needs no checkpoint: a fake engine counts tokens
 
@@ -71,7 +71,7 @@ def test_eval_lines_builds_the_language_servers_prompt(suffix_share, workspace_s
     doc = Document("file:///w/pkg/main.py", task.prefix + task.suffix)
     window = cursor_window(
         doc, len(task.prefix), window_chars(lsp.context_tokens), lsp.suffix_chars,
-        grid=PROMPT_QUANTUM,
+        grid=prompt_quantum(lsp.context_tokens),
     )  # fmt: skip
     budget, _ = prompt_budget(engine, lsp, multiline=False)
     expected = fim_prompt(engine, window, lsp, budget, others)

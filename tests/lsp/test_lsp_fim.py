@@ -129,6 +129,26 @@ def test_the_suffix_window_keeps_to_its_share_of_the_budget(fim_checkpoint, engi
     assert call["prompt"].endswith("def join(parts):\n    ")
 
 
+def test_in_psm_order_the_suffix_window_fits_the_measured_prompt_speed(
+    fim_checkpoint, engine_calls, monkeypatch
+):
+    from codeparrot.lsp import completion
+
+    # a slow machine: 20 ms a prompt token, so 100 ms re-read 5 tokens of suffix
+    monkeypatch.setattr("codeparrot.generation.threads.time_prompt", lambda engine: 20.0)
+    monkeypatch.setattr(completion, "SUFFIX_MIN_TOKENS", 1)
+    ask(fim_checkpoint, [(4, 4)])  # auto, PSM: the suffix is read again at each keystroke
+    ask(fim_checkpoint, [(4, 4)], fim_order="spm")  # typing reuses an SPM suffix: no cap
+    ask(fim_checkpoint, [(4, 4)], fim_suffix_tokens=3)  # the editor's own cap
+    psm, spm, fixed = engine_calls
+    engine = Engine.load(fim_checkpoint)
+    tokens = [engine.count_tokens(c["suffix"] or "") for c in (psm, spm, fixed)]
+    assert psm["order"] == "psm" and spm["order"] == "spm"
+    assert tokens[1] > 5 and tokens[0] <= 5 and tokens[2] <= 3
+    assert psm["suffix"].endswith("\n")  # whole lines still
+    assert spm["suffix"].startswith(psm["suffix"])
+
+
 def test_fim_off_or_a_checkpoint_without_sentinels_sends_the_prefix_alone(
     fim_checkpoint, tiny_checkpoint, engine_calls, caplog
 ):
