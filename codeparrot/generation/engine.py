@@ -206,6 +206,8 @@ class Engine:
         # the lean decoder of the models it covers (codeparrot.generation.lean)
         self._gpt2 = lean_decoder(model) if lean_gpt2 else None
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
+        # a token decoded before the new ones, its text then dropped (see _decode_anchor)
+        self._anchor: int | None = _decode_anchor(tokenizer)
         self.bf16_prefill = bf16_prefill
         self.decode_threads = decode_threads
         # intra-op threads for prompts (None: the caller's setting); see generation.threads
@@ -636,7 +638,7 @@ class Engine:
         """
         if len(ids) < 2 or ids[-1] in self.tokenizer.all_special_ids:
             return None
-        text = self.tokenizer.decode(ids[-1:], skip_special_tokens=False)
+        text = self._text_of(ids[-1:])
         if not text or "\ufffd" in text:
             return None
         allowed = self._healing_ids(text)
@@ -663,9 +665,7 @@ class Engine:
                 special = set(self.special_ids)
                 special |= self.sentinels.ids if self.sentinels is not None else set()
                 pairs = sorted(
-                    (self.tokenizer.decode([i], skip_special_tokens=False), i)
-                    for i in range(self.vocab_size)
-                    if i not in special
+                    (self._text_of([i]), i) for i in range(self.vocab_size) if i not in special
                 )
                 by_text: dict[str, list[int]] = {}
                 for t, i in pairs:
@@ -784,7 +784,7 @@ class Engine:
         if tok in run.ends:
             return self._finish(run, i, "eos"), True
         if c.heal_rest:
-            piece = self.tokenizer.decode([tok], skip_special_tokens=False)
+            piece = self._text_of([tok])
             done = piece.startswith(c.heal_rest) or not c.heal_rest.startswith(piece)
             c.heal_rest = "" if done else c.heal_rest[len(piece) :]
         c.ids.append(tok)
@@ -845,7 +845,10 @@ class Engine:
             return None
         from tokenizers.decoders import DecodeStream
 
-        return DecodeStream(skip_special_tokens=False)
+        stream = DecodeStream(skip_special_tokens=False)
+        if self._anchor is not None:
+            stream.step(self._backend, self._anchor)  # its text is not the completion's
+        return stream
 
     def _append_text(self, c: _Candidate, tok: int) -> None:
         if c.decoder is not None:
@@ -874,8 +877,15 @@ class Engine:
 
     def _decoded(self, c: _Candidate) -> str:
         """The whole text of ``c`` decoded again (without a healed prompt's end)."""
-        text = self.tokenizer.decode(c.ids, skip_special_tokens=False)
-        return text[c.heal_len :]
+        return self._text_of(c.ids)[c.heal_len :]
+
+    def _text_of(self, ids: list[int]) -> str:
+        """The text ``ids`` write after other text (with the leading space a SentencePiece
+        decoder strips at the start of a whole text: CodeLlama's ``▁in`` is `` in``)."""
+        if self._anchor is None:
+            return self.tokenizer.decode(ids, skip_special_tokens=False)
+        text = self.tokenizer.decode([self._anchor, *ids], skip_special_tokens=False)
+        return text[1:]
 
     def _flush(self, c: _Candidate, stops: StopStrings) -> None:
         """Final text of an unstopped candidate: bytes still pending in the detokenizer."""
@@ -1013,6 +1023,22 @@ def _select_rows(past: Any, rows: Any) -> Any:
         past.reorder_cache(rows)
         return past
     return tuple(tuple(t[rows] for t in layer) for layer in past)
+
+
+def _decode_anchor(tokenizer: Any) -> int | None:
+    """A token whose text is ``"\n"`` alone and before any other, or None.
+
+    Decoders of the Llama family's SentencePiece tokenizers (CodeLlama, Mistral) strip the
+    leading space of a whole text, so a completion decoded alone loses the space its first
+    token writes (``▁in``: "in", not " in"). Decoded after this token, then dropped, every
+    token keeps its text, as Meta's reference decodes an infilled middle; for byte-level
+    tokenizers nothing changes.
+    """
+    ids = tokenizer("\n", add_special_tokens=False)["input_ids"]
+    for i in reversed(ids):
+        if tokenizer.decode([i, i], skip_special_tokens=False) == "\n\n":
+            return int(i)
+    return None
 
 
 @contextlib.contextmanager

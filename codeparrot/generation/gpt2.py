@@ -339,8 +339,14 @@ class GPT2Decoder:
         jobs.append((self.lm_head, self.lm_bias))
         # the kernel's packing runs on one thread: a matrix per core (0.80 against 1.07 s
         # for a 164M model on 2 cores), most of a language server's start after its imports
+        inference = torch.is_inference_mode_enabled()  # per thread: the workers take the caller's
+
+        def quantize(job: tuple[torch.Tensor, torch.Tensor | None]) -> Int8Matrix:
+            with torch.inference_mode(inference):
+                return quantize_matrix(*job, self.int8_kernel)
+
         with ThreadPoolExecutor(max_workers=cpu_cores()) as pool:
-            done = iter(pool.map(lambda job: quantize_matrix(*job, self.int8_kernel), jobs))
+            done = iter(pool.map(quantize, jobs))
         self.int8 = [{name: next(done) for name in layer} for layer in sources]
         self.lm_head_int8 = next(done)
 
