@@ -78,10 +78,12 @@ def lean_load_problem(path: Path, config: dict[str, Any]) -> str:
         return f"architecture {arch!r} has no lean load"
     if not ((path / SINGLE_FILE).is_file() or (path / INDEX_FILE).is_file()):
         return "weights not in safetensors"
-    act = config.get("activation_function" if arch in GPT2_LIKE else "hidden_act", "gelu_new")
-    if act not in ACTIVATIONS:
-        return f"activation {act!r}"
     return ""
+
+
+def _activation_name(config: Any, arch: str) -> str:
+    """The MLP's activation as transformers' configuration names it."""
+    return config.activation_function if arch in GPT2_LIKE else config.hidden_act
 
 
 def load_lean_checkpoint(
@@ -101,8 +103,8 @@ def load_lean_checkpoint(
     config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     arch = raw["architectures"][0]
     model = _root(arch, config)
-    if why_no_lean_decoder(model):  # a variant the decoder does not compute
-        return None
+    if why_no_lean_decoder(model) or _activation_name(config, arch) not in ACTIVATIONS:
+        return None  # a variant the decoder does not compute, or an activation not below
     _, tokenizer = _checked(path, None, None)
     meta = read_checkpoint_meta(path)
     tensors = _read_weights(path, config, arch)
@@ -289,7 +291,7 @@ def _fill(model: Any, tensors: dict[str, Any], cfg: Any, arch: str) -> None:
     if cfg.tie_word_embeddings:
         head = _child(model, "lm_head")
         head.weight = model.get_submodule(embed).weight
-    act = _activation(cfg.activation_function if arch in GPT2_LIKE else cfg.hidden_act)
+    act = _activation(_activation_name(cfg, arch))
     blocks = model.transformer.h if arch in GPT2_LIKE else model.model.layers
     for block in blocks:
         block.mlp.act = act  # GPT-2, GPTBigCode and Starcoder2 name it so
@@ -329,7 +331,7 @@ def _activation(name: str) -> Any:
         return F.relu
     if name in ("silu", "swish"):
         return F.silu
-    raise CheckpointError(f"activation {name!r} has no lean load")  # lean_load_problem
+    raise CheckpointError(f"activation {name!r} has no lean load")  # checked before
 
 
 def _rope(cfg: Any) -> tuple[Any, float]:

@@ -58,6 +58,30 @@ def family_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         like,
         lambda c: tf.Qwen3ForCausalLM(tf.Qwen3Config(**c, head_dim=16, tie_word_embeddings=True)),
     )
+    dirs["llama-linear-rope"] = _variant(
+        root / "llama-linear-rope",
+        like,
+        lambda c: tf.LlamaForCausalLM(
+            tf.LlamaConfig(
+                **c, rope_parameters={"rope_type": "linear", "rope_theta": 500.0, "factor": 4.0}
+            )
+        ),
+    )
+    dirs["gpt2-exact-gelu"] = _variant(  # the MLP's own activation, not the fused tanh
+        root / "gpt2-exact-gelu",
+        like,
+        lambda c: tf.GPT2LMHeadModel(
+            tf.GPT2Config(
+                vocab_size=c["vocab_size"],
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                n_positions=256,
+                activation_function="gelu",
+                eos_token_id=c["eos_token_id"],
+            )
+        ),
+    )
     dirs["mistral-window"] = _variant(
         root / "mistral-window",
         like,
@@ -74,7 +98,10 @@ def peaked(engine: Engine) -> Engine:
     return engine
 
 
-@pytest.mark.parametrize("name", [*FAMILIES, "llama-biases", "qwen3-tied", "mistral-window"])
+VARIANTS = ("llama-biases", "llama-linear-rope", "gpt2-exact-gelu", "qwen3-tied", "mistral-window")
+
+
+@pytest.mark.parametrize("name", [*FAMILIES, *VARIANTS])
 def test_lean_load_equals_the_transformers_load(family_dirs, name: str) -> None:
     lean = Engine.load(family_dirs[name], quantize="none")
     full = Engine.load(family_dirs[name], quantize="none", lean_load=False)
