@@ -22,8 +22,8 @@ from the safetensors files instead:
 - rotary inverse frequencies are computed as the model's rotary module does;
 - ``generation_config`` holds ``generation_config.json`` (the engine reads its end ids).
 
-The result is an ``nn.Module`` named as ``config.architectures[0]`` (so
-``lean.DECODERS`` finds its decoder) whose ``parameters()``, ``to()`` and ``eval()`` work
+The result is an ``nn.Module`` named as transformers' causal LM class of the
+``model_type`` (so ``lean.DECODERS`` finds its decoder) whose ``parameters()``, ``to()`` and ``eval()`` work
 as the real model's; it has no forward. :func:`lean_load_problem` says up front when a
 checkpoint cannot take this path (an adapter, ``pytorch_model.bin`` weights, an
 architecture or variant the decoders do not compute), and the caller then uses
@@ -52,15 +52,19 @@ from codeparrot.models.checkpoint import (
     resolve_checkpoint,
 )
 
-# the architectures this module lays out (those of codeparrot.generation.lean.DECODERS)
+# the architectures this module lays out (those of codeparrot.generation.lean.DECODERS),
+# by model_type: the key transformers' AutoModelForCausalLM picks the class by
+ARCHITECTURES = {
+    "gpt2": "GPT2LMHeadModel",
+    "gpt_bigcode": "GPTBigCodeForCausalLM",
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "starcoder2": "Starcoder2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
 GPT2_LIKE = ("GPT2LMHeadModel", "GPTBigCodeForCausalLM")
-LLAMA_LIKE = (
-    "LlamaForCausalLM",
-    "Qwen2ForCausalLM",
-    "MistralForCausalLM",
-    "Starcoder2ForCausalLM",
-    "Qwen3ForCausalLM",
-)
+LLAMA_LIKE = tuple(a for a in ARCHITECTURES.values() if a not in GPT2_LIKE)
 # activations (transformers' ACT2FN names) whose torch computation is written out below
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 SINGLE_FILE = "model.safetensors"
@@ -72,10 +76,8 @@ def lean_load_problem(path: Path, config: dict[str, Any]) -> str:
     ``config``) must load through transformers' model classes; "" when it need not."""
     if is_adapter(path):
         return "an adapter (loaded onto its base by peft)"
-    architectures = config.get("architectures") or []
-    arch = architectures[0] if architectures else None
-    if arch not in GPT2_LIKE + LLAMA_LIKE:
-        return f"architecture {arch!r} has no lean load"
+    if config.get("model_type") not in ARCHITECTURES:
+        return f"model type {config.get('model_type')!r} has no lean load"
     if not ((path / SINGLE_FILE).is_file() or (path / INDEX_FILE).is_file()):
         return "weights not in safetensors"
     return ""
@@ -101,7 +103,7 @@ def load_lean_checkpoint(
     from codeparrot.generation.lean import why_no_lean_decoder
 
     config = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    arch = raw["architectures"][0]
+    arch = ARCHITECTURES[raw["model_type"]]
     model = _root(arch, config)
     if why_no_lean_decoder(model) or _activation_name(config, arch) not in ACTIVATIONS:
         return None  # a variant the decoder does not compute, or an activation not below

@@ -82,6 +82,11 @@ def family_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             )
         ),
     )
+    dirs["qwen2-bf16"] = _variant(  # loaded in float32 on a CPU, as transformers' is
+        root / "qwen2-bf16",
+        like,
+        lambda c: tf.Qwen2ForCausalLM(tf.Qwen2Config(**c)).to(torch.bfloat16),
+    )
     dirs["mistral-window"] = _variant(
         root / "mistral-window",
         like,
@@ -98,7 +103,10 @@ def peaked(engine: Engine) -> Engine:
     return engine
 
 
-VARIANTS = ("llama-biases", "llama-linear-rope", "gpt2-exact-gelu", "qwen3-tied", "mistral-window")
+VARIANTS = (
+    "llama-biases", "llama-linear-rope", "gpt2-exact-gelu", "qwen3-tied", "qwen2-bf16",
+    "mistral-window",
+)  # fmt: skip
 
 
 @pytest.mark.parametrize("name", [*FAMILIES, *VARIANTS])
@@ -154,6 +162,15 @@ def _copy(src: Path, dst: Path) -> Path:
 
     shutil.copytree(src, dst)
     return dst
+
+
+def test_the_model_type_names_the_class_as_in_transformers(family_dirs, tmp_path) -> None:
+    odd = _copy(family_dirs["tiny_starcoder_py"], tmp_path / "odd")
+    config = json.loads((odd / "config.json").read_text())
+    config["architectures"] = ["GPT2LMHeadModel"]  # AutoModelForCausalLM goes by model_type
+    (odd / "config.json").write_text(json.dumps(config))
+    lean, full = Engine.load(odd), Engine.load(odd, lean_load=False)
+    assert type(lean.model).__name__ == type(full.model).__name__ == "GPTBigCodeForCausalLM"
 
 
 def test_remote_code_is_refused_as_before(family_dirs, tmp_path) -> None:
