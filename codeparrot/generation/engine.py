@@ -336,7 +336,7 @@ class Engine:
         ``lean_load``: on a CPU, a checkpoint of the lean decoder's families (not an
         adapter, safetensors weights, a variant the decoder computes) is read straight into
         a parameter tree for the decoder (:mod:`codeparrot.models.lean_load`: the same
-        checks, about 1.8 s less to load a 164M model); :attr:`model` then has no
+        checks, about 2 s less to load a 164M model); :attr:`model` then has no
         transformers forward. ``False`` (or the environment's ``CODEPARROT_LEAN_LOAD=0``)
         always loads transformers' model class, as a GPU, an adapter and any other
         architecture do.
