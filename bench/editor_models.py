@@ -121,7 +121,9 @@ def decode_speed(path: Path, text: str, threads: list[int]) -> None:
     from codeparrot.generation import Engine
     from codeparrot.generation.int8 import KERNELS, kernel_supported
 
-    lean = Engine.load(path, quantize="none")  # as the server: bf16 prompts where fast
+    # as the server (bf16 prompts where fast), but as transformers' model: the baselines
+    # below run its forward
+    lean = Engine.load(path, quantize="none", lean_load=False)
     ids = lean.tokenizer(text, add_special_tokens=False)["input_ids"][:512]
     engines = {"lean float32": lean}
     same = {"bf16_prefill": lean.bf16_prefill}  # prompts as the float32 engine's

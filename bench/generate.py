@@ -292,7 +292,7 @@ def main() -> None:
                 compiled.compile_steps(background=False)
                 print(f"compiled steps ready after {time.perf_counter() - started:.1f} s")
                 engines["ours-int8-comp"] = compiled
-            baseline = Engine.load(path, dtype="float32").model
+            baseline = Engine.load(path, dtype="float32", lean_load=False).model  # HF generate
         params = sum(p.numel() for p in baseline.parameters())
         print(
             f"\n== {positions} positions: torch {torch.__version__}, {torch.get_num_threads()} "

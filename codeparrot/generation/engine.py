@@ -324,6 +324,7 @@ class Engine:
         device: str | None = None,
         dtype: str = "auto",
         quantize: str = "none",
+        lean_load: bool | None = None,
     ) -> Engine:
         """Load a checkpoint directory (ours, or any local Hugging Face causal LM).
 
@@ -336,10 +337,18 @@ class Engine:
         bf16 matrix products when the CPU has them natively and fast
         (:func:`codeparrot.precision.cpu_has_fast_bf16`), which halves their cost (see
         RESULTS.md).
+
+        ``lean_load``: on a CPU, a checkpoint of the lean decoder's families (not an
+        adapter, safetensors weights, a variant the decoder computes) is read straight into
+        a parameter tree for the decoder (:mod:`codeparrot.models.lean_load`: the same
+        checks, about 2 s less to load a 164M model); :attr:`model` then has no
+        transformers forward. ``False`` (or the environment's ``CODEPARROT_LEAN_LOAD=0``)
+        always loads transformers' model class, as a GPU, an adapter and any other
+        architecture do.
         """
         import torch
 
-        from codeparrot.models.checkpoint import load_checkpoint, trained_to_infill
+        from codeparrot.models.checkpoint import trained_to_infill
         from codeparrot.precision import cpu_has_fast_bf16
 
         if dtype not in DTYPES:
@@ -349,9 +358,9 @@ class Engine:
                 f"quantize must be one of {', '.join(LOAD_QUANTIZE)}, got {quantize!r}"
             )
         path = Path(path)
-        # every check (config, no custom code, weights complete, EOS, vocabulary, context)
-        model, tokenizer, meta = load_checkpoint(path, attn_implementation=None)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        # every check (config, no custom code, weights complete, EOS, vocabulary, context)
+        model, tokenizer, meta = cls._load_model(path, device, lean_load)
         try:
             model.to(device)
         except (RuntimeError, AssertionError) as e:
@@ -384,6 +393,30 @@ class Engine:
             infills=trained_to_infill(meta),
             own_checkpoint=bool(meta),
         )
+
+    @staticmethod
+    def _load_model(path: Path, device: str, lean_load: bool | None) -> tuple[Any, Any, Any]:
+        """(model, tokenizer, meta): the lean parameter tree where it applies (a CPU, the
+        lean decoder's families, see :meth:`load`), else transformers' model class."""
+        import os
+
+        import torch
+
+        from codeparrot.models.checkpoint import load_checkpoint
+
+        if lean_load is None:
+            lean_load = os.environ.get("CODEPARROT_LEAN_LOAD", "1") != "0"
+        try:
+            on_cpu = torch.device(device).type == "cpu"
+        except RuntimeError:  # load reports an unusable device once the model is there
+            on_cpu = False
+        if lean_load and on_cpu:
+            from codeparrot.models.lean_load import load_lean_checkpoint
+
+            loaded = load_lean_checkpoint(path)
+            if loaded is not None:
+                return loaded
+        return load_checkpoint(path, attn_implementation=None)
 
     # -- prompts ---------------------------------------------------------------------
     def encode_prompt(

@@ -188,7 +188,7 @@ def test_a_sampled_special_token_ends_the_completion_and_is_never_text(
     """The model writes two ordinary tokens, then the special one, then more text: the
     completion holds the two tokens' text and nothing of the special token's (through the
     transformers forward: the lean decoder does not call the head module)."""
-    loaded = Engine.load(build_family(name, tmp_path / name))
+    loaded = Engine.load(build_family(name, tmp_path / name), lean_load=False)
     engine = Engine(loaded.model, loaded.tokenizer, lean_gpt2=False)
     tok = engine.tokenizer
     special = tok.convert_tokens_to_ids(STOPPERS[name])

@@ -19,7 +19,7 @@ PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n"
 
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint) -> Engine:
-    return Engine.load(tiny_checkpoint, dtype="float32")
+    return Engine.load(tiny_checkpoint, dtype="float32", lean_load=False)
 
 
 def test_lean_forward_matches_transformers(engine):

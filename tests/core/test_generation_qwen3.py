@@ -34,7 +34,7 @@ def qwen_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: P
 
 @pytest.fixture(scope="module")
 def engine(qwen_checkpoint: Path) -> Engine:
-    return Engine.load(qwen_checkpoint, dtype="float32", quantize="none")
+    return Engine.load(qwen_checkpoint, dtype="float32", quantize="none", lean_load=False)
 
 
 def test_lean_forward_matches_transformers(engine):

@@ -69,7 +69,7 @@ def _mistral(out: Path, like: Path) -> Path:
 
 def engines(path: Path) -> tuple[Engine, Engine]:
     """(lean, transformers forward) engines over one peaked model, in float32."""
-    lean = peaked(Engine.load(path, dtype="float32", quantize="none"))
+    lean = peaked(Engine.load(path, dtype="float32", quantize="none", lean_load=False))
     return lean, Engine(lean.model, lean.tokenizer, path=path, lean_gpt2=False)
 
 

@@ -41,7 +41,7 @@ def family_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def scripted(path: Path, name: str) -> tuple[Engine, ScriptedHead, str]:
     """An engine whose model writes "os" then the family's special token, then "x"s
     (through the transformers forward: the lean decoder does not call the head module)."""
-    loaded = Engine.load(path, quantize="none")
+    loaded = Engine.load(path, quantize="none", lean_load=False)
     engine = Engine(loaded.model, loaded.tokenizer, path=path, lean_gpt2=False)
     tok = engine.tokenizer
     word = tok(" os", add_special_tokens=False)["input_ids"][-1]

@@ -1,0 +1,88 @@
+"""Start-up: seconds from a fresh process to an engine ready for its first suggestion.
+
+Each start is a new Python process that does what the language server's loading thread
+does (import torch, ``Engine.load(quantize="int8")``, the decoding-thread probe) and
+reports how long each part took. Starts alternate between the lean load
+(:mod:`codeparrot.models.lean_load`, ``CODEPARROT_LEAN_LOAD=1``) and transformers' model
+classes (``CODEPARROT_LEAN_LOAD=0``, the baseline), so load from other jobs hits both
+alike; the medians and their ratio are printed. The weights stay in the file cache after
+the first start (the first pair is a warm-up and not counted). Run with
+
+    .venv/bin/python bench/startup.py --checkpoint DIR [--rounds 4]
+
+on a checkpoint of a lean decoder family, e.g. one with ``bigcode/tiny_starcoder_py``'s
+configuration (bench/editor_models.py builds one with random weights).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+PARTS = ("torch", "load", "quantize", "probe", "total")
+
+# the child: one start, its parts in seconds as one JSON line
+CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+from codeparrot.generation import Engine
+from codeparrot.generation.threads import cpu_cores, tune_decode_threads
+torch.set_num_threads(cpu_cores())
+t2 = time.perf_counter()
+engine = Engine.load(sys.argv[1], quantize="none")
+t3 = time.perf_counter()
+engine._gpt2.quantize_int8()
+t4 = time.perf_counter()
+tune_decode_threads(engine)
+t5 = time.perf_counter()
+classes = sorted(m for m in sys.modules if m == "transformers.modeling_utils")
+print(json.dumps({"torch": t1 - t0, "load": t3 - t2, "quantize": t4 - t3,
+                  "probe": t5 - t4, "total": t5 - t0, "model_classes": classes}))
+"""
+
+
+def one_start(checkpoint: str, lean: bool) -> dict:
+    env = {**os.environ, "CODEPARROT_LEAN_LOAD": "1" if lean else "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, checkpoint],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--checkpoint", required=True, help="a lean decoder family's checkpoint")
+    parser.add_argument("--rounds", type=int, default=4, help="starts of each kind counted")
+    args = parser.parse_args()
+    runs: dict[str, list[dict]] = {"lean": [], "transformers": []}
+    for round_ in range(args.rounds + 1):
+        for side in runs:
+            start = one_start(args.checkpoint, side == "lean")
+            if round_:  # the first pair warms the file cache
+                runs[side].append(start)
+    print(f"{args.checkpoint}: {args.rounds} starts each, medians in seconds")
+    medians = {}
+    for side, starts in runs.items():
+        medians[side] = {p: statistics.median(s[p] for s in starts) for p in PARTS}
+        parts = "  ".join(f"{p} {medians[side][p]:.2f}" for p in PARTS)
+        print(f"  {side:<12} {parts}  (totals {[round(s['total'], 2) for s in starts]})")
+        print(f"  {'':<12} transformers.modeling_utils imported: {starts[0]['model_classes']}")
+    lean, base = medians["lean"], medians["transformers"]
+    print(
+        f"  ratio lean / transformers: load {lean['load'] / base['load']:.2f}x, "
+        f"total {lean['total'] / base['total']:.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
