@@ -156,7 +156,7 @@ def test_a_middle_keeps_the_space_its_first_token_writes(family_dirs, name) -> N
     from codeparrot.generation import GenerationConfig
 
     path = family_dirs[name]
-    loaded = Engine.load(path, quantize="none")
+    loaded = Engine.load(path, quantize="none", lean_load=False)
     engine = Engine(loaded.model, loaded.tokenizer, path=path, lean_gpt2=False)
     vocab = engine.tokenizer.get_vocab()
     spaced = sorted(t for t in vocab if t[:1] in ("▁", "Ġ") and t[1:].strip("▁Ġ").isalpha())
