@@ -205,6 +205,7 @@ async def start_server(checkpoint: Path, flags: list[str]):
     from pygls.lsp.client import LanguageClient
 
     client = LanguageClient("bench", "1")
+    client.spawned_at = time.perf_counter()  # the editor starts the server
     await client.start_io(
         sys.executable, "-m", "codeparrot.lsp", "--checkpoint", str(checkpoint), *flags,
         "--no-stats",
@@ -254,6 +255,8 @@ async def run_server(
                 uri = f"file:///iso{i}/{name}"
                 s.open(uri, document_until(texts[name], line, col))
                 ms, _ = await s.inline(uri, line, col)
+                if i == 0:
+                    results["since_spawn"] = [(time.perf_counter() - client.spawned_at) * 1000]
                 results["first20" if i < COLD_REQUESTS else "isolated"].append(ms)
             for i, (name, line, col) in enumerate(bursts):
                 uri = f"file:///burst{i}/{name}"
@@ -572,6 +575,8 @@ def report(args, base_ms, base_cpu, results, typing, stats) -> None:
     summary("baseline: CPU time (calling thread)", base_cpu)
     cold = results["first20"]
     print(f"  cold start: first request after initialize (waits for the load) {cold[0]:.1f} ms")
+    spawn = results["since_spawn"][0]
+    print(f"  cold start: first suggestion since the server process was started {spawn:.1f} ms")
     first = summary(f"cold start: first {COLD_REQUESTS} requests", cold)
     iso = summary("server over stdio: isolated (warm)", results["isolated"])
     last = summary("server: last request of a burst", results["burst_last"])
@@ -591,8 +596,11 @@ def report(args, base_ms, base_cpu, results, typing, stats) -> None:
             f"target warm, isolated requests ({args.max_new_tokens} tokens each, a new "
             f"file each): {'met' if ok else 'NOT met'}"
         )
-        ok = cold[0] <= 3000
-        print(f"target first suggestion after start <= 3 s: {'met' if ok else 'NOT met'}")
+        ok = spawn <= 3000
+        print(
+            "target first suggestion after start (the process started) <= 3 s: "
+            f"{'met' if ok else 'NOT met'}"
+        )
         return
     for name, got in (("cold start", first), ("warm", iso)):
         ok = got["p50"] <= 60 and got["p95"] <= 150
