@@ -44,6 +44,7 @@ class Outcome:
     failed: bool = False  # the first suggestion failed the syntax check: draws were made
     redrawn: bool = False  # the syntax check replaced the first suggestion
     cut: bool = False  # the syntax check's draws were stopped by its deadline
+    timing: Completion | None = None  # the engine's account of the first draw (its times)
 
 
 def prompt_budget(engine: Engine, config: LspConfig, multiline: bool) -> tuple[int, int]:
@@ -95,6 +96,7 @@ def suggest(
     raw = ""
     finish = "length"
     prompt_tokens = new_tokens = cached = 0
+    timing = None
     if suffix is None:
         stream = engine.stream(prompt, gen, cancel=cancel)
     else:
@@ -107,6 +109,7 @@ def suggest(
                 prompt_tokens = event.completion.prompt_tokens
                 new_tokens = event.completion.new_tokens
                 cached = getattr(event.completion, "prompt_cached_tokens", 0)
+                timing = event.completion
                 break
             if multiline and _block_ended(raw, base_indent):
                 finish = "block"
@@ -129,7 +132,9 @@ def suggest(
             raw, finish, redrawn = found.text, found.finish_reason, True
             new_tokens += found.new_tokens
             text = postprocess(raw, window, base_indent)
-    return Outcome(text, raw, finish, prompt_tokens, new_tokens, cached, failed, redrawn, cut)
+    return Outcome(
+        text, raw, finish, prompt_tokens, new_tokens, cached, failed, redrawn, cut, timing
+    )
 
 
 def _redraw(

@@ -136,6 +136,7 @@ class CodeparrotServer(LanguageServer):
         )
         self._generator = ThreadPoolExecutor(1, thread_name_prefix="codeparrot-generate")
         self._engine: Future | None = None
+        self._tuning: Any = None  # the loaded engine's LiveTuning (generation thread only)
         self._compile_error_logged = False
         self._fim_notice_logged = False
         self._engine_path: Any = None
@@ -179,15 +180,20 @@ class CodeparrotServer(LanguageServer):
         self._load_error_shown = False
         self._compile_error_logged = False
         self._fim_notice_logged = False
-        self._engine = self._generator.submit(
-            _load,
-            path,
-            self.config.device,
-            self.config.threads,
-            self.config.quantize,
-            self.config.compile,
-        )
+        self._engine = self._generator.submit(self._load, path, self.config)
         self.cache.clear()
+
+    def _load(self, path: Any, config: LspConfig) -> Any:
+        """The engine of ``path`` (generation thread), with a ``LiveTuning`` where the first
+        suggestions choose its steps' threads: on a CPU, unless ``threads`` or compiled
+        steps fixed them at load."""
+        from codeparrot.generation.threads import LiveTuning
+
+        engine = _load(path, config.device, config.threads, config.quantize, config.compile)
+        fixed = bool(config.threads) or (config.compile and engine.can_compile_steps)
+        on_cpu = engine.device.type == "cpu"
+        self._tuning = LiveTuning(engine) if on_cpu and not fixed else None
+        return engine
 
     def update_settings(self, settings: Any, source: str) -> None:
         """Apply editor settings; bad values are reported and the old settings kept."""
@@ -399,7 +405,15 @@ class CodeparrotServer(LanguageServer):
             )
         if config.compile and engine.can_compile_steps and not engine.steps_compiled.is_set():
             self.stats["servedDuringCompile"] += 1  # by the eager step, without waiting
-        return suggest(engine, window, base, config, cancel, others, fits)
+        tuning = (
+            self._tuning if self._tuning is not None and self._tuning.engine is engine else None
+        )
+        outcome = suggest(engine, window, base, config, cancel, others, fits)
+        if tuning is not None and outcome is not None and outcome.timing is not None:
+            chosen = tuning.observe(outcome.timing)
+            if chosen is not None:
+                logger.info("%s: %s", self._engine_path, chosen)
+        return outcome
 
     def cursor_context(self, uri: str, line: int, character: int) -> dict[str, Any] | None:
         """What a request at this position would see (the ``codeparrot.cursorContext``
@@ -444,7 +458,9 @@ class CodeparrotServer(LanguageServer):
 
 
 def _load(path, device: str | None, threads: int, quantize: str, compile: bool):
-    """Runs in the generation thread, which is the one that decodes."""
+    """Runs in the generation thread, which is the one that decodes. Unless ``threads``
+    or compiled steps fix them here, the steps' threads are chosen by the first
+    suggestions (``LiveTuning``)."""
     import torch
 
     from codeparrot.generation import Engine
@@ -462,10 +478,12 @@ def _load(path, device: str | None, threads: int, quantize: str, compile: bool):
     if engine.device.type == "cpu":
         if threads:
             engine.decode_threads = engine.prompt_threads = threads
-        else:
+        elif compile and engine.can_compile_steps:
+            # compiled steps keep the thread count they are built with: choose it first
             logger.info("%s: %s", path, tune_decode_threads(engine).describe())
-        # sizes the suffix window read again at each keystroke (completion.suffix_tokens)
-        engine.prompt_ms_per_token = time_prompt(engine)
+        # sizes the suffix window read again at each keystroke (completion.suffix_tokens);
+        # measured here, once, so that the window stays the same from the first suggestion
+        engine.prompt_ms_per_token = time_prompt(engine, threads or cpu_cores())
         logger.info("%s: prompts read at %.2f ms a token", path, engine.prompt_ms_per_token)
     if compile and engine.compile_steps_if_possible():  # in the background; see .engine
         logger.info("compiling the decoding step of %s in the background", path)
@@ -541,7 +559,13 @@ def build_server(config: LspConfig) -> CodeparrotServer:
         loaded = ls._engine
         if loaded is not None and loaded.done() and loaded.exception() is None:
             engine = loaded.result()
-            out["threads"] = {"prompt": engine.prompt_threads, "steps": engine.decode_threads}
+            tuning = ls._tuning
+            out["threads"] = {
+                "prompt": engine.prompt_threads,
+                "steps": engine.decode_threads,
+                # False while the first suggestions still time the steps (LiveTuning)
+                "chosen": tuning is None or tuning.engine is not engine or tuning.settled,
+            }
             out["promptMsPerToken"] = engine.prompt_ms_per_token
             if engine.fim is not None:
                 out["fimSuffixTokens"] = suffix_tokens(engine, ls.config)
@@ -596,10 +620,12 @@ def _request_id(params: Any) -> str | None:
 
 def serve(config: LspConfig) -> None:
     """Run the server until the client exits (stdio) or forever (``--tcp``)."""
-    from codeparrot.models.checkpoint import read_model_config
+    from codeparrot.models.checkpoint import check_checkpoint_files
 
-    if config.checkpoint is not None:  # fail before the editor connects; Engine.load checks all
-        read_model_config(config.checkpoint, revision=config.revision)
+    # fail before the editor connects, without the imports of torch and transformers (~2 s),
+    # so that `initialize` is answered at once; Engine.load checks everything
+    if config.checkpoint is not None:
+        check_checkpoint_files(config.checkpoint, revision=config.revision)
     logging.basicConfig(
         filename=config.log_file,
         level=logging.INFO,

@@ -83,6 +83,7 @@ class Completion:
     seed: int | None = None
     prompt_truncated: bool = False
     prompt_cached_tokens: int = 0  # prompt tokens whose keys/values came from an earlier call
+    prompt_seconds: float = 0.0  # of ``seconds``: reading the prompt (its tokens not cached)
 
     @property
     def tokens_per_second(self) -> float:
@@ -128,6 +129,7 @@ class _Run:
     prompt_tokens: int
     truncated: bool
     step: Any  # _GPT2Steps | _HFSteps
+    prompt_seconds: float = 0.0  # the prefill's
 
 
 def _ends_in_word(text: str) -> bool:
@@ -720,6 +722,7 @@ class Engine:
         run = self._start(ids, truncated, config, healed)
         with _intra_op_threads(self.prompt_threads):
             logits = self._prefill(run.step, healed)
+        run.prompt_seconds = time.perf_counter() - run.started
         if healed is not None:
             for c in run.cands:
                 c.heal_rest = healed[0]
@@ -856,6 +859,7 @@ class Engine:
                 seed=run.seed,
                 prompt_truncated=run.truncated,
                 prompt_cached_tokens=run.step.cached_tokens,
+                prompt_seconds=run.prompt_seconds,
             ),
         )
 

@@ -139,8 +139,11 @@ def refuse_unknown_model_type(file: Path, config: dict[str, Any]) -> None:
         )
 
 
-def read_model_config(path: str | Path, *, revision: str | None = None) -> dict[str, Any]:
-    """The checkpoint's ``config.json`` after checking that it describes a causal LM.
+def check_checkpoint_files(path: str | Path, *, revision: str | None = None) -> dict[str, Any]:
+    """The checks of :func:`read_model_config` that need neither torch nor transformers
+    (a directory, a ``config.json`` object that asks for no custom code, of a causal LM,
+    with weights beside it); its ``config.json``. For a process to refuse a bad
+    checkpoint within a second of starting; :func:`read_model_config` runs them all.
 
     For an adapter directory: its base model's (the adapter's own config checked too).
     """
@@ -148,7 +151,7 @@ def read_model_config(path: str | Path, *, revision: str | None = None) -> dict[
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path}: no such directory")
     if is_adapter(path):
-        return read_model_config(adapter_base(path))
+        return check_checkpoint_files(adapter_base(path))
     config_file = path / "config.json"
     if not config_file.is_file():
         raise CheckpointError(
@@ -157,18 +160,32 @@ def read_model_config(path: str | Path, *, revision: str | None = None) -> dict[
         )
     config = _read_object(config_file, "checkpoint")
     refuse_custom_code(config_file, config)
-    refuse_unknown_model_type(config_file, config)
     architectures = config.get("architectures") or []
     if architectures and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
         raise CheckpointError(
             f"checkpoint {path}: architectures {architectures} is not a causal language model "
-            f"(its weights do not fit a {config['model_type']} causal LM)"
+            f"(its weights do not fit a {config.get('model_type')} causal LM)"
         )
     if not any((path / name).is_file() for name in WEIGHT_FILES):
         raise CheckpointError(
             f"checkpoint {path}: not a loadable causal LM: no weights (model.safetensors) "
             "next to config.json"
         )
+    return config
+
+
+def read_model_config(path: str | Path, *, revision: str | None = None) -> dict[str, Any]:
+    """The checkpoint's ``config.json`` after checking that it describes a causal LM of an
+    architecture transformers ships, within the size bounds.
+
+    For an adapter directory: its base model's (the adapter's own config checked too).
+    """
+    path = resolve_checkpoint(path, revision)
+    if path.is_dir() and is_adapter(path):
+        return read_model_config(adapter_base(path))
+    config = check_checkpoint_files(path)
+    config_file = path / "config.json"
+    refuse_unknown_model_type(config_file, config)
     check_checkpoint_bounds(path, config_file, config)  # sizes, weight index, torch archives
     return config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from codeparrot.generation import Engine, GenerationConfig
+from codeparrot.generation import Completion, Engine, GenerationConfig
 from codeparrot.generation import threads as th
 
 
@@ -65,3 +65,47 @@ def test_the_prompt_probe_measures_a_speed_and_leaves_no_prompt_behind(engine):
     assert 0 < ms < 1000  # milliseconds a token of the tiny model, whatever the machine
     assert torch.get_num_threads() == before
     assert not engine.prompt_cache._table  # the probe's prompts are not kept
+
+
+def _call(step_ms: float, new_tokens: int = 16, prompt_s: float = 0.05) -> Completion:
+    """A finished call whose steps took ``step_ms`` each."""
+    seconds = prompt_s + step_ms * new_tokens / 1000
+    return Completion("x", "length", 40, new_tokens, seconds, prompt_seconds=prompt_s)
+
+
+def test_live_tuning_keeps_one_thread_for_a_small_model_without_timing_more(engine):
+    tuning = th.LiveTuning(engine, cores=4)
+    assert (engine.decode_threads, engine.prompt_threads) == (1, 4)
+    assert tuning.observe(_call(3.0, new_tokens=th.LIVE_MIN_STEPS - 1)) is None  # too short
+    assert tuning.observe(_call(50.0)) is None  # the first timed call sets things up
+    said = tuning.observe(_call(3.0))
+    assert tuning.settled and engine.decode_threads == 1
+    assert said == tuning.choice.describe() and "under 8 ms" in said
+    assert tuning.observe(_call(30.0)) is None  # chosen once
+
+
+def test_live_tuning_times_every_core_on_the_next_call_and_keeps_them_when_they_pay(engine):
+    tuning = th.LiveTuning(engine, cores=2)
+    tuning.observe(_call(40.0))
+    assert tuning.observe(_call(27.8)) is None
+    assert engine.decode_threads == 2 and not tuning.settled  # the next call runs on both
+    said = tuning.observe(_call(18.0))
+    assert engine.decode_threads == 2 and "27.8 ms a step on 1, 18.0 ms on 2" in said
+
+
+def test_live_tuning_leaves_the_editor_its_core_for_a_small_gain(engine):
+    tuning = th.LiveTuning(engine, cores=2)
+    for ms in (40.0, 20.0, 18.5):  # 1.08x
+        tuning.observe(_call(ms))
+    assert tuning.settled and engine.decode_threads == 1
+    single = th.LiveTuning(engine, cores=1)
+    for ms in (40.0, 20.0):
+        single.observe(_call(ms))
+    assert single.choice.threads == 1 and single.choice.many_ms is None
+
+
+def test_a_completion_says_how_long_its_prompt_took(engine):
+    config = GenerationConfig(max_new_tokens=8, temperature=0.0, stop_at_eos=False)
+    (done,) = engine.generate("def add(a, b):\n    return a + b\n" * 4, config)
+    assert 0 < done.prompt_seconds < done.seconds
+    assert done.new_tokens == 8

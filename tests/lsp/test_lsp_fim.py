@@ -135,7 +135,9 @@ def test_in_psm_order_the_suffix_window_fits_the_measured_prompt_speed(
     from codeparrot.lsp import completion
 
     # a slow machine: 20 ms a prompt token, so 100 ms re-read 5 tokens of suffix
-    monkeypatch.setattr("codeparrot.generation.threads.time_prompt", lambda engine: 20.0)
+    monkeypatch.setattr(
+        "codeparrot.generation.threads.time_prompt", lambda engine, threads=None: 20.0
+    )
     monkeypatch.setattr(completion, "SUFFIX_MIN_TOKENS", 1)
     ask(fim_checkpoint, [(4, 4)])  # auto, PSM: the suffix is read again at each keystroke
     ask(fim_checkpoint, [(4, 4)], fim_order="spm")  # typing reuses an SPM suffix: no cap
