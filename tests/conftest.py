@@ -13,6 +13,24 @@ from pathlib import Path
 
 import pytest
 
+
+@pytest.fixture(autouse=True, scope="session")
+def _int8_cache_of_the_session(tmp_path_factory: pytest.TempPathFactory):
+    """int8 rows that loads keep (codeparrot.generation.int8_cache) go to the session's
+    temporary folder, never to the user's cache."""
+    import os
+
+    from codeparrot.generation.int8_cache import ENV
+
+    before = os.environ.get(ENV)
+    os.environ[ENV] = str(tmp_path_factory.mktemp("int8-cache"))
+    yield
+    if before is None:
+        os.environ.pop(ENV, None)
+    else:
+        os.environ[ENV] = before
+
+
 STDLIB_SAMPLE = ("textwrap.py", "heapq.py", "bisect.py", "fnmatch.py", "glob.py", "shlex.py")
 
 

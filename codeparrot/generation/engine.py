@@ -157,6 +157,7 @@ class Engine:
         quantize: str = "none",
         infills: bool | None = None,
         own_checkpoint: bool = False,
+        int8_rows_cache: Any = None,
     ) -> None:
         """Wrap a loaded model; :meth:`load` is the usual way in.
 
@@ -179,6 +180,9 @@ class Engine:
         a probe finds faster (:mod:`codeparrot.generation.int8`): 2-4x faster steps than
         float32, logits within ~2% of their spread (prompts keep full precision).
         ``"none"``: the model's own weights.
+        ``int8_rows_cache``: a :class:`~codeparrot.generation.int8_cache.RowsCache` that
+        keeps the int8 rows of these weights from one start to the next (:meth:`load`
+        gives one for a checkpoint read by the lean load).
         """
         from codeparrot.generation.gpt2 import PromptCache
         from codeparrot.generation.lean import lean_decoder
@@ -224,7 +228,7 @@ class Engine:
             raise ConfigError(f"quantize must be one of {', '.join(QUANTIZE)}, got {quantize!r}")
         self.quantize = quantize
         if quantize == "int8":
-            self._enable_int8()
+            self._enable_int8(int8_rows_cache)
         self.prompt_cache = PromptCache(prompt_cache_entries)
         # see compile_steps: set once the compile has finished, well or not
         self.steps_compiled = threading.Event()
@@ -234,7 +238,7 @@ class Engine:
         )
         self._table_lock = threading.Lock()
 
-    def _enable_int8(self) -> None:
+    def _enable_int8(self, rows_cache: Any = None) -> None:
         from codeparrot.generation.gpt2 import int8_supported
         from codeparrot.generation.lean import why_no_lean_decoder
 
@@ -250,7 +254,7 @@ class Engine:
                 "quantize 'int8' needs one of torch's int8 CPU kernels (quantized::"
                 "linear_dynamic or aten._weight_int8pack_mm), which this torch build lacks"
             )
-        self._gpt2.quantize_int8()
+        self._gpt2.quantize_int8(rows_cache=rows_cache)
 
     @property
     def can_compile_steps(self) -> bool:
@@ -383,6 +387,12 @@ class Engine:
                     path,
                     missing,
                 )
+        rows_cache = None
+        weight_files = getattr(model, "weight_files", None)  # the lean load's
+        if quantize == "int8" and weight_files:
+            from codeparrot.generation.int8_cache import RowsCache
+
+            rows_cache = RowsCache.for_weights(weight_files, next(model.parameters()).dtype)
         # one thread per one-token step on a CPU: measured 2-7x faster than two on a
         # shared 2-core machine (bench/generate.py); the prompt keeps torch's setting
         return cls(
@@ -394,6 +404,7 @@ class Engine:
             quantize=quantize,
             infills=trained_to_infill(meta),
             own_checkpoint=bool(meta),
+            int8_rows_cache=rows_cache,
         )
 
     @staticmethod

@@ -33,7 +33,13 @@ import torch
 import torch.nn.functional as F
 
 from codeparrot.generation.int8 import INT8_MAX_ROWS as INT8_MAX_ROWS
-from codeparrot.generation.int8 import Int8Matrix, choose_kernel, int8_linear, quantize_matrix
+from codeparrot.generation.int8 import (
+    Int8Matrix,
+    choose_kernel,
+    int8_linear,
+    pack_rows,
+    quantize_rows,
+)
 from codeparrot.generation.int8 import int8_supported as int8_supported
 
 logger = logging.getLogger(__name__)
@@ -319,7 +325,7 @@ class GPT2Decoder:
         if self.lm_head.dtype == torch.float32:
             self.lm_head_bf16 = self.lm_head.detach().to(torch.bfloat16)
 
-    def quantize_int8(self, kernel: str = "auto") -> None:
+    def quantize_int8(self, kernel: str = "auto", rows_cache: Any = None) -> None:
         """Add int8 copies of every matrix (and the output projection) for one-token steps.
 
         Symmetric, one scale per output channel: the steps read a quarter of the bytes of
@@ -328,6 +334,8 @@ class GPT2Decoder:
         milliseconds (:func:`~codeparrot.generation.int8.choose_kernel`). Logits move by
         1-2% of their spread at most (tests bound it); prompts still run on the
         full-precision weights. Costs a quarter of the model's float32 size in memory.
+        ``rows_cache`` (a :class:`~codeparrot.generation.int8_cache.RowsCache`) gives the
+        int8 rows of an earlier start, or keeps these for the next.
         """
         if not int8_supported():
             raise RuntimeError("this torch build has no int8 CPU kernel")
@@ -337,16 +345,22 @@ class GPT2Decoder:
         sources = [self._int8_sources(i) for i in range(len(self.layers))]
         jobs = [(w, b) for layer in sources for w, b in layer.values()]
         jobs.append((self.lm_head, self.lm_bias))
+        kept = None if rows_cache is None else rows_cache.load([tuple(w.shape) for w, _ in jobs])
         # the kernel's packing runs on one thread: a matrix per core (0.80 against 1.07 s
         # for a 164M model on 2 cores), most of a language server's start after its imports
         inference = torch.is_inference_mode_enabled()  # per thread: the workers take the caller's
 
-        def quantize(job: tuple[torch.Tensor, torch.Tensor | None]) -> Int8Matrix:
+        def quantize(i: int) -> tuple[tuple[torch.Tensor, torch.Tensor], Int8Matrix]:
+            weight, bias = jobs[i]
             with torch.inference_mode(inference):
-                return quantize_matrix(*job, self.int8_kernel)
+                rows = kept[i] if kept is not None else quantize_rows(weight)
+                return rows, pack_rows(*rows, bias, self.int8_kernel)
 
         with ThreadPoolExecutor(max_workers=cpu_cores()) as pool:
-            done = iter(pool.map(quantize, jobs))
+            results = list(pool.map(quantize, range(len(jobs))))
+        if rows_cache is not None and kept is None:
+            rows_cache.store([rows for rows, _ in results])
+        done = iter(matrix for _, matrix in results)
         self.int8 = [{name: next(done) for name in layer} for layer in sources]
         self.lm_head_int8 = next(done)
 

@@ -60,18 +60,9 @@ class Int8Matrix:
     bias: torch.Tensor | None = None
 
 
-def quantize_rows_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``weight`` (N, K) -> int8 (N, K) and scales (N,): symmetric, one scale per row. The
-    scales' dtype is the activations' in the weight-only product: bf16 where the CPU runs
-    it fast, else fp32 (codeparrot.precision)."""
-    from codeparrot.precision import cpu_has_fast_bf16
-
-    q, scales = _rows_int8(weight)
-    return q, scales.to(torch.bfloat16 if cpu_has_fast_bf16() else torch.float32)
-
-
-def _rows_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """int8 (N, K) and float32 scales (N,) of ``weight`` (N, K)."""
+def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """int8 (N, K) and float32 scales (N,) of ``weight`` (N, K): symmetric, one scale
+    per row."""
     w = weight.detach().float()
     # the largest magnitude of each row in one pass (no |w| copy of the matrix)
     scales = torch.linalg.vector_norm(w, float("inf"), dim=1).clamp(min=1e-12) / 127.0
@@ -82,12 +73,24 @@ def _rows_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def quantize_matrix(weight: torch.Tensor, bias: torch.Tensor | None, kernel: str) -> Int8Matrix:
     """``weight`` (N, K) (out, in) and its bias as an :class:`Int8Matrix` for ``kernel``."""
+    if kernel not in KERNELS:
+        raise ValueError(f"int8 kernel {kernel!r}: use one of {', '.join(KERNELS)}")
+    return pack_rows(*quantize_rows(weight), bias, kernel)
+
+
+def pack_rows(
+    q: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None, kernel: str
+) -> Int8Matrix:
+    """int8 rows ``q`` (N, K) with float32 ``scales`` (N,) (:func:`quantize_rows`'s) and a
+    bias as an :class:`Int8Matrix` for ``kernel``."""
     if kernel == "weight-only":
-        q, scales = quantize_rows_int8(weight)
-        return Int8Matrix(kernel, weight=q, scales=scales, bias=bias)
+        from codeparrot.precision import cpu_has_fast_bf16
+
+        dtype = torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+        return Int8Matrix(kernel, weight=q, scales=scales.to(dtype), bias=bias)
     if kernel != "dynamic":
         raise ValueError(f"int8 kernel {kernel!r}: use one of {', '.join(KERNELS)}")
-    packed = _prepack(*_rows_int8(weight), bias)
+    packed = _prepack(q, scales, bias)
     return Int8Matrix(kernel, packed=packed, reduce_range=not _has_vnni(), bias=bias)
 
 

@@ -32,6 +32,9 @@ PROBE_STEPS = 6
 PROBE_PROMPT_TOKENS = 64  # the timed prompt of time_prompt
 # LiveTuning: calls that decode fewer tokens say little about a step's time
 LIVE_MIN_STEPS = 6
+# LiveTuning: models this large start their steps on every core (164M: 27.8 against 18.0
+# ms a step on 2 cores; 0.5B: 86 against 57 ms; RESULTS.md)
+LARGE_MODEL_PARAMETERS = 100_000_000
 
 
 def cpu_cores() -> int:
@@ -127,11 +130,13 @@ class LiveTuning:
     """The choice of :func:`tune_decode_threads`, made from an engine's own calls as they
     finish (:meth:`observe`), so that no probe runs before the first one.
 
-    The steps start on one thread. The first call that decodes at least
-    :data:`LIVE_MIN_STEPS` tokens is not timed (its first steps set things up); the next
-    gives the one-thread time. A step under :data:`ONE_THREAD_BELOW_MS` keeps one thread;
-    else the next such call runs on every core, and those are kept when they are
-    :data:`MORE_THREADS_GAIN` times faster. Prompts run on every core.
+    The steps start on one thread, or on every core for a model of at least
+    :data:`LARGE_MODEL_PARAMETERS` (whose steps have always run faster so on a quiet
+    machine). The first call that decodes at least :data:`LIVE_MIN_STEPS` tokens is not
+    timed (its first steps set things up); the next ones time the steps on one thread and
+    on every core, and the choice is :func:`tune_decode_threads`'s: one thread for a step
+    under :data:`ONE_THREAD_BELOW_MS` on one (without timing more), else every core where
+    they are :data:`MORE_THREADS_GAIN` times faster. Prompts run on every core.
 
     Call :meth:`observe` from the thread that runs the engine's calls: it changes
     ``engine.decode_threads`` between them.
@@ -141,9 +146,10 @@ class LiveTuning:
         self.engine = engine
         self.cores = cores or cpu_cores()
         self.choice: ThreadChoice | None = None  # set once the steps' threads are chosen
-        self._timed = 0  # calls that decoded enough tokens
-        self._one_ms: float | None = None
-        engine.decode_threads = 1
+        self._seen = 0  # calls that decoded enough tokens
+        self._ms: dict[int, float] = {}  # a step's milliseconds by thread count
+        large = sum(p.numel() for p in engine.model.parameters()) >= LARGE_MODEL_PARAMETERS
+        engine.decode_threads = self.cores if large else 1
         engine.prompt_threads = self.cores
 
     @property
@@ -157,20 +163,20 @@ class LiveTuning:
         the call that makes it, else None."""
         if self.settled or completion.new_tokens < LIVE_MIN_STEPS:
             return None
-        self._timed += 1
-        if self._timed == 1:
+        self._seen += 1
+        if self._seen == 1:
             return None
         ms = (completion.seconds - completion.prompt_seconds) * 1000 / completion.new_tokens
-        if self._one_ms is None:
-            self._one_ms = ms
-            if self.cores > 1 and ms >= ONE_THREAD_BELOW_MS:
-                self.engine.decode_threads = self.cores  # the next such call times them all
-                return None
-            return self._choose(1, None)
-        return self._choose(self.cores if self._one_ms / ms >= MORE_THREADS_GAIN else 1, ms)
+        self._ms[self.engine.decode_threads] = ms
+        one, many = self._ms.get(1), self._ms.get(self.cores)
+        if one is not None and (self.cores == 1 or one < ONE_THREAD_BELOW_MS):
+            return self._choose(1, many if self.cores > 1 else None)
+        if one is None or many is None:
+            self.engine.decode_threads = self.cores if many is None else 1  # the next call
+            return None
+        return self._choose(self.cores if one / many >= MORE_THREADS_GAIN else 1, many)
 
     def _choose(self, threads: int, many_ms: float | None) -> str:
-        assert self._one_ms is not None
-        self.choice = ThreadChoice(threads, self._one_ms, many_ms, self.cores)
+        self.choice = ThreadChoice(threads, self._ms[1], many_ms, self.cores)
         self.engine.decode_threads = threads
         return self.choice.describe()

@@ -111,6 +111,7 @@ def load_lean_checkpoint(
     meta = read_checkpoint_meta(path)
     tensors = _read_weights(path, config, arch)
     _fill(model, tensors, config, arch)
+    model.weight_files = _weight_files(path)
     model.generation_config = _generation_config(path)
     check_vocab(tokenizer, config.vocab_size, where=f"checkpoint {path}")
     fit_to_context(tokenizer, context_length(raw))
@@ -131,6 +132,7 @@ class LeanModel(torch.nn.Module):
 
     config: Any
     generation_config: Any
+    weight_files: list[Path]  # the safetensors files the weights were read from
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise CheckpointError(

@@ -93,6 +93,16 @@ def test_live_tuning_times_every_core_on_the_next_call_and_keeps_them_when_they_
     assert engine.decode_threads == 2 and "27.8 ms a step on 1, 18.0 ms on 2" in said
 
 
+def test_live_tuning_starts_a_large_model_on_every_core(engine, monkeypatch):
+    monkeypatch.setattr(th, "LARGE_MODEL_PARAMETERS", 1)
+    tuning = th.LiveTuning(engine, cores=2)
+    assert engine.decode_threads == 2
+    tuning.observe(_call(40.0))
+    assert tuning.observe(_call(18.0)) is None and engine.decode_threads == 1
+    said = tuning.observe(_call(27.8))
+    assert engine.decode_threads == 2 and "27.8 ms a step on 1, 18.0 ms on 2" in said
+
+
 def test_live_tuning_leaves_the_editor_its_core_for_a_small_gain(engine):
     tuning = th.LiveTuning(engine, cores=2)
     for ms in (40.0, 20.0, 18.5):  # 1.08x
