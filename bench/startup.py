@@ -1,12 +1,18 @@
 """Start-up: seconds from a fresh process to an engine ready for its first suggestion.
 
 Each start is a new Python process that does what the language server's loading thread
-does (import torch, ``Engine.load(quantize="int8")``, the decoding-thread probe) and
-reports how long each part took. Starts alternate between the lean load
-(:mod:`codeparrot.models.lean_load`, ``CODEPARROT_LEAN_LOAD=1``) and transformers' model
-classes (``CODEPARROT_LEAN_LOAD=0``, the baseline), so load from other jobs hits both
-alike; the medians and their ratio are printed. The weights stay in the file cache after
-the first start (the first pair is a warm-up and not counted). Run with
+does (import torch, load, the int8 copies, the prompt-speed probe; the steps' threads are
+chosen later, by the first suggestions) and reports how long each part took. Starts
+alternate between three ways, so load from other jobs hits all alike:
+
+- ``lean``: the lean load (:mod:`codeparrot.models.lean_load`), with the int8 rows kept
+  from the start before (:mod:`codeparrot.generation.int8_cache`, in a temporary folder);
+- ``lean, rows made``: the same with the int8 cache off (a checkpoint's first start);
+- ``transformers``: transformers' model classes (``CODEPARROT_LEAN_LOAD=0``), rows made:
+  the baseline.
+
+The medians and their ratios to the baseline are printed. The weights stay in the file
+cache after the first start (the first round is a warm-up and not counted). Run with
 
     .venv/bin/python bench/startup.py --checkpoint DIR [--rounds 4]
 
@@ -22,8 +28,10 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 PARTS = ("torch", "load", "quantize", "probe", "total")
+SIDES = ("lean", "lean, rows made", "transformers")
 
 # the child: one start, its parts in seconds as one JSON line
 CHILD = """
@@ -32,14 +40,16 @@ t0 = time.perf_counter()
 import torch
 t1 = time.perf_counter()
 from codeparrot.generation import Engine
-from codeparrot.generation.threads import cpu_cores, tune_decode_threads
+from codeparrot.generation.int8_cache import RowsCache
+from codeparrot.generation.threads import cpu_cores, time_prompt
 torch.set_num_threads(cpu_cores())
 t2 = time.perf_counter()
 engine = Engine.load(sys.argv[1], quantize="none")
 t3 = time.perf_counter()
-engine._gpt2.quantize_int8()
+files = getattr(engine.model, "weight_files", None)  # the lean load's: Engine.load's rule
+engine._gpt2.quantize_int8(rows_cache=files and RowsCache.for_weights(files, torch.float32))
 t4 = time.perf_counter()
-tune_decode_threads(engine)
+time_prompt(engine, cpu_cores())
 t5 = time.perf_counter()
 classes = sorted(m for m in sys.modules if m == "transformers.modeling_utils")
 print(json.dumps({"torch": t1 - t0, "load": t3 - t2, "quantize": t4 - t3,
@@ -47,8 +57,12 @@ print(json.dumps({"torch": t1 - t0, "load": t3 - t2, "quantize": t4 - t3,
 """
 
 
-def one_start(checkpoint: str, lean: bool) -> dict:
-    env = {**os.environ, "CODEPARROT_LEAN_LOAD": "1" if lean else "0"}
+def one_start(checkpoint: str, side: str, cache: str) -> dict:
+    env = {
+        **os.environ,
+        "CODEPARROT_LEAN_LOAD": "0" if side == "transformers" else "1",
+        "CODEPARROT_INT8_CACHE": cache if side == "lean" else "0",
+    }
     out = subprocess.run(
         [sys.executable, "-c", CHILD, checkpoint],
         env=env,
@@ -64,24 +78,27 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True, help="a lean decoder family's checkpoint")
     parser.add_argument("--rounds", type=int, default=4, help="starts of each kind counted")
     args = parser.parse_args()
-    runs: dict[str, list[dict]] = {"lean": [], "transformers": []}
-    for round_ in range(args.rounds + 1):
-        for side in runs:
-            start = one_start(args.checkpoint, side == "lean")
-            if round_:  # the first pair warms the file cache
-                runs[side].append(start)
+    runs: dict[str, list[dict]] = {side: [] for side in SIDES}
+    with tempfile.TemporaryDirectory() as cache:
+        for round_ in range(args.rounds + 1):
+            for side in SIDES:
+                start = one_start(args.checkpoint, side, cache)
+                if round_:  # the first round warms the file cache and keeps the rows
+                    runs[side].append(start)
     print(f"{args.checkpoint}: {args.rounds} starts each, medians in seconds")
     medians = {}
     for side, starts in runs.items():
         medians[side] = {p: statistics.median(s[p] for s in starts) for p in PARTS}
         parts = "  ".join(f"{p} {medians[side][p]:.2f}" for p in PARTS)
-        print(f"  {side:<12} {parts}  (totals {[round(s['total'], 2) for s in starts]})")
-        print(f"  {'':<12} transformers.modeling_utils imported: {starts[0]['model_classes']}")
-    lean, base = medians["lean"], medians["transformers"]
-    print(
-        f"  ratio lean / transformers: load {lean['load'] / base['load']:.2f}x, "
-        f"total {lean['total'] / base['total']:.2f}x"
-    )
+        print(f"  {side:<16} {parts}  (totals {[round(s['total'], 2) for s in starts]})")
+        print(f"  {'':<16} transformers.modeling_utils imported: {starts[0]['model_classes']}")
+    base = medians["transformers"]
+    for side in SIDES[:-1]:
+        m = medians[side]
+        print(
+            f"  ratio {side} / transformers: load {m['load'] / base['load']:.2f}x, "
+            f"int8 {m['quantize'] / base['quantize']:.2f}x, total {m['total'] / base['total']:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -147,11 +147,33 @@ def check_checkpoint_files(path: str | Path, *, revision: str | None = None) -> 
 
     For an adapter directory: its base model's (the adapter's own config checked too).
     """
+    path, config = _config_of(path, revision)
+    _check_causal_lm(path, config)
+    return config
+
+
+def read_model_config(path: str | Path, *, revision: str | None = None) -> dict[str, Any]:
+    """The checkpoint's ``config.json`` after checking that it describes a causal LM of an
+    architecture transformers ships, within the size bounds.
+
+    For an adapter directory: its base model's (the adapter's own config checked too).
+    """
+    path, config = _config_of(path, revision)
+    config_file = path / "config.json"
+    refuse_unknown_model_type(config_file, config)
+    _check_causal_lm(path, config)
+    check_checkpoint_bounds(path, config_file, config)  # sizes, weight index, torch archives
+    return config
+
+
+def _config_of(path: str | Path, revision: str | None) -> tuple[Path, dict[str, Any]]:
+    """(the model's directory, its ``config.json``): resolved, an adapter's base followed,
+    the file read and refused if it asks for custom code."""
     path = resolve_checkpoint(path, revision)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path}: no such directory")
     if is_adapter(path):
-        return check_checkpoint_files(adapter_base(path))
+        return _config_of(adapter_base(path), None)
     config_file = path / "config.json"
     if not config_file.is_file():
         raise CheckpointError(
@@ -160,6 +182,11 @@ def check_checkpoint_files(path: str | Path, *, revision: str | None = None) -> 
         )
     config = _read_object(config_file, "checkpoint")
     refuse_custom_code(config_file, config)
+    return path, config
+
+
+def _check_causal_lm(path: Path, config: dict[str, Any]) -> None:
+    """A causal LM's architecture (where named), and weights beside ``config.json``."""
     architectures = config.get("architectures") or []
     if architectures and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
         raise CheckpointError(
@@ -171,23 +198,6 @@ def check_checkpoint_files(path: str | Path, *, revision: str | None = None) -> 
             f"checkpoint {path}: not a loadable causal LM: no weights (model.safetensors) "
             "next to config.json"
         )
-    return config
-
-
-def read_model_config(path: str | Path, *, revision: str | None = None) -> dict[str, Any]:
-    """The checkpoint's ``config.json`` after checking that it describes a causal LM of an
-    architecture transformers ships, within the size bounds.
-
-    For an adapter directory: its base model's (the adapter's own config checked too).
-    """
-    path = resolve_checkpoint(path, revision)
-    if path.is_dir() and is_adapter(path):
-        return read_model_config(adapter_base(path))
-    config = check_checkpoint_files(path)
-    config_file = path / "config.json"
-    refuse_unknown_model_type(config_file, config)
-    check_checkpoint_bounds(path, config_file, config)  # sizes, weight index, torch archives
-    return config
 
 
 def check_vocab(tokenizer: Any, model_vocab_size: int, *, where: str) -> None:
