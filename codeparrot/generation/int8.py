@@ -186,20 +186,21 @@ def measure_kernels(
     matrices: dict[str, tuple[torch.Tensor, torch.Tensor | None]],
 ) -> dict[str, float]:
     """Microseconds each kernel takes to multiply one row by every one of ``matrices``
-    (the fastest of at least three rounds; other work on the machine only slows one)."""
-    out = {}
-    for kernel in KERNELS:
-        packed = [quantize_matrix(w, b, kernel) for w, b in matrices.values()]
-        xs = [torch.randn(1, w.size(1), dtype=w.dtype) for w, _ in matrices.values()]
-        with torch.inference_mode():
-            for x, m in zip(xs, packed, strict=True):
+    (the fastest of at least three rounds). The kernels' rounds alternate, so that other
+    work on the machine (another thread of this process included) slows both alike."""
+    packed = {k: [quantize_matrix(w, b, k) for w, b in matrices.values()] for k in KERNELS}
+    xs = [torch.randn(1, w.size(1), dtype=w.dtype) for w, _ in matrices.values()]
+    best = dict.fromkeys(KERNELS, float("inf"))
+    with torch.inference_mode():
+        for kernel in KERNELS:
+            for x, m in zip(xs, packed[kernel], strict=True):
                 int8_linear(x, m)  # untimed: the first call may set things up
-            best, rounds, start = float("inf"), 0, time.perf_counter()
-            while rounds < 3 or time.perf_counter() - start < PROBE_SECONDS:
+        rounds, start = 0, time.perf_counter()
+        while rounds < 3 or time.perf_counter() - start < PROBE_SECONDS * len(KERNELS):
+            for kernel in KERNELS:
                 before = time.perf_counter()
-                for x, m in zip(xs, packed, strict=True):
+                for x, m in zip(xs, packed[kernel], strict=True):
                     int8_linear(x, m)
-                best = min(best, time.perf_counter() - before)
-                rounds += 1
-        out[kernel] = best * 1e6
-    return out
+                best[kernel] = min(best[kernel], time.perf_counter() - before)
+            rounds += 1
+    return {k: t * 1e6 for k, t in best.items()}

@@ -92,7 +92,9 @@ class RowsCache:
                 self.file.unlink(missing_ok=True)
                 return None
         os.utime(self.file)  # recently used: kept when older files are removed
-        return [(q, s.float()) for q, s in rows]
+        # copies in torch's own (aligned) memory: the file's tensors sit at any offset of
+        # its map, and compiled steps' kernels assume aligned weights (a crash otherwise)
+        return [(q.clone(), s.to(torch.float32, copy=True)) for q, s in rows]
 
     def store(self, rows: list[tuple[Any, Any]]) -> None:
         """Keep ``rows`` (written to a temporary file, then renamed) and remove all but

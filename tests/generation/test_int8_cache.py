@@ -115,3 +115,17 @@ def test_only_the_newest_files_are_kept(tmp_path, cache):
         kept.store([(q, s)])
     assert len(list(cache.glob("*.safetensors"))) == int8_cache.MAX_FILES
     assert not list(cache.glob("*.tmp"))
+
+
+def test_kept_rows_come_back_in_aligned_memory_of_their_own(tmp_path, cache):
+    """Compiled steps' kernels read weights with aligned loads: rows straight from the
+    file's map (at any offset) crashed them."""
+    weights = tmp_path / "w.safetensors"
+    weights.write_text("w")
+    kept = int8_cache.RowsCache.for_weights([weights], torch.float32)
+    rows = [(torch.ones(3, 5, dtype=torch.int8), torch.ones(3)) for _ in range(3)]
+    kept.store(rows)
+    for q, s in kept.load([(3, 5)] * 3):
+        assert q.data_ptr() % 64 == 0 and s.data_ptr() % 64 == 0
+        q.add_(1)  # writable, and not the file's
+    assert all(bool((q == 1).all()) for q, _ in kept.load([(3, 5)] * 3))
