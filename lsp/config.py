@@ -135,9 +135,9 @@ class LspConfig(Config):
     threads: int = option(
         0,
         "torch threads for generation. 0 (auto): prompts on every core, and the decoding "
-        "steps on one or on every core, whichever a measurement at load finds faster "
-        "(small models decode fastest on one, which also leaves a core to the editor; "
-        "models of real size gain from more). N: prompts and steps on N threads",
+        "steps on one or on every core, whichever the first suggestions' own steps find "
+        "faster (small models decode fastest on one, which also leaves a core to the "
+        "editor; models of real size gain from more). N: prompts and steps on N threads",
         ge=0,
         le=256,
     )
