@@ -69,8 +69,9 @@ DTYPE = Declaration("auto", "weights' dtype (auto: bf16 on GPU, fp32 on CPU)", c
 QUANTIZE_WEIGHTS = Declaration(
     "none",
     "weights of the one-token decoding steps: none (the checkpoint's own), int8 "
-    "(weight-only int8 copies, for GPT-2, StarCoder, Llama-family and Qwen checkpoints on a "
-    "CPU) or auto (int8 where it applies)",
+    "(int8 copies of the matrices, for GPT-2, StarCoder, Llama-family and Qwen checkpoints "
+    "on a CPU; prompts read them too where a probe at load finds that faster) or auto "
+    "(int8 where it applies)",
     choices=LOAD_QUANTIZE,
 )
 

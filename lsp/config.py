@@ -144,8 +144,9 @@ class LspConfig(Config):
     device: str | None = DEVICE.field()
     quantize: str = QUANTIZE_WEIGHTS.field(
         "auto",
-        "weights of the decoding steps: none (the checkpoint's own), int8 (weight-only "
-        "int8 copies, for GPT-2, StarCoder, Llama-family and Qwen checkpoints on a CPU) or auto "
+        "weights of the decoding steps: none (the checkpoint's own), int8 (int8 copies of "
+        "the matrices, for GPT-2, StarCoder, Llama-family and Qwen checkpoints on a CPU; "
+        "prompts read them too where a probe at load finds that faster) or auto "
         "(int8 where it applies: "
         "the default here, where every keystroke waits on the decoding steps)",
     )

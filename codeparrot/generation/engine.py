@@ -178,7 +178,8 @@ class Engine:
         ``quantize``: ``"int8"`` runs the one-token steps on int8 copies of the matrices
         (the lean decoder's models, on a CPU), through whichever of torch's two int8 kernels
         a probe finds faster (:mod:`codeparrot.generation.int8`): 2-4x faster steps than
-        float32, logits within ~2% of their spread (prompts keep full precision).
+        float32, logits within ~2% of their spread; prompts read them too where a second
+        probe finds that faster than bf16 (``GPT2Decoder.choose_int8_prompts``).
         ``"none"``: the model's own weights.
         ``int8_rows_cache``: a :class:`~codeparrot.generation.int8_cache.RowsCache` that
         keeps the int8 rows of these weights from one start to the next (:meth:`load`
@@ -255,6 +256,7 @@ class Engine:
                 "linear_dynamic or aten._weight_int8pack_mm), which this torch build lacks"
             )
         self._gpt2.quantize_int8(rows_cache=rows_cache)
+        self._gpt2.choose_int8_prompts(self.bf16_prefill)
 
     @property
     def can_compile_steps(self) -> bool:

@@ -37,6 +37,7 @@ from codeparrot.generation.int8 import (
     Int8Matrix,
     choose_kernel,
     int8_linear,
+    int8_prompts_faster,
     pack_rows,
     quantize_rows,
 )
@@ -219,6 +220,8 @@ class GPT2Decoder:
         self.int8: list[dict[str, Int8Matrix]] | None = None
         self.lm_head_int8: Int8Matrix | None = None
         self.int8_kernel: str | None = None
+        # see choose_int8_prompts: prompts (any rows) read the int8 copies too
+        self.int8_prompts = False
         self._compiled: Any = None  # see compile_steps
         self.dtype = self.wte.dtype
         self.device = self.wte.device
@@ -255,9 +258,12 @@ class GPT2Decoder:
         a long prompt on a CPU with native bf16). Residuals, cache and logits stay in the
         model's dtype. ``int8`` reads the int8 weights (after :meth:`quantize_int8`) for a
         one-token step of at most ``INT8_MAX_ROWS`` rows; callers pass it for generated
-        tokens only, so a prompt gives the same keys/values however it was split.
+        tokens only. Every other call reads them where :attr:`int8_prompts` is set
+        (:meth:`choose_int8_prompts`); a prompt gives the same keys and values however it
+        was split either way (see :func:`~codeparrot.generation.int8.int8_linear`).
         """
-        int8 = int8 and self.int8 is not None and ids.size(1) == 1 and len(ids) <= INT8_MAX_ROWS
+        step = int8 and ids.size(1) == 1 and len(ids) <= INT8_MAX_ROWS
+        int8 = self.int8 is not None and (step or self.int8_prompts)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
             x = self._blocks(ids, cache, int8)
         last = self._final_norm(x[:, -1])  # (B, C)
@@ -332,8 +338,8 @@ class GPT2Decoder:
         float32 weights. ``kernel`` is one of :data:`~codeparrot.generation.int8.KERNELS`,
         or ``auto``: the faster of them on the first block's matrices, timed here in a few
         milliseconds (:func:`~codeparrot.generation.int8.choose_kernel`). Logits move by
-        1-2% of their spread at most (tests bound it); prompts still run on the
-        full-precision weights. Costs a quarter of the model's float32 size in memory.
+        1-2% of their spread at most (tests bound it); prompts run on the model's own
+        weights unless :meth:`choose_int8_prompts` finds the copies faster. Costs a quarter of the model's float32 size in memory.
         ``rows_cache`` (a :class:`~codeparrot.generation.int8_cache.RowsCache`) gives the
         int8 rows of an earlier start, or keeps these for the next.
         """
@@ -363,6 +369,22 @@ class GPT2Decoder:
         done = iter(matrix for _, matrix in results)
         self.int8 = [{name: next(done) for name in layer} for layer in sources]
         self.lm_head_int8 = next(done)
+
+    def choose_int8_prompts(self, bf16: bool) -> None:
+        """Read prompts on the int8 copies too (after :meth:`quantize_int8`) where the first
+        block's products of ``PROMPT_PROBE_ROWS`` rows take at most ``PROMPT_INT8_SHARE``
+        of the time they take as prompts read them otherwise (in bf16 under autocast with
+        ``bf16``): timed here in some 50 ms, one log line says which and the figures.
+
+        Measured on an AMD EPYC (Zen 4, VNNI), 2 threads, a 164M GPTBigCode model: the
+        dynamic kernel's products of 256 rows take 0.7x the time of bf16's, and a 700-token
+        prompt 0.8x; the quickstart model's loss on code it never saw rose by 0.01%
+        (RESULTS.md). Where bf16 products are the faster (a CPU with AMX may be such a
+        one), prompts keep them.
+        """
+        if self.int8 is None:
+            raise RuntimeError("choose_int8_prompts needs quantize_int8 first")
+        self.int8_prompts = int8_prompts_faster(self._int8_sources(0), self.int8[0], bf16)
 
     def _int8_sources(self, i: int) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
         """Layer ``i``'s matrices for :meth:`quantize_int8`: name -> weight (out, in), bias."""

@@ -41,6 +41,12 @@ KERNELS = ("dynamic", "weight-only")
 INT8_MAX_ROWS = 32
 # The probe's budget for each kernel: at least this many seconds of products, or 3 rounds.
 PROBE_SECONDS = 0.02
+# Rows of the products that decide whether prompts read the int8 copies too (a prompt read
+# whole is a few hundred tokens; one read after a few keystrokes, a handful).
+PROMPT_PROBE_ROWS = 256
+# ... which they do where the int8 products take at most this share of the dense ones' time
+# (the rest of a prompt, attention above all, is the same either way)
+PROMPT_INT8_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -64,11 +70,16 @@ def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """int8 (N, K) and float32 scales (N,) of ``weight`` (N, K): symmetric, one scale
     per row."""
     w = weight.detach().float()
-    # the largest magnitude of each row in one pass (no |w| copy of the matrix)
-    scales = torch.linalg.vector_norm(w, float("inf"), dim=1).clamp(min=1e-12) / 127.0
+    scales = largest_magnitudes(w).clamp_(min=1e-12) / 127.0
     scaled = w * (1.0 / scales)[:, None]  # the one full-size float copy; rounded in place
     q = scaled.round_().clamp_(-127, 127).to(torch.int8).contiguous()
     return q, scales
+
+
+def largest_magnitudes(x: torch.Tensor) -> torch.Tensor:
+    """The largest magnitude of each row of ``x`` (N, K): (N,). From the largest and the
+    smallest values, with no copy of ``x``: 15x faster here than the infinity norm."""
+    return torch.maximum(x.amax(dim=1), x.amin(dim=1).neg_())
 
 
 def quantize_matrix(weight: torch.Tensor, bias: torch.Tensor | None, kernel: str) -> Int8Matrix:
@@ -125,14 +136,24 @@ def int8_linear(x: torch.Tensor, m: Int8Matrix) -> torch.Tensor:
 def _dynamic_linear(x: torch.Tensor, m: Int8Matrix) -> torch.Tensor:
     """The dynamic kernel's product. It quantizes its whole input with one scale, so a
     row of small values next to one of large values would keep few bits: rows are
-    scaled to a largest value of 1 first (W (x / s) + b, times s, is W x + s b)."""
+    scaled to a largest value of 1 first (W (x / s) + b, times s, is W x + s b), and one
+    more row, of -1 and 1, pins the input's range to [-1, 1]. Each row is then rounded
+    the same whatever rows come with it (integer sums are exact): a prompt gives the same
+    keys and values in one piece or in two."""
     xf = x.float()
     if len(x) == 1:
-        out = torch.ops.quantized.linear_dynamic(xf, m.packed, m.reduce_range)  # (1, N)
-    else:
-        s = xf.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)  # (B, 1)
-        out = torch.ops.quantized.linear_dynamic(xf / s, m.packed, m.reduce_range)  # (B, N)
-        out = out.mul_(s) if m.bias is None else out.sub_(m.bias).mul_(s).add_(m.bias)
+        return _fit(torch.ops.quantized.linear_dynamic(xf, m.packed, m.reduce_range), x)  # (1, N)
+    s = largest_magnitudes(xf).clamp_(min=1e-12)[:, None]
+    rows = xf.new_empty(len(x) + 1, x.size(1))
+    torch.div(xf, s, out=rows[:-1])
+    rows[-1].zero_()
+    rows[-1, 0], rows[-1, -1] = -1.0, 1.0  # the range row (K >= 2 for every matrix)
+    out = torch.ops.quantized.linear_dynamic(rows, m.packed, m.reduce_range)[:-1]  # (B, N)
+    out = out.mul_(s) if m.bias is None else out.sub_(m.bias).mul_(s).add_(m.bias)
+    return _fit(out, x)
+
+
+def _fit(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return out if x.dtype == torch.float32 else out.to(x.dtype)
 
 
@@ -202,5 +223,65 @@ def measure_kernels(
                 for x, m in zip(xs, packed[kernel], strict=True):
                     int8_linear(x, m)
                 best[kernel] = min(best[kernel], time.perf_counter() - before)
+            rounds += 1
+    return {k: t * 1e6 for k, t in best.items()}
+
+
+def int8_prompts_faster(
+    matrices: dict[str, tuple[torch.Tensor, torch.Tensor | None]],
+    packed: dict[str, Int8Matrix],
+    bf16: bool,
+) -> bool:
+    """Do one block's products of ``PROMPT_PROBE_ROWS`` rows on the ``packed`` int8
+    copies of ``matrices`` take at most ``PROMPT_INT8_SHARE`` of their time as prompts
+    compute them otherwise (:func:`measure_prompt_products`)? One log line says, with the
+    figures."""
+    timings = measure_prompt_products(matrices, packed, bf16)
+    faster = timings["int8"] <= PROMPT_INT8_SHARE * timings["dense"]
+    dense = "bf16" if bf16 else str(next(iter(matrices.values()))[0].dtype).removeprefix("torch.")
+    logger.info(
+        "int8 prompts: %s (one block's matrices, %d rows: int8 %.0f us, %s %.0f us)",
+        "yes" if faster else "no",
+        PROMPT_PROBE_ROWS,
+        timings["int8"],
+        dense,
+        timings["dense"],
+    )
+    return faster
+
+
+def measure_prompt_products(
+    matrices: dict[str, tuple[torch.Tensor, torch.Tensor | None]],
+    packed: dict[str, Int8Matrix],
+    bf16: bool,
+    rows: int = PROMPT_PROBE_ROWS,
+) -> dict[str, float]:
+    """Microseconds to multiply ``rows`` rows by every one of ``matrices`` (name ->
+    weight (out, in), bias): ``dense`` as prompts do without int8 (in bf16 under CPU
+    autocast with ``bf16``, else in the weights' dtype), ``int8`` with their ``packed``
+    copies (the fastest of at least three alternating rounds)."""
+    names = list(matrices)
+    xs = [torch.randn(rows, matrices[n][0].size(1), dtype=matrices[n][0].dtype) for n in names]
+
+    def dense() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            for x, n in zip(xs, names, strict=True):
+                torch.nn.functional.linear(x, *matrices[n])
+
+    def int8() -> None:
+        for x, n in zip(xs, names, strict=True):
+            int8_linear(x, packed[n])
+
+    sides = {"dense": dense, "int8": int8}
+    best = dict.fromkeys(sides, float("inf"))
+    with torch.inference_mode():
+        for run in sides.values():
+            run()  # untimed: the first call may set things up
+        rounds, start = 0, time.perf_counter()
+        while rounds < 3 or time.perf_counter() - start < PROBE_SECONDS * len(sides):
+            for side, run in sides.items():
+                before = time.perf_counter()
+                run()
+                best[side] = min(best[side], time.perf_counter() - before)
             rounds += 1
     return {k: t * 1e6 for k, t in best.items()}

@@ -135,3 +135,66 @@ def test_compiling_leaves_the_dynamic_kernels_steps_eager(monkeypatch, caplog) -
 def test_an_unknown_kernel_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="int8 kernel 'int4'"):
         lean_decoder(_model("gpt2")).quantize_int8("int4")
+
+
+@pytest.mark.skipif(not kernel_supported("dynamic"), reason="no dynamic int8 kernel here")
+def test_dynamic_products_round_each_row_alike_whatever_rows_come_with_it() -> None:
+    """A prompt read in two pieces (the prompt cache's reuse) gets the same products as
+    read whole: a row's rounding does not depend on the other rows'."""
+    gen = torch.Generator().manual_seed(0)
+    m = int8.quantize_matrix(torch.randn(48, 64, generator=gen), torch.randn(48), "dynamic")
+    x = torch.randn(9, 64, generator=gen) * torch.logspace(-2, 1, 9)[:, None]
+    x[:4] = x[:4].abs()  # the first piece has no negative value at all
+    whole = int8.int8_linear(x, m)
+    pieces = torch.cat([int8.int8_linear(x[:4], m), int8.int8_linear(x[4:], m)])
+    assert torch.equal(whole, pieces)
+
+
+def _prompt_logits(decoder, ids: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return decoder.forward(ids, decoder.new_cache(1, ids.size(1)))
+
+
+@pytest.mark.skipif(not kernel_supported("dynamic"), reason="no dynamic int8 kernel here")
+@pytest.mark.parametrize("family", ["gpt2", "gpt_bigcode", "qwen2", "starcoder2", "qwen3"])
+def test_prompts_read_the_int8_copies_where_the_probe_finds_them_faster(
+    family, monkeypatch, caplog
+) -> None:
+    model = _model(family)
+    exact, quick = lean_decoder(model), lean_decoder(model)
+    quick.quantize_int8("dynamic")
+    monkeypatch.setattr(int8, "measure_prompt_products", lambda *a: {"dense": 9.0, "int8": 6.0})
+    with caplog.at_level(logging.INFO, logger="codeparrot.generation.int8"):
+        quick.choose_int8_prompts(bf16=False)
+    assert quick.int8_prompts
+    assert any("int8 prompts: yes" in r.getMessage() for r in caplog.records)
+    ids = torch.randint(0, V, (1, 24), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode(), profile() as prof:
+        quick.forward(ids, quick.new_cache(1, 24))
+    assert "quantized::linear_dynamic" in {e.name for e in prof.events()}
+    full, approx = _prompt_logits(exact, ids), _prompt_logits(quick, ids)
+    spread = full.amax(dim=-1) - full.amin(dim=-1)
+    assert torch.all((full - approx).abs().amax(dim=-1) < 0.04 * spread)
+    assert not torch.equal(full, approx)
+
+
+@pytest.mark.skipif(not kernel_supported("dynamic"), reason="no dynamic int8 kernel here")
+def test_prompts_keep_the_models_weights_where_int8_is_not_faster(monkeypatch) -> None:
+    model = _model("qwen2")
+    exact, quick = lean_decoder(model), lean_decoder(model)
+    quick.quantize_int8("dynamic")
+    monkeypatch.setattr(int8, "measure_prompt_products", lambda *a: {"dense": 9.0, "int8": 8.5})
+    quick.choose_int8_prompts(bf16=True)
+    assert not quick.int8_prompts
+    ids = torch.randint(0, V, (1, 24), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(_prompt_logits(exact, ids), _prompt_logits(quick, ids))
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_the_prompt_probe_times_both_sides(bf16: bool) -> None:
+    decoder = lean_decoder(_model("gpt2"))
+    decoder.quantize_int8()
+    timings = int8.measure_prompt_products(decoder._int8_sources(0), decoder.int8[0], bf16)
+    assert set(timings) == {"dense", "int8"} and all(0 < t < 1e6 for t in timings.values())
+    with pytest.raises(RuntimeError, match="quantize_int8 first"):
+        lean_decoder(_model("gpt2")).choose_int8_prompts(bf16)
