@@ -145,7 +145,7 @@ def _dynamic_linear(x: torch.Tensor, m: Int8Matrix) -> torch.Tensor:
         return _fit(torch.ops.quantized.linear_dynamic(xf, m.packed, m.reduce_range), x)  # (1, N)
     s = largest_magnitudes(xf).clamp_(min=1e-12)[:, None]
     rows = xf.new_empty(len(x) + 1, x.size(1))
-    torch.div(xf, s, out=rows[:-1])
+    torch.mul(xf, s.reciprocal(), out=rows[:-1])
     rows[-1].zero_()
     rows[-1, 0], rows[-1, -1] = -1.0, 1.0  # the range row (K >= 2 for every matrix)
     out = torch.ops.quantized.linear_dynamic(rows, m.packed, m.reduce_range)[:-1]  # (B, N)
@@ -154,6 +154,9 @@ def _dynamic_linear(x: torch.Tensor, m: Int8Matrix) -> torch.Tensor:
 
 
 def _fit(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``out`` in ``x``'s dtype, or in bf16 under CPU autocast, as a dense product's."""
+    if torch.is_autocast_enabled("cpu"):
+        return out.to(torch.get_autocast_dtype("cpu"))
     return out if x.dtype == torch.float32 else out.to(x.dtype)
 
 
