@@ -1,7 +1,7 @@
 """Start-up: seconds from a fresh process to an engine ready for its first suggestion.
 
 Each start is a new Python process that does what the language server's loading thread
-does (import torch, load, the int8 copies, the prompt-speed probe; the steps' threads are
+does (import torch, load, the int8 copies and their probes, the prompt-speed probe; the steps' threads are
 chosen later, by the first suggestions) and reports how long each part took. Starts
 alternate between three ways, so load from other jobs hits all alike:
 
@@ -48,6 +48,7 @@ engine = Engine.load(sys.argv[1], quantize="none")
 t3 = time.perf_counter()
 files = getattr(engine.model, "weight_files", None)  # the lean load's: Engine.load's rule
 engine._gpt2.quantize_int8(rows_cache=files and RowsCache.for_weights(files, torch.float32))
+engine._gpt2.choose_int8_prompts(engine.bf16_prefill)  # as Engine.load's int8 does
 t4 = time.perf_counter()
 time_prompt(engine, cpu_cores())
 t5 = time.perf_counter()

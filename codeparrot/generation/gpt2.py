@@ -362,8 +362,12 @@ class GPT2Decoder:
                 rows = kept[i] if kept is not None else quantize_rows(weight)
                 return rows, pack_rows(*rows, bias, self.int8_kernel)
 
+        # the largest matrices first (the output projection is a quarter of a 164M model's
+        # packing), so that no core is left packing one alone at the end
+        order = sorted(range(len(jobs)), key=lambda i: -jobs[i][0].numel())
         with ThreadPoolExecutor(max_workers=cpu_cores()) as pool:
-            results = list(pool.map(quantize, range(len(jobs))))
+            packed = dict(zip(order, pool.map(quantize, order), strict=True))
+        results = [packed[i] for i in range(len(jobs))]
         if rows_cache is not None and kept is None:
             rows_cache.store([rows for rows, _ in results])
         done = iter(matrix for _, matrix in results)
@@ -376,10 +380,10 @@ class GPT2Decoder:
         of the time they take as prompts read them otherwise (in bf16 under autocast with
         ``bf16``): timed here in some 50 ms, one log line says which and the figures.
 
-        Measured on an AMD EPYC (Zen 4, VNNI), 2 threads, a 164M GPTBigCode model: the
-        dynamic kernel's products of 256 rows take 0.7x the time of bf16's, and a 700-token
-        prompt 0.8x; the quickstart model's loss on code it never saw rose by 0.01%
-        (RESULTS.md). Where bf16 products are the faster (a CPU with AMX may be such a
+        Measured on an AMD EPYC (Zen 4, VNNI), 2 threads (``bench/int8_prompts.py``,
+        RESULTS.md): prompts of 256 and 768 tokens took 0.72x and 0.94x the time of bf16
+        ones for a 164M GPTBigCode model (attention is the rest), 0.65x and 0.74x for a 0.5B
+        Qwen2 one; the quickstart model's loss on code it never saw rose by 0.02%. Where bf16 products are the faster (a CPU with AMX may be such a
         one), prompts keep them.
         """
         if self.int8 is None:
