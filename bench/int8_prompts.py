@@ -11,7 +11,8 @@ one checkpoint, in one run:
   the dynamic kernel with 8-bit activations (a CPU with VNNI) and with 7-bit ones (any
   other x86 CPU), their attention in bf16 where the engine's prompts would be; and how often the int8 side's most likely next token is float32's;
 - **time**: prompts of 256 and 768 tokens (or the context, if shorter) read as the engine
-  reads them, bf16 against int8, alternating, medians and the ratio.
+  reads them, bf16 against int8, alternating, medians and the ratio (``--fp32``: float32
+  against int8, as on a CPU without bf16 instructions).
 
 The loss needs a trained checkpoint (the quickstart's, say); the time, one of real size
 (bench/editor_models.py builds a random one with ``bigcode/tiny_starcoder_py``'s
@@ -107,15 +108,18 @@ def losses(engine: Any, window: int, windows: int, sides: tuple[str, ...]) -> di
     }
 
 
-def prompt_times(engine: Any, lengths: list[int], rounds: int) -> dict[int, dict[str, float]]:
-    """Median seconds to read a fresh prompt of each length, bf16 and int8, alternating."""
+def prompt_times(
+    engine: Any, lengths: list[int], rounds: int, bf16: bool
+) -> dict[int, dict[str, float]]:
+    """Median seconds to read a fresh prompt of each length, dense (bf16 under autocast
+    with ``bf16``, else float32) and int8, alternating."""
     import torch
 
     d = engine._gpt2
     ids = [i for doc in held_out_ids(engine) for i in doc]
     out: dict[int, dict[str, float]] = {}
     for length in lengths:
-        times: dict[str, list[float]] = {"bf16": [], "int8": []}
+        times: dict[str, list[float]] = {"dense": [], "int8": []}
         for r in range(rounds + 1):
             for side in times:
                 d.int8_prompts = side == "int8"
@@ -123,7 +127,7 @@ def prompt_times(engine: Any, lengths: list[int], rounds: int) -> dict[int, dict
                 with torch.inference_mode():
                     cache = d.new_cache(1, length)
                     start = time.perf_counter()
-                    d.forward(chunk, cache, bf16=engine.bf16_prefill)
+                    d.forward(chunk, cache, bf16=bf16)
                     if r:  # the first round warms up
                         times[side].append(time.perf_counter() - start)
         out[length] = {side: statistics.median(v) for side, v in times.items()}
@@ -139,6 +143,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="0: every core")
     parser.add_argument("--no-loss", action="store_true")
     parser.add_argument("--no-time", action="store_true")
+    parser.add_argument(
+        "--fp32",
+        action="store_true",
+        help="time prompts as a CPU without bf16 instructions reads them (float32)",
+    )
     args = parser.parse_args()
 
     import torch
@@ -163,10 +172,12 @@ def main() -> None:
         print(f"  top-1 as fp32's: int8 {result['agree']:.2%}, int8 7-bit {seven['agree']:.2%}")
     if not args.no_time:
         lengths = sorted({min(n, engine.context_length) for n in (256, 768)})
-        for length, t in prompt_times(engine, lengths, args.rounds).items():
+        bf16 = engine.bf16_prefill and not args.fp32
+        dense = "bf16" if bf16 else "float32"
+        for length, t in prompt_times(engine, lengths, args.rounds, bf16).items():
             print(
-                f"prompt of {length} tokens: bf16 {t['bf16'] * 1e3:.0f} ms, int8 "
-                f"{t['int8'] * 1e3:.0f} ms ({t['int8'] / t['bf16']:.2f}x)"
+                f"prompt of {length} tokens: {dense} {t['dense'] * 1e3:.0f} ms, int8 "
+                f"{t['int8'] * 1e3:.0f} ms ({t['int8'] / t['dense']:.2f}x)"
             )
 
 
