@@ -9,7 +9,8 @@ one checkpoint, in one run:
   (files of this Python's standard library, in windows of ``--window`` tokens), with the
   prompt's products in float32, in bf16 (CPU autocast), and on the int8 copies through
   the dynamic kernel with 8-bit activations (a CPU with VNNI) and with 7-bit ones (any
-  other x86 CPU), their attention in bf16 where the engine's prompts would be; and how often the int8 side's most likely next token is float32's;
+  other x86 CPU), their attention in bf16 where the engine's prompts would be; and how
+  often the int8 side's most likely next token is float32's;
 - **time**: prompts of 256 and 768 tokens (or the context, if shorter) read as the engine
   reads them, bf16 against int8, alternating, medians and the ratio (``--fp32``: float32
   against int8, as on a CPU without bf16 instructions).
@@ -166,9 +167,8 @@ def main() -> None:
         loss = {**result["loss"], "int8 7-bit": seven["loss"]["int8 7-bit"]}
         print(f"loss on held-out code ({result['tokens']:,} tokens, windows of {window}):")
         for side, value in loss.items():
-            print(
-                f"  {side:11s} {value:.4f} nats/token ({value / loss['fp32'] - 1:+.3%} against fp32)"
-            )
+            change = value / loss["fp32"] - 1
+            print(f"  {side:11s} {value:.4f} nats/token ({change:+.3%} against fp32)")
         print(f"  top-1 as fp32's: int8 {result['agree']:.2%}, int8 7-bit {seven['agree']:.2%}")
     if not args.no_time:
         lengths = sorted({min(n, engine.context_length) for n in (256, 768)})

@@ -339,7 +339,8 @@ class GPT2Decoder:
         or ``auto``: the faster of them on the first block's matrices, timed here in a few
         milliseconds (:func:`~codeparrot.generation.int8.choose_kernel`). Logits move by
         1-2% of their spread at most (tests bound it); prompts run on the model's own
-        weights unless :meth:`choose_int8_prompts` finds the copies faster. Costs a quarter of the model's float32 size in memory.
+        weights unless :meth:`choose_int8_prompts` finds the copies faster. Costs a
+        quarter of the model's float32 size in memory.
         ``rows_cache`` (a :class:`~codeparrot.generation.int8_cache.RowsCache`) gives the
         int8 rows of an earlier start, or keeps these for the next.
         """
@@ -382,9 +383,10 @@ class GPT2Decoder:
 
         Measured on an AMD EPYC (Zen 4, VNNI), 2 threads (``bench/int8_prompts.py``,
         RESULTS.md): prompts of 256 and 768 tokens took 0.72x and 0.94x the time of bf16
-        ones for a 164M GPTBigCode model (attention is the rest), 0.65x and 0.74x for a 0.5B
-        Qwen2 one; the quickstart model's loss on code it never saw rose by 0.02%. Where bf16 products are the faster (a CPU with AMX may be such a
-        one), prompts keep them.
+        ones for a 164M GPTBigCode model (attention is the rest), 0.65x and 0.74x for a
+        0.5B Qwen2 one; the quickstart model's loss on code it never saw rose by 0.02%.
+        Where bf16 products are the faster (a CPU with AMX may be such a one), prompts
+        keep them.
         """
         if self.int8 is None:
             raise RuntimeError("choose_int8_prompts needs quantize_int8 first")
