@@ -384,7 +384,7 @@ class GPT2Decoder:
         Measured on an AMD EPYC (Zen 4, VNNI), 2 threads (``bench/int8_prompts.py``,
         RESULTS.md): prompts of 256 and 768 tokens took 0.72x and 0.94x the time of bf16
         ones for a 164M GPTBigCode model (attention is the rest), 0.65x and 0.74x for a
-        0.5B Qwen2 one; the quickstart model's loss on code it never saw rose by 0.02%.
+        0.5B Qwen2 one; the quickstart model's loss on code it never saw rose by 0.01%.
         Where bf16 products are the faster (a CPU with AMX may be such a one), prompts
         keep them.
         """
