@@ -36,8 +36,9 @@ import torch
 logger = logging.getLogger(__name__)
 
 KERNELS = ("dynamic", "weight-only")
-# Steps with at most this many rows use the int8 weights (when present); with more rows
-# the int8 kernels stop paying for themselves against a blocked fp32/bf16 product.
+# Steps with at most this many rows use the int8 weights (when present). Steps of more
+# rows, and prompts, use them where the prompt probe finds them faster for many rows
+# (GPT2Decoder.choose_int8_prompts), else the blocked fp32/bf16 product.
 INT8_MAX_ROWS = 32
 # The probe's budget for each kernel: at least this many seconds of products, or 3 rounds.
 PROBE_SECONDS = 0.02
