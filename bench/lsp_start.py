@@ -7,11 +7,15 @@ file cut at a cursor deep into it and asks for one inline completion at once. St
 alternate between the sides and the medians are printed, with their ratios to the first
 side (the baseline):
 
-- ``kept``: the int8 rows kept from an earlier start (:mod:`codeparrot.generation.int8_cache`,
-  in a temporary folder, filled by an untimed first start);
-- ``made``: ``CODEPARROT_INT8_CACHE=0``, a checkpoint's first start;
+- ``kept``: what an earlier start kept (the int8 rows, :mod:`codeparrot.generation.int8_cache`,
+  and transformers' facts, :mod:`codeparrot.models.start_cache`), in temporary folders
+  filled by an untimed first start;
+- ``transformers``: the int8 rows kept, ``CODEPARROT_START_CACHE=0``: the configuration
+  and tokenizer loaded through transformers, as at every start before it was kept;
+- ``first``: a checkpoint's first start (new empty folders each time, which it fills);
 - ``--python OTHER``: the same server started by another interpreter, e.g. the virtual
-  environment of another checkout, to compare two versions of the code alternately.
+  environment of another checkout, to compare two versions of the code alternately
+  (with nothing kept).
 
     .venv/bin/python bench/lsp_start.py --checkpoint DIR [--starts 4] [--python OTHER]
 """
@@ -76,6 +80,16 @@ async def one_start(python: str, checkpoint: str, env: dict[str, str], doc) -> d
     return {"initialize": initialized - started, "first": answered - started}
 
 
+INT8 = "CODEPARROT_INT8_CACHE"
+START = "CODEPARROT_START_CACHE"
+
+
+def _empty_folders(root: str) -> dict[str, str]:
+    """New empty cache folders: what a checkpoint's first start meets."""
+    new = tempfile.mkdtemp(dir=root)
+    return {INT8: f"{new}/int8", START: f"{new}/start"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--checkpoint", required=True)
@@ -86,18 +100,20 @@ def main() -> None:
     texts = bench.stdlib_texts()
     name, line, col = bench.cursors(texts, 1, 0)[0]
     doc = (name, line, col, bench.document_until(texts[name], line, col))
-    with tempfile.TemporaryDirectory() as cache:
+    with tempfile.TemporaryDirectory() as root:
+        kept = {INT8: f"{root}/int8", START: f"{root}/start"}
         sides = {
-            "kept": (sys.executable, {"CODEPARROT_INT8_CACHE": cache}),
-            "made": (sys.executable, {"CODEPARROT_INT8_CACHE": "0"}),
+            "kept": (sys.executable, lambda: kept),
+            "transformers": (sys.executable, lambda: {INT8: kept[INT8], START: "0"}),
+            "first": (sys.executable, lambda: _empty_folders(root)),
         }
         if args.python:
-            sides["--python"] = (args.python, {"CODEPARROT_INT8_CACHE": "0"})
-        asyncio.run(one_start(sys.executable, args.checkpoint, sides["kept"][1], doc))  # fills it
+            sides["--python"] = (args.python, lambda: {INT8: "0", START: "0"})
+        asyncio.run(one_start(sys.executable, args.checkpoint, kept, doc))  # fills them
         runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
         for _ in range(args.starts):
             for side, (python, env) in sides.items():
-                runs[side].append(asyncio.run(one_start(python, args.checkpoint, env, doc)))
+                runs[side].append(asyncio.run(one_start(python, args.checkpoint, env(), doc)))
     print(f"{args.checkpoint}: {args.starts} starts each, a request in {name} at line {line}")
     base = None
     for side, starts in runs.items():

@@ -5,11 +5,14 @@ does (import torch, load, the int8 copies and their probes, the prompt-speed pro
 chosen later, by the first suggestions) and reports how long each part took. Starts
 alternate between three ways, so load from other jobs hits all alike:
 
-- ``lean``: the lean load (:mod:`codeparrot.models.lean_load`), with the int8 rows kept
-  from the start before (:mod:`codeparrot.generation.int8_cache`, in a temporary folder);
-- ``lean, rows made``: the same with the int8 cache off (a checkpoint's first start);
-- ``transformers``: transformers' model classes (``CODEPARROT_LEAN_LOAD=0``), rows made:
-  the baseline.
+- ``lean``: the lean load (:mod:`codeparrot.models.lean_load`), with what the start before
+  kept: the int8 rows (:mod:`codeparrot.generation.int8_cache`) and transformers'
+  configuration and tokenizer (:mod:`codeparrot.models.start_cache`), in temporary folders;
+- ``lean, rows kept``: the same with the start cache off (transformers imported for the
+  configuration and tokenizer);
+- ``lean, rows made``: both caches off (a checkpoint's first start);
+- ``transformers``: transformers' model classes (``CODEPARROT_LEAN_LOAD=0``), nothing
+  kept: the baseline.
 
 The medians and their ratios to the baseline are printed. The weights stay in the file
 cache after the first start (the first round is a warm-up and not counted). Run with
@@ -31,7 +34,7 @@ import sys
 import tempfile
 
 PARTS = ("torch", "load", "quantize", "probe", "total")
-SIDES = ("lean", "lean, rows made", "transformers")
+SIDES = ("lean", "lean, rows kept", "lean, rows made", "transformers")
 
 # the child: one start, its parts in seconds as one JSON line
 CHILD = """
@@ -52,7 +55,7 @@ engine._gpt2.choose_int8_prompts(engine.bf16_prefill)  # as Engine.load's int8 d
 t4 = time.perf_counter()
 time_prompt(engine, cpu_cores())
 t5 = time.perf_counter()
-classes = sorted(m for m in sys.modules if m == "transformers.modeling_utils")
+classes = sorted(m for m in sys.modules if m in ("transformers", "transformers.modeling_utils"))
 print(json.dumps({"torch": t1 - t0, "load": t3 - t2, "quantize": t4 - t3,
                   "probe": t5 - t4, "total": t5 - t0, "model_classes": classes}))
 """
@@ -62,7 +65,8 @@ def one_start(checkpoint: str, side: str, cache: str) -> dict:
     env = {
         **os.environ,
         "CODEPARROT_LEAN_LOAD": "0" if side == "transformers" else "1",
-        "CODEPARROT_INT8_CACHE": cache if side == "lean" else "0",
+        "CODEPARROT_INT8_CACHE": f"{cache}/int8" if side in SIDES[:2] else "0",
+        "CODEPARROT_START_CACHE": f"{cache}/start" if side == "lean" else "0",
     }
     out = subprocess.run(
         [sys.executable, "-c", CHILD, checkpoint],
@@ -92,7 +96,7 @@ def main() -> None:
         medians[side] = {p: statistics.median(s[p] for s in starts) for p in PARTS}
         parts = "  ".join(f"{p} {medians[side][p]:.2f}" for p in PARTS)
         print(f"  {side:<16} {parts}  (totals {[round(s['total'], 2) for s in starts]})")
-        print(f"  {'':<16} transformers.modeling_utils imported: {starts[0]['model_classes']}")
+        print(f"  {'':<16} of transformers, imported: {starts[0]['model_classes']}")
     base = medians["transformers"]
     for side in SIDES[:-1]:
         m = medians[side]

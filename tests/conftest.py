@@ -15,20 +15,24 @@ import pytest
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _int8_cache_of_the_session(tmp_path_factory: pytest.TempPathFactory):
-    """int8 rows that loads keep (codeparrot.generation.int8_cache) go to the session's
-    temporary folder, never to the user's cache."""
+def _caches_of_the_session(tmp_path_factory: pytest.TempPathFactory):
+    """What loads keep for the next start (the int8 rows of
+    codeparrot.generation.int8_cache, transformers' facts of codeparrot.models.start_cache)
+    goes to the session's temporary folder, never to the user's cache."""
     import os
 
-    from codeparrot.generation.int8_cache import ENV
+    from codeparrot.generation import int8_cache
+    from codeparrot.models import start_cache
 
-    before = os.environ.get(ENV)
-    os.environ[ENV] = str(tmp_path_factory.mktemp("int8-cache"))
+    before = {env: os.environ.get(env) for env in (int8_cache.ENV, start_cache.ENV)}
+    for env in before:
+        os.environ[env] = str(tmp_path_factory.mktemp(env.lower()))
     yield
-    if before is None:
-        os.environ.pop(ENV, None)
-    else:
-        os.environ[ENV] = before
+    for env, value in before.items():
+        if value is None:
+            os.environ.pop(env, None)
+        else:
+            os.environ[env] = value
 
 
 STDLIB_SAMPLE = ("textwrap.py", "heapq.py", "bisect.py", "fnmatch.py", "glob.py", "shlex.py")

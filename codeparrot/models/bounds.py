@@ -59,14 +59,18 @@ INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 MAX_INDEX_BYTES = 64 * 2**20  # a 1,000-shard index is under 200 kB
 
 
-def config_sizes(file: Path, config: dict[str, Any]) -> dict[str, int]:
+def config_sizes(
+    file: Path, config: dict[str, Any], defaults: dict[str, int] | None = None
+) -> dict[str, int]:
     """The sizes ``config`` gives (see :data:`SIZE_KEYS`), each checked against its limit.
 
     Every name a size goes by is checked, and the largest counts (GPT-2 reads
     ``n_positions``; a forged file may put its ask under ``n_ctx``). A size the file does
-    not give is the model family's default; GPT-2's ``n_inner: null`` is 4 x the width.
+    not give is the model family's default (``defaults``, else :func:`family_defaults`);
+    GPT-2's ``n_inner: null`` is 4 x the width.
     """
-    defaults = family_defaults(config.get("model_type"))
+    if defaults is None:
+        defaults = family_defaults(config.get("model_type"))
     sizes: dict[str, int] = {}
     for size, keys in SIZE_KEYS.items():
         given = [_checked_size(file, key, config[key], size) for key in keys if key in config]
@@ -137,11 +141,15 @@ def machine_memory() -> int | None:
 
 
 def check_config_sizes(
-    file: Path, config: dict[str, Any], budget: int | None = None
+    file: Path,
+    config: dict[str, Any],
+    budget: int | None = None,
+    *,
+    defaults: dict[str, int] | None = None,
 ) -> dict[str, int]:
     """Refuse a config whose sizes exceed their limits or, together, ``budget`` bytes
     (default: the machine's memory); returns the sizes. Reads numbers only."""
-    sizes = config_sizes(file, config)
+    sizes = config_sizes(file, config, defaults)
     budget = machine_memory() if budget is None else budget
     needed = estimated_bytes(
         sizes,
@@ -251,9 +259,16 @@ def check_torch_archive(file: Path, what: str) -> None:
             )
 
 
-def check_checkpoint_bounds(directory: Path, config_file: Path, config: dict[str, Any]) -> None:
-    """Every bound above for a checkpoint directory whose ``config.json`` is ``config``."""
-    check_config_sizes(config_file, config)
+def check_checkpoint_bounds(
+    directory: Path,
+    config_file: Path,
+    config: dict[str, Any],
+    *,
+    defaults: dict[str, int] | None = None,
+) -> None:
+    """Every bound above for a checkpoint directory whose ``config.json`` is ``config``
+    (``defaults``: the family's sizes where known, else :func:`family_defaults`)."""
+    check_config_sizes(config_file, config, defaults=defaults)
     check_weight_index(directory)
     for weights in torch_weight_files(directory):
         check_torch_archive(weights, f"checkpoint {directory}")

@@ -37,6 +37,11 @@ CHECKPOINT_META = "codeparrot_checkpoint.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model")
 TOKENIZER_CONFIG = "tokenizer_config.json"
+# model types that every transformers release pyproject allows ships (those of the lean
+# load), so that refusing an unknown one needs no import of transformers for them
+ALWAYS_SHIPPED = frozenset(
+    ("gpt2", "gpt_bigcode", "llama", "qwen2", "mistral", "starcoder2", "qwen3")
+)
 
 
 def resolve_checkpoint(path: str | Path, revision: str | None = None) -> Path:
@@ -129,9 +134,11 @@ def refuse_custom_code(file: Path, config: dict[str, Any]) -> None:
 
 def refuse_unknown_model_type(file: Path, config: dict[str, Any]) -> None:
     """A ``model_type`` transformers does not ship would need the checkpoint's own code."""
+    model_type = config.get("model_type")
+    if model_type in ALWAYS_SHIPPED:
+        return  # no need to import transformers to know
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         raise CheckpointError(
             f"{file}: model_type {model_type!r} is not an architecture transformers ships; "
@@ -152,17 +159,23 @@ def check_checkpoint_files(path: str | Path, *, revision: str | None = None) -> 
     return config
 
 
-def read_model_config(path: str | Path, *, revision: str | None = None) -> dict[str, Any]:
+def read_model_config(
+    path: str | Path, *, revision: str | None = None, defaults: dict[str, int] | None = None
+) -> dict[str, Any]:
     """The checkpoint's ``config.json`` after checking that it describes a causal LM of an
     architecture transformers ships, within the size bounds.
 
     For an adapter directory: its base model's (the adapter's own config checked too).
+    ``defaults``: the sizes transformers gives the family where config.json leaves them
+    out, as an earlier load kept them (:mod:`codeparrot.models.start_cache`); by default
+    transformers says.
     """
     path, config = _config_of(path, revision)
     config_file = path / "config.json"
     refuse_unknown_model_type(config_file, config)
     _check_causal_lm(path, config)
-    check_checkpoint_bounds(path, config_file, config)  # sizes, weight index, torch archives
+    # sizes, weight index, torch archives
+    check_checkpoint_bounds(path, config_file, config, defaults=defaults)
     return config
 
 
@@ -278,10 +291,15 @@ def validate_checkpoint(
 
 
 def _checked(
-    path: Path, tokenizer: Any | None, seq_length: int | None
+    path: Path,
+    tokenizer: Any | None,
+    seq_length: int | None,
+    *,
+    defaults: dict[str, int] | None = None,
 ) -> tuple[dict[str, Any], Any]:
-    """(config.json, tokenizer) after every check that needs no weights."""
-    config = read_model_config(path)
+    """(config.json, tokenizer) after every check that needs no weights (``defaults``:
+    as :func:`read_model_config`)."""
+    config = read_model_config(path, defaults=defaults)
     read_checkpoint_meta(path)
     if tokenizer is None:
         tokenizer = load_tokenizer(path)

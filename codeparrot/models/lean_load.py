@@ -32,6 +32,7 @@ architecture or variant the decoders do not compute), and the caller then uses
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -41,6 +42,7 @@ import torch
 
 from codeparrot.errors import CheckpointError
 from codeparrot.models.adapter import is_adapter
+from codeparrot.models.bounds import family_defaults
 from codeparrot.models.checkpoint import (
     _checked,
     _read_object,
@@ -51,6 +53,9 @@ from codeparrot.models.checkpoint import (
     read_model_config,
     resolve_checkpoint,
 )
+from codeparrot.models.start_cache import StartCache, config_record, tokenizer_record
+
+logger = logging.getLogger(__name__)
 
 # the architectures this module lays out (those of codeparrot.generation.lean.DECODERS),
 # by model_type: the key transformers' AutoModelForCausalLM picks the class by
@@ -95,27 +100,64 @@ def load_lean_checkpoint(
     parameter tree for the lean decoder; None (before the tokenizer or any weight is
     read) where the checkpoint needs transformers' model classes."""
     path = resolve_checkpoint(path, revision)
-    raw = read_model_config(path)  # config checks first: a bad directory fails here
+    cache = StartCache.for_checkpoint(path)
+    kept = None if cache is None else cache.load()  # transformers' facts of an earlier load
+    defaults = None if kept is None else kept.family_defaults
+    raw = read_model_config(
+        path, defaults=defaults
+    )  # config checks first: a bad directory fails here
     if lean_load_problem(path, raw):
         return None
-    from transformers import AutoConfig
-
     from codeparrot.generation.lean import why_no_lean_decoder
 
-    config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    config, tokenizer = (None, None) if kept is None else (kept.config(), kept.tokenizer())
+    if config is None:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     arch = ARCHITECTURES[raw["model_type"]]
     model = _root(arch, config)
     if why_no_lean_decoder(model) or _activation_name(config, arch) not in ACTIVATIONS:
         return None  # a variant the decoder does not compute, or an activation not below
-    _, tokenizer = _checked(path, None, None)
+    _, tokenizer = _checked(path, tokenizer, None, defaults=defaults)
     meta = read_checkpoint_meta(path)
     tensors = _read_weights(path, config, arch)
-    _fill(model, tensors, config, arch)
+    rope = _fill(model, tensors, config, arch, None if kept is None else kept.rope)
     model.weight_files = _weight_files(path)
     model.generation_config = _generation_config(path)
     check_vocab(tokenizer, config.vocab_size, where=f"checkpoint {path}")
     fit_to_context(tokenizer, context_length(raw))
+    if cache is not None and kept is None:
+        _keep(cache, raw, config, tokenizer, rope)
     return model, tokenizer, meta
+
+
+def _keep(cache: StartCache, raw: dict[str, Any], config: Any, tokenizer: Any, rope: Any) -> None:
+    """Keep what this load took from transformers for the next one (where the kept
+    tokenizer computes exactly what transformers' does; else one log line says why)."""
+    record, why_not = tokenizer_record(tokenizer, cache.path)
+    if record is None:
+        logger.info(
+            "%s: its tokenizer is loaded through transformers at each start (%s)",
+            cache.path,
+            why_not,
+        )
+        return
+    kept_rope = None
+    if rope is not None:
+        inv_freq, scaling = rope
+        values = inv_freq.tolist()
+        if not torch.equal(torch.tensor(values, dtype=torch.float32), inv_freq):
+            return  # frequencies a list of floats cannot keep exactly (not float32)
+        kept_rope = [values, float(scaling)]
+    cache.store(
+        {
+            "family_defaults": family_defaults(raw.get("model_type")),
+            "config": config_record(config),
+            "tokenizer": record,
+            "rope": kept_rope,
+        }
+    )
 
 
 def _root(arch: str, config: Any) -> Any:
@@ -279,9 +321,12 @@ def _read_weights(path: Path, cfg: Any, arch: str) -> dict[str, Any]:
     return tensors
 
 
-def _fill(model: Any, tensors: dict[str, Any], cfg: Any, arch: str) -> None:
+def _fill(
+    model: Any, tensors: dict[str, Any], cfg: Any, arch: str, kept_rope: Any = None
+) -> tuple[Any, float] | None:
     """Lay ``tensors`` out under ``model`` by their dotted names (numbers index lists),
-    tie the head, and add what the decoders read besides weights."""
+    tie the head, and add what the decoders read besides weights: the rotary frequencies
+    (``kept_rope``'s where an earlier load kept them), which it returns."""
     for name, tensor in tensors.items():
         *parents, leaf = name.split(".")
         node = model
@@ -300,10 +345,16 @@ def _fill(model: Any, tensors: dict[str, Any], cfg: Any, arch: str) -> None:
     for block in blocks:
         block.mlp.act = act  # GPT-2, GPTBigCode and Starcoder2 name it so
         block.mlp.act_fn = act  # the Llama family
-    if arch in LLAMA_LIKE:
-        rotary = _child(model.model, "rotary_emb")
-        inv_freq, rotary.attention_scaling = _rope(cfg)
-        rotary.register_buffer("inv_freq", inv_freq, persistent=False)
+    if arch not in LLAMA_LIKE:
+        return None
+    rotary = _child(model.model, "rotary_emb")
+    if kept_rope is not None:
+        inv_freq, scaling = torch.tensor(kept_rope[0], dtype=torch.float32), kept_rope[1]
+    else:
+        inv_freq, scaling = _rope(cfg)
+    rotary.attention_scaling = scaling
+    rotary.register_buffer("inv_freq", inv_freq, persistent=False)
+    return inv_freq, scaling
 
 
 def _child(node: Any, part: str) -> Any:
