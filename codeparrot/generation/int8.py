@@ -54,9 +54,10 @@ PROMPT_INT8_SHARE = 0.9
 class Int8Matrix:
     """One matrix (N, K) in int8, with its bias, in the form its kernel reads.
 
-    ``dynamic``: ``packed`` is the kernel's prepacked weight and bias, ``reduce_range``
-    whether activations get 7 bits instead of 8. ``weight-only``: ``weight`` int8 (N, K),
-    ``scales`` (N,) in the activations' dtype, ``bias``.
+    ``dynamic``: ``packed`` is the kernel's prepacked int8 rows (one scale, 1, for the
+    whole matrix), ``scales`` (N,) float32 the rows' scales, which multiply its output,
+    ``reduce_range`` whether activations get 7 bits instead of 8. ``weight-only``:
+    ``weight`` int8 (N, K), ``scales`` (N,) in the activations' dtype. Both: ``bias``.
     """
 
     kernel: str
@@ -102,8 +103,9 @@ def pack_rows(
         return Int8Matrix(kernel, weight=q, scales=scales.to(dtype), bias=bias)
     if kernel != "dynamic":
         raise ValueError(f"int8 kernel {kernel!r}: use one of {', '.join(KERNELS)}")
-    packed = _prepack(q, scales, bias)
-    return Int8Matrix(kernel, packed=packed, reduce_range=not _has_vnni(), bias=bias)
+    return Int8Matrix(
+        kernel, packed=_prepack(q), reduce_range=not _has_vnni(), scales=scales.float(), bias=bias
+    )
 
 
 @functools.cache
@@ -113,15 +115,16 @@ def _has_vnni() -> bool:
     return bool(check and check())
 
 
-def _prepack(q: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> Any:
-    """The dynamic kernel's packed form of int8 rows ``q`` (N, K) with ``scales`` (N,)."""
-    zeros = torch.zeros(q.size(0), dtype=torch.long)
+def _prepack(q: torch.Tensor) -> Any:
+    """The dynamic kernel's packed form of int8 rows ``q`` (N, K), as a matrix of one scale,
+    1: the rows' own scales multiply the kernel's output instead. fbgemm packs such a matrix
+    in 0.6-0.9x the time of one with a scale per row, and multiplies by it faster (a 164M
+    model's output projection, one row: 2.7 against 3.5 ms on a Zen 4 core)."""
     with warnings.catch_warnings():  # torch deprecates making quantized tensors in Python;
         # this one lives only until the kernel has packed it
         warnings.filterwarnings("ignore", message=".*quantized tensor creation")
-        qweight = torch._make_per_channel_quantized_tensor(q, scales.double(), zeros, 0)
-        fp32_bias = None if bias is None else bias.detach().float().contiguous()
-        return torch.ops.quantized.linear_prepack(qweight, fp32_bias)
+        qweight = torch._make_per_tensor_quantized_tensor(q, 1.0, 0)
+        return torch.ops.quantized.linear_prepack(qweight, None)
 
 
 def int8_linear(x: torch.Tensor, m: Int8Matrix) -> torch.Tensor:
@@ -143,15 +146,17 @@ def _dynamic_linear(x: torch.Tensor, m: Int8Matrix) -> torch.Tensor:
     keys and values in one piece or in two."""
     xf = x.float()
     if len(x) == 1:
-        return _fit(torch.ops.quantized.linear_dynamic(xf, m.packed, m.reduce_range), x)  # (1, N)
+        out = torch.ops.quantized.linear_dynamic(xf, m.packed, m.reduce_range)  # (1, N)
+        out = out.mul_(m.scales) if m.bias is None else torch.addcmul(m.bias, out, m.scales)
+        return _fit(out, x)
     s = largest_magnitudes(xf).clamp_(min=1e-12)[:, None]
     rows = xf.new_empty(len(x) + 1, x.size(1))
     torch.mul(xf, s.reciprocal(), out=rows[:-1])
     rows[-1].zero_()
     rows[-1, 0], rows[-1, -1] = -1.0, 1.0  # the range row (K >= 2 for every matrix)
     out = torch.ops.quantized.linear_dynamic(rows, m.packed, m.reduce_range)[:-1]  # (B, N)
-    out = out.mul_(s) if m.bias is None else out.sub_(m.bias).mul_(s).add_(m.bias)
-    return _fit(out, x)
+    out = out.mul_(s).mul_(m.scales)
+    return _fit(out if m.bias is None else out.add_(m.bias), x)
 
 
 def _fit(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
