@@ -122,7 +122,7 @@ def main() -> None:
         base = base or first
         each = [round(s["first"], 2) for s in starts]
         print(
-            f"  {side:<9} initialize answered {init:5.2f} s  first suggestion {first:5.2f} s "
+            f"  {side:<12} initialize answered {init:5.2f} s  first suggestion {first:5.2f} s "
             f"({first / base:.2f}x)  {each}"
         )
 

@@ -360,11 +360,8 @@ class KeptTokenizer(_Delegating):
         if kwargs or clean_up_tokenization_spaces:
             real = self.__getattr__("decode")
             return real(token_ids, skip_special_tokens, clean_up_tokenization_spaces, **kwargs)
-        if isinstance(token_ids, int):
-            token_ids = [token_ids]
-        return self.backend_tokenizer.decode(
-            list(token_ids), skip_special_tokens=skip_special_tokens
-        )
+        ids = [int(token_ids)] if isinstance(token_ids, int) else [int(i) for i in token_ids]
+        return self.backend_tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def convert_tokens_to_ids(self, tokens: str | list[str]) -> Any:
         if isinstance(tokens, str):

@@ -217,3 +217,37 @@ def test_files_are_named_by_the_checkpoint_files(family_dirs, cache: Path) -> No
     os.utime(path / "model.safetensors")  # weights are not part of the name
     assert StartCache.for_checkpoint(path).file == a.file
     assert StartCache.for_checkpoint(path / "missing") is None
+
+
+def test_the_model_types_known_without_transformers_are_those_it_ships() -> None:
+    """refuse_unknown_model_type skips the import for the lean load's model types only,
+    and each of them is one transformers ships."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from codeparrot.models.checkpoint import ALWAYS_SHIPPED
+    from codeparrot.models.lean_load import ARCHITECTURES
+
+    assert set(ARCHITECTURES) <= ALWAYS_SHIPPED
+    assert all(t in CONFIG_MAPPING for t in ALWAYS_SHIPPED)
+
+
+def test_a_hub_id_keeps_its_snapshot(family_dirs, cache: Path, tmp_path: Path, monkeypatch) -> None:
+    """A Hub id's snapshot (files linked to the cache's blobs, as huggingface_hub lays
+    them out) is kept as a directory is, offline."""
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hf" / "hub" / "models--someorg--tiny-starcoder"
+    snapshot, blobs = repo / "snapshots" / sha, repo / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    for i, source in enumerate(sorted(family_dirs["tiny_starcoder_py"].iterdir())):
+        (blobs / f"blob{i}").write_bytes(source.read_bytes())
+        (snapshot / source.name).symlink_to(f"../../blobs/blob{i}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(sha)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    first = Engine.load("someorg/tiny-starcoder", quantize="none")
+    second = Engine.load("someorg/tiny-starcoder", quantize="none")
+    assert isinstance(second.tokenizer, KeptTokenizer)
+    assert _answers(second) == _answers(first)
