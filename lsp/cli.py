@@ -43,9 +43,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from codeparrot.lsp.server import serve
+    from codeparrot.generation.heap import pause_collections, settle_heap
 
-    serve(config_from_args(LspConfig, args))
+    pause_collections()  # until the model is loaded (the server's load thread resumes them)
+    try:
+        from codeparrot.lsp.server import serve
+
+        serve(config_from_args(LspConfig, args))
+    finally:
+        settle_heap()
     return 0
 
 

@@ -43,11 +43,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     import logging
 
-    from codeparrot.lsp.serve import load_engine, make_server
+    from codeparrot.generation.heap import pause_collections, settle_heap
 
-    config = config_from_args(ServeConfig, args)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    server = make_server(config, load_engine(config))
+    pause_collections()  # while importing and loading (codeparrot.generation.heap)
+    try:
+        from codeparrot.lsp.serve import load_engine, make_server
+
+        config = config_from_args(ServeConfig, args)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        engine = load_engine(config)
+    finally:
+        settle_heap()
+    server = make_server(config, engine)
     print(f"codeparrot serve: {server.service.model_name} on {server.url}/v1", flush=True)
     try:
         server.serve_forever()

@@ -187,9 +187,13 @@ class CodeparrotServer(LanguageServer):
         """The engine of ``path`` (generation thread), with a ``LiveTuning`` where the first
         suggestions choose its steps' threads: on a CPU, unless ``threads`` or compiled
         steps fixed them at load."""
+        from codeparrot.generation.heap import settle_heap
         from codeparrot.generation.threads import LiveTuning
 
-        engine = _load(path, config.device, config.threads, config.quantize, config.compile)
+        try:
+            engine = _load(path, config.device, config.threads, config.quantize, config.compile)
+        finally:
+            settle_heap()  # the start is over (lsp.cli paused collections for it)
         fixed = bool(config.threads) or (config.compile and engine.can_compile_steps)
         on_cpu = engine.device.type == "cpu"
         self._tuning = LiveTuning(engine) if on_cpu and not fixed else None
@@ -626,6 +630,10 @@ def serve(config: LspConfig) -> None:
     # so that `initialize` is answered at once; Engine.load checks everything
     if config.checkpoint is not None:
         check_checkpoint_files(config.checkpoint, revision=config.revision)
+    else:  # nothing to load until an editor names a checkpoint
+        from codeparrot.generation.heap import settle_heap
+
+        settle_heap()
     logging.basicConfig(
         filename=config.log_file,
         level=logging.INFO,

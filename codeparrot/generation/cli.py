@@ -69,21 +69,13 @@ def _configs(args: argparse.Namespace) -> tuple[CompleteConfig, GenerationConfig
 
 
 def run_complete(args: argparse.Namespace) -> int:
-    from codeparrot.generation.engine import Engine
+    from codeparrot.generation.heap import pause_collections, settle_heap
 
-    config, gen = _configs(args)
-    prompt = sys.stdin.read() if config.prompt == "-" else config.prompt
-    suffix = config.suffix
-    if config.suffix_file is not None:
-        suffix = read_text_file(config.suffix_file, "--suffix-file")
-    from codeparrot.hub import with_revision
-
-    engine = Engine.load(
-        with_revision(config.checkpoint, config.revision),
-        device=config.device,
-        dtype=config.dtype,
-        quantize=config.quantize,
-    )
+    pause_collections()  # while importing and loading (codeparrot.generation.heap)
+    try:
+        engine, config, gen, prompt, suffix = _load_for_complete(args)
+    finally:
+        settle_heap()
     if config.stream:
         return _print_stream(engine, prompt, gen, suffix)
     completions = engine.generate(prompt, gen, suffix=suffix)
@@ -108,6 +100,27 @@ def run_complete(args: argparse.Namespace) -> int:
         print(c.text)
     _report(completions, prompt_truncated=completions[0].prompt_truncated)
     return 0
+
+
+def _load_for_complete(
+    args: argparse.Namespace,
+) -> tuple[Engine, CompleteConfig, GenerationConfig, str, str | None]:
+    """(engine, configs, prompt, suffix) of a ``complete`` command line."""
+    from codeparrot.generation.engine import Engine
+    from codeparrot.hub import with_revision
+
+    config, gen = _configs(args)
+    prompt = sys.stdin.read() if config.prompt == "-" else config.prompt
+    suffix = config.suffix
+    if config.suffix_file is not None:
+        suffix = read_text_file(config.suffix_file, "--suffix-file")
+    engine = Engine.load(
+        with_revision(config.checkpoint, config.revision),
+        device=config.device,
+        dtype=config.dtype,
+        quantize=config.quantize,
+    )
+    return engine, config, gen, prompt, suffix
 
 
 def read_text_file(path: Path, flag: str) -> str:

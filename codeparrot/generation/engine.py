@@ -712,14 +712,29 @@ class Engine:
             if self._table is None:
                 special = set(self.special_ids)
                 special |= self.sentinels.ids if self.sentinels is not None else set()
-                pairs = sorted(
-                    (self._text_of([i]), i) for i in range(self.vocab_size) if i not in special
-                )
+                ids = [i for i in range(self.vocab_size) if i not in special]
+                pairs = sorted(zip(self._texts_of_each(ids), ids, strict=True))
                 by_text: dict[str, list[int]] = {}
                 for t, i in pairs:
                     by_text.setdefault(t, []).append(i)
                 self._table = ([t for t, _ in pairs], [i for _, i in pairs], by_text)
             return self._table
+
+    def _texts_of_each(self, ids: list[int]) -> list[str]:
+        """``_text_of([i])`` of each id: in one batch of the backend where the tokenizer's
+        decode is the backend's (StarCoder's 49,152 tokens in 0.06 s against 0.36 s one by
+        one: the first healed prompt waits for it), else one by one."""
+        from codeparrot.models.start_cache import decodes_as_backend
+
+        backend = self._backend
+        if backend is None or not decodes_as_backend(self.tokenizer):
+            return [self._text_of([i]) for i in ids]
+        # a byte-level decoder writes each token's bytes after the anchor's whole "\n"
+        # as alone: the anchor changes nothing there (pairs take 3.5x as long)
+        if self._anchor is None or type(backend.decoder).__name__ == "ByteLevel":
+            return backend.decode_batch([[i] for i in ids], skip_special_tokens=False)
+        pairs = [[self._anchor, i] for i in ids]
+        return [t[1:] for t in backend.decode_batch(pairs, skip_special_tokens=False)]
 
     def _stream(
         self,

@@ -370,6 +370,40 @@ class KeptTokenizer(_Delegating):
         return [self.convert_tokens_to_ids(t) for t in tokens]
 
 
+def own_methods(tokenizer: Any) -> list[str]:
+    """Which of :data:`COMPUTED` ``tokenizer``'s class computes otherwise than transformers'
+    base tokenizer (e.g. CodeLlama's ``_encode_plus``)."""
+    from transformers import PreTrainedTokenizerFast as Base
+
+    kind = type(tokenizer)
+    return [m for m in COMPUTED if getattr(kind, m, None) is not getattr(Base, m, None)]
+
+
+def cleans_up_spaces(tokenizer: Any) -> bool:
+    """Does transformers' ``decode`` of ``tokenizer`` clean up spaces after the backend's
+    (it skips that for a BPE unless forced)?"""
+    if not getattr(tokenizer, "clean_up_tokenization_spaces", False):
+        return False
+    bpe = type(tokenizer.backend_tokenizer.model).__name__ == "BPE"
+    force = "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"
+    return not bpe or bool(getattr(tokenizer, force, False))
+
+
+def decodes_as_backend(tokenizer: Any) -> bool:
+    """Is ``tokenizer.decode(ids)`` exactly its backend's ``decode(ids)`` (a kept
+    tokenizer, or transformers' base one with no clean-up of spaces)?"""
+    if isinstance(tokenizer, KeptTokenizer):
+        return True
+    if getattr(tokenizer, "backend_tokenizer", None) is None:
+        return False
+    from transformers import PreTrainedTokenizerFast
+
+    if not isinstance(tokenizer, PreTrainedTokenizerFast):
+        return False
+    own = set(own_methods(tokenizer)) & {"decode", "_decode"}
+    return not own and not cleans_up_spaces(tokenizer)
+
+
 def tokenizer_record(tokenizer: Any, path: Path) -> tuple[dict[str, Any] | None, str]:
     """(what :class:`KeptTokenizer` needs of transformers' ``tokenizer``, "") where the
     kept one computes exactly what it does; else (None, why not)."""
@@ -377,21 +411,10 @@ def tokenizer_record(tokenizer: Any, path: Path) -> tuple[dict[str, Any] | None,
 
     if not isinstance(tokenizer, PreTrainedTokenizerFast):
         return None, f"a {type(tokenizer).__name__} has no tokenizers backend"
-    own = [
-        m
-        for m in COMPUTED
-        if getattr(type(tokenizer), m, None) is not getattr(PreTrainedTokenizerFast, m, None)
-    ]
+    own = own_methods(tokenizer)
     if own:
         return None, f"{type(tokenizer).__name__} computes {', '.join(own)} itself"
-    if getattr(tokenizer, "clean_up_tokenization_spaces", False) and (
-        type(tokenizer.backend_tokenizer.model).__name__ != "BPE"
-        or getattr(
-            tokenizer,
-            "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output",
-            False,
-        )
-    ):
+    if cleans_up_spaces(tokenizer):
         return None, "its decode cleans up spaces"
     attributes = {
         "all_special_ids": [int(i) for i in tokenizer.all_special_ids],

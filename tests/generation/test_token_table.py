@@ -1,0 +1,44 @@
+"""The healing table (every ordinary token's text) is built in one batch where the
+tokenizer's decode is its backend's, and equals the one-by-one decode of every family."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from codeparrot.generation import Engine
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from families import build_family
+
+
+def one_by_one(engine: Engine) -> tuple:
+    special = set(engine.special_ids) | (engine.sentinels.ids if engine.sentinels else set())
+    pairs = sorted((engine._text_of([i]), i) for i in range(engine.vocab_size) if i not in special)
+    return [t for t, _ in pairs], [i for _, i in pairs]
+
+
+@pytest.mark.parametrize("family", ["tiny_starcoder_py", "codellama", "deepseek-coder"])
+def test_the_batch_table_is_the_one_by_one_table(family: str, tmp_path: Path) -> None:
+    engine = Engine.load(build_family(family, tmp_path / family), quantize="none")
+    texts, order, _ = engine._token_table()
+    assert (texts, order) == one_by_one(engine)
+    if family == "codellama":  # decoded after the anchor: "▁in" keeps its space
+        assert engine._anchor is not None and any(t.startswith(" ") for t in texts)
+
+
+def test_a_decode_that_cleans_up_spaces_goes_one_by_one(tmp_path: Path, monkeypatch) -> None:
+    """Where transformers' decode is not the backend's (spaces cleaned up), each token is
+    decoded as the tokenizer does."""
+    monkeypatch.setenv("CODEPARROT_START_CACHE", "0")
+    path = build_family("codellama", tmp_path / "cl")
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    config["clean_up_tokenization_spaces"] = True
+    config["clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"] = True
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    engine = Engine.load(path, quantize="none")
+    texts, order, _ = engine._token_table()
+    assert (texts, order) == one_by_one(engine)
