@@ -16,6 +16,18 @@ GREEDY = GenerationConfig(max_new_tokens=12, temperature=0.0, stop_at_eos=False)
 PROMPT = "def add(a, b):\n    return"
 
 
+@pytest.fixture(autouse=True)
+def decisions_fixed(monkeypatch) -> None:
+    """The load's timing probes (which int8 kernel, whether prompts read the int8 copies)
+    decide alike at every load here, as on a quiet machine; under load they can flip
+    between two loads, and the texts compared below with them."""
+    import codeparrot.generation.int8 as int8_module
+
+    kernel = "dynamic" if int8_module.kernel_supported("dynamic") else "weight-only"
+    monkeypatch.setattr(gpt2_module, "choose_kernel", lambda matrices, asked="auto": kernel)
+    monkeypatch.setattr(gpt2_module, "int8_prompts_faster", lambda *args: False)
+
+
 @pytest.fixture
 def cache(tmp_path, monkeypatch) -> Path:
     folder = tmp_path / "int8"

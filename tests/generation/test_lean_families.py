@@ -123,6 +123,8 @@ def test_int8_steps_stay_close(family_dirs, name: str) -> None:
     and the errors of a product's terms mostly cancel (measured 0.4-0.7% here)."""
     exact, _ = engines(family_dirs[name])
     quick = Engine(exact.model, exact.tokenizer, quantize="int8")
+    # prompts keep the weights, whatever the load's timing probe found on a busy machine
+    quick._gpt2.int8_prompts = False
     ids = torch.tensor([exact.tokenizer(LONGER)["input_ids"]])
     T = ids.size(1)
     a, b = exact._gpt2.new_cache(2, T + 3), quick._gpt2.new_cache(2, T + 3)

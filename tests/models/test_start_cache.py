@@ -111,12 +111,15 @@ def test_a_tokenizer_class_with_its_own_encoding_is_not_kept(family_dirs) -> Non
 
 def test_a_second_start_never_imports_transformers(family_dirs, cache: Path) -> None:
     """The point of keeping: a new process loads and completes without transformers."""
+    # the text on the model's own weights (int8 decisions depend on timing probes); then
+    # the language server's default, int8, which must not import transformers either
     script = (
         "import sys\n"
         "from codeparrot.generation import Engine, GenerationConfig\n"
-        f"e = Engine.load({str(family_dirs['qwen2.5-coder'])!r}, quantize='int8')\n"
-        f"c = e.generate({PROMPT!r}, GenerationConfig(max_new_tokens=8, temperature=0.0),"
-        f" suffix={SUFFIX!r})[0]\n"
+        f"path = {str(family_dirs['qwen2.5-coder'])!r}\n"
+        "greedy = GenerationConfig(max_new_tokens=8, temperature=0.0)\n"
+        f"c = Engine.load(path, quantize='none').generate({PROMPT!r}, greedy, suffix={SUFFIX!r})[0]\n"
+        f"Engine.load(path, quantize='int8').generate({PROMPT!r}, greedy, suffix={SUFFIX!r})\n"
         "print(repr(c.text)); print('transformers' in sys.modules)\n"
     )
     env = {**os.environ, start_cache.ENV: str(cache)}
