@@ -8,11 +8,16 @@ alternate between three ways, so load from other jobs hits all alike:
 - ``lean``: the lean load (:mod:`codeparrot.models.lean_load`), with what the start before
   kept: the int8 rows (:mod:`codeparrot.generation.int8_cache`) and transformers'
   configuration and tokenizer (:mod:`codeparrot.models.start_cache`), in temporary folders;
-- ``lean, rows kept``: the same with the start cache off (transformers imported for the
+  garbage collection paused until the engine is loaded, as the commands that serve do
+  (:mod:`codeparrot.generation.heap`);
+- ``lean, collecting``: the same with collections on throughout;
+- ``lean, rows kept``: collecting, with the start cache off (transformers imported for the
   configuration and tokenizer);
-- ``lean, rows made``: both caches off (a checkpoint's first start);
+- ``lean, rows made``: collecting, both caches off (a checkpoint's first start);
 - ``transformers``: transformers' model classes (``CODEPARROT_LEAN_LOAD=0``), nothing
-  kept: the baseline.
+  kept, collecting: the baseline.
+
+``gc`` is the time the collections took (``gc.callbacks``).
 
 The medians and their ratios to the baseline are printed. The weights stay in the file
 cache after the first start (the first round is a warm-up and not counted). Run with
@@ -33,12 +38,21 @@ import subprocess
 import sys
 import tempfile
 
-PARTS = ("torch", "load", "quantize", "probe", "total")
-SIDES = ("lean", "lean, rows kept", "lean, rows made", "transformers")
+PARTS = ("torch", "load", "quantize", "probe", "gc", "total")
+SIDES = ("lean", "lean, collecting", "lean, rows kept", "lean, rows made", "transformers")
 
 # the child: one start, its parts in seconds as one JSON line
 CHILD = """
-import json, sys, time
+import gc, json, os, sys, time
+collecting = [0.0, 0.0]
+def timed(phase, info):
+    if phase == "start":
+        collecting[1] = time.perf_counter()
+    else:
+        collecting[0] += time.perf_counter() - collecting[1]
+gc.callbacks.append(timed)
+if os.environ["BENCH_GC"] == "paused":
+    gc.disable()
 t0 = time.perf_counter()
 import torch
 t1 = time.perf_counter()
@@ -54,10 +68,14 @@ engine._gpt2.quantize_int8(rows_cache=files and RowsCache.for_weights(files, tor
 engine._gpt2.choose_int8_prompts(engine.bf16_prefill)  # as Engine.load's int8 does
 t4 = time.perf_counter()
 time_prompt(engine, cpu_cores())
+if os.environ["BENCH_GC"] == "paused":
+    gc.freeze()  # as codeparrot.generation.heap.settle_heap
+    gc.enable()
 t5 = time.perf_counter()
 classes = sorted(m for m in sys.modules if m in ("transformers", "transformers.modeling_utils"))
 print(json.dumps({"torch": t1 - t0, "load": t3 - t2, "quantize": t4 - t3,
-                  "probe": t5 - t4, "total": t5 - t0, "model_classes": classes}))
+                  "probe": t5 - t4, "gc": collecting[0], "total": t5 - t0,
+                  "model_classes": classes}))
 """
 
 
@@ -65,8 +83,9 @@ def one_start(checkpoint: str, side: str, cache: str) -> dict:
     env = {
         **os.environ,
         "CODEPARROT_LEAN_LOAD": "0" if side == "transformers" else "1",
-        "CODEPARROT_INT8_CACHE": f"{cache}/int8" if side in SIDES[:2] else "0",
-        "CODEPARROT_START_CACHE": f"{cache}/start" if side == "lean" else "0",
+        "CODEPARROT_INT8_CACHE": f"{cache}/int8" if side in SIDES[:3] else "0",
+        "CODEPARROT_START_CACHE": f"{cache}/start" if side in SIDES[:2] else "0",
+        "BENCH_GC": "paused" if side == "lean" else "on",
     }
     out = subprocess.run(
         [sys.executable, "-c", CHILD, checkpoint],
