@@ -23,9 +23,10 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from codeparrot import kept_files
 
 logger = logging.getLogger(__name__)
 
@@ -36,13 +37,7 @@ MAX_FILES = 4
 
 def cache_folder() -> Path | None:
     """Where the files are kept (``None``: the cache is off)."""
-    value = os.environ.get(ENV)
-    if value == "0":
-        return None
-    if value:
-        return Path(os.path.expanduser(value))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    return Path(os.path.expanduser(base)) / "codeparrot" / "int8"
+    return kept_files.cache_folder(ENV, "int8")
 
 
 class RowsCache:
@@ -60,7 +55,7 @@ class RowsCache:
         if folder is None or not weight_files:
             return None
         try:
-            stats = [(str(f.resolve()), *_stat(f)) for f in weight_files]
+            stats = [(str(f.resolve()), *kept_files.file_stats(f)) for f in weight_files]
         except OSError:
             return None
         identity = json.dumps({"format": FORMAT, "dtype": str(dtype), "weights": stats})
@@ -104,28 +99,11 @@ class RowsCache:
         tensors = {}
         for i, (q, s) in enumerate(rows):
             tensors[f"q{i}"], tensors[f"s{i}"] = q.contiguous(), s.float().contiguous()
-        tmp = None
         try:
-            self.file.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.file.parent, suffix=".tmp")
-            os.close(fd)
-            save_file(tensors, tmp, metadata={"identity": self.identity})
-            os.replace(tmp, self.file)
-            tmp = None
-            _keep_newest(self.file.parent, MAX_FILES)
+            kept_files.write_then_rename(
+                self.file,
+                lambda tmp: save_file(tensors, tmp, metadata={"identity": self.identity}),
+                MAX_FILES,
+            )
         except OSError as e:
             logger.warning("int8 cache %s cannot be written (%s)", self.file, e)
-        finally:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
-
-
-def _stat(file: Path) -> tuple[int, int, int]:
-    st = file.stat()
-    return st.st_size, st.st_mtime_ns, st.st_ino
-
-
-def _keep_newest(folder: Path, keep: int) -> None:
-    files = sorted(folder.glob("*.safetensors"), key=lambda f: f.stat().st_mtime_ns)
-    for old in files[:-keep]:
-        old.unlink(missing_ok=True)

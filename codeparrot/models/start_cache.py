@@ -39,10 +39,11 @@ import json
 import logging
 import os
 import random
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+from codeparrot import kept_files
 
 logger = logging.getLogger(__name__)
 
@@ -76,13 +77,7 @@ PROBE_IDS = 256  # random ids decoded alone and together by the probes
 
 def cache_folder() -> Path | None:
     """Where the files are kept (``None``: the cache is off)."""
-    value = os.environ.get(ENV)
-    if value == "0":
-        return None
-    if value:
-        return Path(os.path.expanduser(value))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    return Path(os.path.expanduser(base)) / "codeparrot" / "start"
+    return kept_files.cache_folder(ENV, "start")
 
 
 class StartCache:
@@ -102,7 +97,11 @@ class StartCache:
             return None
         try:
             files = sorted(f for f in path.iterdir() if f.is_file())
-            stats = [(f.name, *_stat(f)) for f in files if not f.name.endswith(WEIGHT_SUFFIXES)]
+            stats = [
+                (f.name, *kept_files.file_stats(f))
+                for f in files
+                if not f.name.endswith(WEIGHT_SUFFIXES)
+            ]
             identity = json.dumps(
                 {
                     "format": FORMAT,
@@ -141,20 +140,16 @@ class StartCache:
     def store(self, record: dict[str, Any]) -> None:
         """Keep ``record`` (written to a temporary file, then renamed) and remove all but
         the newest :data:`MAX_FILES` files; a failure is logged, never raised."""
-        tmp = None
+        data = {"identity": self.identity, **record}
         try:
-            self.file.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.file.parent, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump({"identity": self.identity, **record}, out)
-            os.replace(tmp, self.file)
-            tmp = None
-            _keep_newest(self.file.parent, MAX_FILES)
+            kept_files.write_then_rename(self.file, lambda tmp: _write_json(tmp, data), MAX_FILES)
         except OSError as e:
             logger.warning("start cache %s cannot be written (%s)", self.file, e)
-        finally:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(data, out)
 
 
 class Kept:
@@ -189,18 +184,7 @@ def _installed(package: str) -> list[Any]:
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
         raise ImportError(f"{package} is not installed")
-    return [spec.origin, *_stat(Path(spec.origin))]
-
-
-def _stat(file: Path) -> tuple[int, int, int]:
-    st = file.stat()
-    return st.st_size, st.st_mtime_ns, st.st_ino
-
-
-def _keep_newest(folder: Path, keep: int) -> None:
-    files = sorted(folder.glob("*.json"), key=lambda f: f.stat().st_mtime_ns)
-    for old in files[:-keep]:
-        old.unlink(missing_ok=True)
+    return [spec.origin, *kept_files.file_stats(Path(spec.origin))]
 
 
 def _json_value(value: Any) -> bool:
