@@ -25,6 +25,9 @@ def pause_collections() -> None:
 
 def settle_heap() -> None:
     """The start is over: what exists now lives as long as the process, so later
-    collections leave it out (``gc.freeze``), and collections resume."""
+    collections leave it out (``gc.freeze``), and collections resume. Where they were
+    not paused (a later load: the model it replaces must stay collectable), nothing."""
+    if gc.isenabled():
+        return
     gc.freeze()
     gc.enable()

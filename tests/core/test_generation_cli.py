@@ -67,3 +67,21 @@ def test_bad_input_is_a_clear_error(tiny_checkpoint, capsys, args, status, messa
         args = ["--checkpoint", str(tiny_checkpoint), *args]
     assert main(["complete", *args]) == status
     assert message in capsys.readouterr().err
+
+
+def test_collections_resume_after_complete_and_a_later_settle_freezes_nothing(tiny_checkpoint):
+    """complete pauses garbage collection while it loads and resumes it after; once they
+    run, settling again leaves later objects collectable (a replaced model stays freeable)."""
+    import gc
+
+    from codeparrot.generation.heap import settle_heap
+
+    assert (
+        main(["complete", "--checkpoint", str(tiny_checkpoint), "--max-new-tokens", "2", "x"]) == 0
+    )
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    garbage = [[]]
+    garbage[0].append(garbage)  # a cycle made after the start
+    settle_heap()
+    assert gc.get_freeze_count() == frozen
