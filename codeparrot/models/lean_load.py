@@ -103,9 +103,9 @@ def load_lean_checkpoint(
     cache = StartCache.for_checkpoint(path)
     kept = None if cache is None else cache.load()  # transformers' facts of an earlier load
     defaults = None if kept is None else kept.family_defaults
-    raw = read_model_config(
-        path, defaults=defaults
-    )  # config checks first: a bad directory fails here
+    # config checks first: a bad directory fails here. A kept tokenizer skips
+    # load_tokenizer's checks: it was kept only after they passed on these same files.
+    raw = read_model_config(path, defaults=defaults)
     if lean_load_problem(path, raw):
         return None
     from codeparrot.generation.lean import why_no_lean_decoder
