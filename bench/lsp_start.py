@@ -8,10 +8,14 @@ alternate between the sides and the medians are printed, with their ratios to th
 side (the baseline):
 
 - ``kept``: what an earlier start kept (the int8 rows, :mod:`codeparrot.generation.int8_cache`,
-  and transformers' facts, :mod:`codeparrot.models.start_cache`), in temporary folders
-  filled by an untimed first start;
-- ``transformers``: the int8 rows kept, ``CODEPARROT_START_CACHE=0``: the configuration
-  and tokenizer loaded through transformers, as at every start before it was kept;
+  transformers' facts, :mod:`codeparrot.models.start_cache`, and the probes' answers,
+  :mod:`codeparrot.generation.speeds_cache`), in temporary folders filled by an untimed
+  first start;
+- ``speeds measured``: the same with ``CODEPARROT_SPEEDS_CACHE=0``: the int8 kernel,
+  int8 prompts and prompt-speed probes run, as at every start before their answers were
+  kept;
+- ``transformers``: the same as ``kept`` with ``CODEPARROT_START_CACHE=0``: the
+  configuration and tokenizer loaded through transformers;
 - ``first``: a checkpoint's first start (new empty folders each time, which it fills);
 - ``--python OTHER``: the same server started by another interpreter, e.g. the virtual
   environment of another checkout, to compare two versions of the code alternately
@@ -82,12 +86,13 @@ async def one_start(python: str, checkpoint: str, env: dict[str, str], doc) -> d
 
 INT8 = "CODEPARROT_INT8_CACHE"
 START = "CODEPARROT_START_CACHE"
+SPEEDS = "CODEPARROT_SPEEDS_CACHE"
 
 
 def _empty_folders(root: str) -> dict[str, str]:
     """New empty cache folders: what a checkpoint's first start meets."""
     new = tempfile.mkdtemp(dir=root)
-    return {INT8: f"{new}/int8", START: f"{new}/start"}
+    return {INT8: f"{new}/int8", START: f"{new}/start", SPEEDS: f"{new}/speeds"}
 
 
 def main() -> None:
@@ -101,14 +106,15 @@ def main() -> None:
     name, line, col = bench.cursors(texts, 1, 0)[0]
     doc = (name, line, col, bench.document_until(texts[name], line, col))
     with tempfile.TemporaryDirectory() as root:
-        kept = {INT8: f"{root}/int8", START: f"{root}/start"}
+        kept = {INT8: f"{root}/int8", START: f"{root}/start", SPEEDS: f"{root}/speeds"}
         sides = {
             "kept": (sys.executable, lambda: kept),
-            "transformers": (sys.executable, lambda: {INT8: kept[INT8], START: "0"}),
+            "speeds measured": (sys.executable, lambda: {**kept, SPEEDS: "0"}),
+            "transformers": (sys.executable, lambda: {**kept, START: "0"}),
             "first": (sys.executable, lambda: _empty_folders(root)),
         }
         if args.python:
-            sides["--python"] = (args.python, lambda: {INT8: "0", START: "0"})
+            sides["--python"] = (args.python, lambda: {INT8: "0", START: "0", SPEEDS: "0"})
         asyncio.run(one_start(sys.executable, args.checkpoint, kept, doc))  # fills them
         runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
         for _ in range(args.starts):
@@ -122,7 +128,7 @@ def main() -> None:
         base = base or first
         each = [round(s["first"], 2) for s in starts]
         print(
-            f"  {side:<12} initialize answered {init:5.2f} s  first suggestion {first:5.2f} s "
+            f"  {side:<16} initialize answered {init:5.2f} s  first suggestion {first:5.2f} s "
             f"({first / base:.2f}x)  {each}"
         )
 

@@ -1,16 +1,18 @@
 """Start-up: seconds from a fresh process to an engine ready for its first suggestion.
 
 Each start is a new Python process that does what the language server's loading thread
-does (import torch, load, the int8 copies and their probes, the prompt-speed probe; the steps' threads are
-chosen later, by the first suggestions) and reports how long each part took. Starts
-alternate between three ways, so load from other jobs hits all alike:
+does (import torch, load, the int8 copies and their probes, the prompt-speed probe; the
+steps' threads are chosen later, by the first suggestions) and reports how long each part
+took. Starts alternate between the sides, so load from other jobs hits all alike:
 
 - ``lean``: the lean load (:mod:`codeparrot.models.lean_load`), with what the start before
-  kept: the int8 rows (:mod:`codeparrot.generation.int8_cache`) and transformers'
-  configuration and tokenizer (:mod:`codeparrot.models.start_cache`), in temporary folders;
-  garbage collection paused until the engine is loaded, as the commands that serve do
+  kept: the int8 rows (:mod:`codeparrot.generation.int8_cache`), transformers'
+  configuration and tokenizer (:mod:`codeparrot.models.start_cache`) and the probes'
+  answers (:mod:`codeparrot.generation.speeds_cache`), in temporary folders; garbage
+  collection paused until the engine is loaded, as the commands that serve do
   (:mod:`codeparrot.generation.heap`);
-- ``lean, collecting``: the same with collections on throughout;
+- ``lean, speeds measured``: the same with the probes run (their answers not kept);
+- ``lean, collecting``: the probes run, and collections on throughout;
 - ``lean, rows kept``: collecting, with the start cache off (transformers imported for the
   configuration and tokenizer);
 - ``lean, rows made``: collecting, both caches off (a checkpoint's first start);
@@ -39,7 +41,14 @@ import sys
 import tempfile
 
 PARTS = ("torch", "load", "quantize", "probe", "gc", "total")
-SIDES = ("lean", "lean, collecting", "lean, rows kept", "lean, rows made", "transformers")
+SIDES = (
+    "lean",
+    "lean, speeds measured",
+    "lean, collecting",
+    "lean, rows kept",
+    "lean, rows made",
+    "transformers",
+)
 
 # the child: one start, its parts in seconds as one JSON line
 CHILD = """
@@ -58,16 +67,16 @@ import torch
 t1 = time.perf_counter()
 from codeparrot.generation import Engine
 from codeparrot.generation.int8_cache import RowsCache
-from codeparrot.generation.threads import cpu_cores, time_prompt
+from codeparrot.generation.threads import cpu_cores, kept_or_timed_prompt
 torch.set_num_threads(cpu_cores())
 t2 = time.perf_counter()
 engine = Engine.load(sys.argv[1], quantize="none")
 t3 = time.perf_counter()
 files = getattr(engine.model, "weight_files", None)  # the lean load's: Engine.load's rule
-engine._gpt2.quantize_int8(rows_cache=files and RowsCache.for_weights(files, torch.float32))
-engine._gpt2.choose_int8_prompts(engine.bf16_prefill)  # as Engine.load's int8 does
+engine.quantize = "int8"  # as Engine.load(quantize="int8") does, timed apart
+engine._enable_int8(files and RowsCache.for_weights(files, torch.float32))
 t4 = time.perf_counter()
-time_prompt(engine, cpu_cores())
+kept_or_timed_prompt(engine, cpu_cores())
 if os.environ["BENCH_GC"] == "paused":
     gc.freeze()  # as codeparrot.generation.heap.settle_heap
     gc.enable()
@@ -83,9 +92,10 @@ def one_start(checkpoint: str, side: str, cache: str) -> dict:
     env = {
         **os.environ,
         "CODEPARROT_LEAN_LOAD": "0" if side == "transformers" else "1",
-        "CODEPARROT_INT8_CACHE": f"{cache}/int8" if side in SIDES[:3] else "0",
-        "CODEPARROT_START_CACHE": f"{cache}/start" if side in SIDES[:2] else "0",
-        "BENCH_GC": "paused" if side == "lean" else "on",
+        "CODEPARROT_INT8_CACHE": f"{cache}/int8" if side in SIDES[:4] else "0",
+        "CODEPARROT_START_CACHE": f"{cache}/start" if side in SIDES[:3] else "0",
+        "CODEPARROT_SPEEDS_CACHE": f"{cache}/speeds" if side == "lean" else "0",
+        "BENCH_GC": "paused" if side in SIDES[:2] else "on",
     }
     out = subprocess.run(
         [sys.executable, "-c", CHILD, checkpoint],
@@ -114,8 +124,8 @@ def main() -> None:
     for side, starts in runs.items():
         medians[side] = {p: statistics.median(s[p] for s in starts) for p in PARTS}
         parts = "  ".join(f"{p} {medians[side][p]:.2f}" for p in PARTS)
-        print(f"  {side:<16} {parts}  (totals {[round(s['total'], 2) for s in starts]})")
-        print(f"  {'':<16} of transformers, imported: {starts[0]['model_classes']}")
+        print(f"  {side:<22} {parts}  (totals {[round(s['total'], 2) for s in starts]})")
+        print(f"  {'':<22} of transformers, imported: {starts[0]['model_classes']}")
     base = medians["transformers"]
     for side in SIDES[:-1]:
         m = medians[side]

@@ -468,7 +468,11 @@ def _load(path, device: str | None, threads: int, quantize: str, compile: bool):
     import torch
 
     from codeparrot.generation import Engine
-    from codeparrot.generation.threads import cpu_cores, time_prompt, tune_decode_threads
+    from codeparrot.generation.threads import (
+        cpu_cores,
+        kept_or_timed_prompt,
+        tune_decode_threads,
+    )
 
     torch.set_num_threads(threads or cpu_cores())
     try:
@@ -486,9 +490,12 @@ def _load(path, device: str | None, threads: int, quantize: str, compile: bool):
             # compiled steps keep the thread count they are built with: choose it first
             logger.info("%s: %s", path, tune_decode_threads(engine).describe())
         # sizes the suffix window read again at each keystroke (completion.suffix_tokens);
-        # measured here, once, so that the window stays the same from the first suggestion
-        engine.prompt_ms_per_token = time_prompt(engine, threads or cpu_cores())
-        logger.info("%s: prompts read at %.2f ms a token", path, engine.prompt_ms_per_token)
+        # measured here once (or by an earlier start here), so that the window stays the
+        # same from the first suggestion
+        ms, kept = kept_or_timed_prompt(engine, threads or cpu_cores())
+        engine.prompt_ms_per_token = ms
+        how = " (as an earlier start here measured)" if kept else ""
+        logger.info("%s: prompts read at %.2f ms a token%s", path, ms, how)
     if compile and engine.compile_steps_if_possible():  # in the background; see .engine
         logger.info("compiling the decoding step of %s in the background", path)
     return engine

@@ -158,6 +158,7 @@ class Engine:
         infills: bool | None = None,
         own_checkpoint: bool = False,
         int8_rows_cache: Any = None,
+        kept_speeds: Any = None,
     ) -> None:
         """Wrap a loaded model; :meth:`load` is the usual way in.
 
@@ -184,6 +185,9 @@ class Engine:
         ``int8_rows_cache``: a :class:`~codeparrot.generation.int8_cache.RowsCache` that
         keeps the int8 rows of these weights from one start to the next (:meth:`load`
         gives one for a checkpoint read by the lean load).
+        ``kept_speeds``: a :class:`~codeparrot.generation.speeds_cache.KeptSpeeds` whose
+        answers of an earlier start here replace the probes (:meth:`load` gives one on a
+        CPU); answers measured now are kept in it for the next.
         """
         from codeparrot.generation.gpt2 import PromptCache
         from codeparrot.generation.lean import lean_decoder
@@ -222,6 +226,7 @@ class Engine:
         # milliseconds a prompt token takes, where measured (the language server does at
         # load: generation.threads.time_prompt); None: not measured
         self.prompt_ms_per_token: float | None = None
+        self.kept_speeds = kept_speeds
         self.vocab_size = len(tokenizer)  # ids the tokenizer can decode (<= the model's)
         if bf16_prefill and self._gpt2 is not None:
             self._gpt2.use_bf16_head()
@@ -241,6 +246,7 @@ class Engine:
 
     def _enable_int8(self, rows_cache: Any = None) -> None:
         from codeparrot.generation.gpt2 import int8_supported
+        from codeparrot.generation.int8 import KERNELS, kernel_supported
         from codeparrot.generation.lean import why_no_lean_decoder
 
         if self._gpt2 is None:
@@ -255,8 +261,25 @@ class Engine:
                 "quantize 'int8' needs one of torch's int8 CPU kernels (quantized::"
                 "linear_dynamic or aten._weight_int8pack_mm), which this torch build lacks"
             )
-        self._gpt2.quantize_int8(rows_cache=rows_cache)
-        self._gpt2.choose_int8_prompts(self.bf16_prefill)
+        # the probes' answers of an earlier start here, where kept (speeds_cache)
+        speeds = self.kept_speeds
+        kernel = speeds.get("int8 kernel") if speeds is not None else None
+        if kernel not in KERNELS or not kernel_supported(kernel):
+            kernel = None
+        self._gpt2.quantize_int8(kernel or "auto", rows_cache=rows_cache)
+        prompts = speeds.get("int8 prompts") if speeds is not None else None
+        if not isinstance(prompts, bool):
+            prompts = None
+        self._gpt2.choose_int8_prompts(self.bf16_prefill, prompts)
+        for name, kept, answer, line in (
+            ("int8 kernel", kernel, self._gpt2.int8_kernel, "int8 steps: the %s kernel"),
+            ("int8 prompts", prompts, self._gpt2.int8_prompts, "int8 prompts: %s"),
+        ):
+            if kept is not None:
+                shown = answer if isinstance(answer, str) else "yes" if answer else "no"
+                logger.info(line + " (as an earlier start here measured)", shown)
+            elif speeds is not None:
+                speeds.put(name, answer)
 
     @property
     def can_compile_steps(self) -> bool:
@@ -395,6 +418,11 @@ class Engine:
             from codeparrot.generation.int8_cache import RowsCache
 
             rows_cache = RowsCache.for_weights(weight_files, next(model.parameters()).dtype)
+        kept_speeds = None
+        if on_cpu:
+            from codeparrot.generation.speeds_cache import KeptSpeeds
+
+            kept_speeds = KeptSpeeds.for_model(model, bf16_prefill)
         # one thread per one-token step on a CPU: measured 2-7x faster than two on a
         # shared 2-core machine (bench/generate.py); the prompt keeps torch's setting
         return cls(
@@ -407,6 +435,7 @@ class Engine:
             infills=trained_to_infill(meta),
             own_checkpoint=bool(meta),
             int8_rows_cache=rows_cache,
+            kept_speeds=kept_speeds,
         )
 
     @staticmethod

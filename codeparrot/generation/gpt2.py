@@ -375,7 +375,7 @@ class GPT2Decoder:
         self.int8 = [{name: next(done) for name in layer} for layer in sources]
         self.lm_head_int8 = next(done)
 
-    def choose_int8_prompts(self, bf16: bool) -> None:
+    def choose_int8_prompts(self, bf16: bool, kept: bool | None = None) -> None:
         """Read prompts on the int8 copies too (after :meth:`quantize_int8`) where the first
         block's products of ``PROMPT_PROBE_ROWS`` rows take at most ``PROMPT_INT8_SHARE``
         of the time they take as prompts read them otherwise (in bf16 under autocast with
@@ -386,10 +386,13 @@ class GPT2Decoder:
         ones for a 164M GPTBigCode model (attention is the rest), 0.65x and 0.74x for a
         0.5B Qwen2 one; the quickstart model's loss on code it never saw rose by 0.01%.
         Where bf16 products are the faster (a CPU with AMX may be such a one), prompts
-        keep them.
+        keep them. ``kept``: the answer of an earlier start here (nothing is timed).
         """
         if self.int8 is None:
             raise RuntimeError("choose_int8_prompts needs quantize_int8 first")
+        if kept is not None:
+            self.int8_prompts = kept
+            return
         self.int8_prompts = int8_prompts_faster(self._int8_sources(0), self.int8[0], bf16)
 
     def _int8_sources(self, i: int) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:

@@ -126,6 +126,21 @@ def time_prompt(engine: Any, threads: int | None = None) -> float:
     return best * 1000 / PROBE_PROMPT_TOKENS
 
 
+def kept_or_timed_prompt(engine: Any, threads: int) -> tuple[float, bool]:
+    """``(ms a prompt token, was_kept)``: the figure an earlier start here measured for
+    this model, threads and quantization (``engine.kept_speeds``, at most a day old), else
+    :func:`time_prompt`'s, kept for the next start."""
+    from codeparrot.generation.speeds_cache import measured_or_kept
+
+    name = f"prompt ms a token, {threads} threads, quantize {engine.quantize}"
+    value, kept = measured_or_kept(
+        engine.kept_speeds, name, lambda: round(time_prompt(engine, threads), 4)
+    )
+    if not isinstance(value, (int, float)) or not value > 0:  # a hand-edited file
+        return time_prompt(engine, threads), False
+    return float(value), kept
+
+
 class LiveTuning:
     """The choice of :func:`tune_decode_threads`, made from an engine's own calls as they
     finish (:meth:`observe`), so that no probe runs before the first one.

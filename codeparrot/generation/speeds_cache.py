@@ -1,0 +1,149 @@
+"""Speeds a start measured on this machine, kept for the next start of the same model.
+
+A CPU start times a few things before it decodes: which int8 kernel multiplies one row
+faster (:func:`~codeparrot.generation.int8.choose_kernel`), whether prompts read the int8
+copies (:meth:`~codeparrot.generation.gpt2.GPT2Decoder.choose_int8_prompts`), and, in the
+language server, how long a prompt token takes (:func:`~codeparrot.generation.threads.
+time_prompt`). That is ~0.3 s of a 164M model's start on 2 cores. Each answer is kept in
+a small JSON file for the next start of a model of the same shapes, on the same CPU, with
+the same torch and the same number of threads, and is measured again once it is older
+than :data:`MAX_AGE_SECONDS`: a figure taken while the machine was busy does not stay.
+
+``CODEPARROT_SPEEDS_CACHE`` names the folder (default ``$XDG_CACHE_HOME/codeparrot/
+speeds``, else ``~/.cache/codeparrot/speeds``); ``CODEPARROT_SPEEDS_CACHE=0`` turns it off,
+so that every start measures. A file that cannot be read is removed; one that cannot be
+written is logged and the start goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from codeparrot import kept_files
+
+logger = logging.getLogger(__name__)
+
+ENV = "CODEPARROT_SPEEDS_CACHE"
+FORMAT = 1
+MAX_FILES = 16
+# a day: an editor started every morning measures once a day, and a figure measured on a
+# busy machine lasts until then at most
+MAX_AGE_SECONDS = 24 * 3600
+
+
+def cpu_identity() -> dict[str, Any]:
+    """What names this CPU: its model name and flags (Linux ``/proc/cpuinfo``), the
+    machine type, and the cores this process may use."""
+    import os
+
+    from codeparrot.precision import cpu_flags
+
+    name = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    flags = hashlib.blake2b(" ".join(sorted(cpu_flags())).encode(), digest_size=8).hexdigest()
+    return {"name": name, "flags": flags, "machine": platform.machine(), "cores": cores}
+
+
+class KeptSpeeds:
+    """The kept answers of one model on this machine: :meth:`get` one, :meth:`put` one."""
+
+    def __init__(self, file: Path, identity: str) -> None:
+        self.file = file
+        self.identity = identity
+        self._values: dict[str, dict[str, Any]] | None = None
+
+    @classmethod
+    def for_model(cls, model: Any, bf16: bool) -> KeptSpeeds | None:
+        """The record of ``model`` (its class, and its parameters' names, shapes and
+        dtypes) here, with ``bf16`` prompts or not and torch's current thread count;
+        ``None`` when the cache is off."""
+        import torch
+
+        folder = kept_files.cache_folder(ENV, "speeds")
+        if folder is None:
+            return None
+        shapes = [(n, tuple(p.shape), str(p.dtype)) for n, p in model.named_parameters()]
+        identity = json.dumps(
+            {
+                "format": FORMAT,
+                "model": type(model).__name__,
+                "parameters": hashlib.blake2b(repr(shapes).encode(), digest_size=16).hexdigest(),
+                "bf16": bf16,
+                "threads": torch.get_num_threads(),
+                "torch": torch.__version__,
+                "cpu": cpu_identity(),
+            },
+            sort_keys=True,
+        )
+        name = hashlib.blake2b(identity.encode(), digest_size=16).hexdigest()
+        return cls(folder / f"{name}.json", identity)
+
+    def get(self, name: str) -> Any:
+        """The kept answer ``name``, or ``None`` where there is none younger than
+        :data:`MAX_AGE_SECONDS`."""
+        entry = self._read().get(name)
+        if not isinstance(entry, dict) or not isinstance(entry.get("at"), (int, float)):
+            return None
+        if not 0 <= time.time() - entry["at"] <= MAX_AGE_SECONDS:
+            return None
+        return entry.get("value")
+
+    def put(self, name: str, value: Any) -> None:
+        """Keep ``value`` (JSON) as the answer ``name``, measured now; a failure to write
+        is logged, never raised."""
+        values = dict(self._read())
+        values[name] = {"value": value, "at": time.time()}
+        self._values = values
+        record = {"identity": self.identity, "values": values}
+        try:
+            kept_files.write_then_rename(
+                self.file,
+                lambda tmp: Path(tmp).write_text(json.dumps(record), encoding="utf-8"),
+                MAX_FILES,
+            )
+        except OSError as e:
+            logger.warning("speeds cache %s cannot be written (%s)", self.file, e)
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        if self._values is None:
+            self._values = {}
+            if self.file.is_file():
+                try:
+                    record = json.loads(self.file.read_text(encoding="utf-8"))
+                    if record.get("identity") != self.identity:
+                        raise ValueError("written for another model or machine")
+                    if not isinstance(record.get("values"), dict):
+                        raise ValueError("no values")
+                    self._values = record["values"]
+                except (OSError, ValueError, AttributeError) as e:
+                    logger.warning("speeds cache %s cannot be used (%s): measuring", self.file, e)
+                    self.file.unlink(missing_ok=True)
+        return self._values
+
+
+def measured_or_kept(kept: KeptSpeeds | None, name: str, measure: Any) -> tuple[Any, bool]:
+    """``(answer, was_kept)``: the kept answer ``name``, else ``measure()``'s, kept."""
+    value = kept.get(name) if kept is not None else None
+    if value is not None:
+        return value, True
+    value = measure()
+    if kept is not None:
+        kept.put(name, value)
+    return value, False
