@@ -7,7 +7,8 @@ language server, how long a prompt token takes (:func:`~codeparrot.generation.th
 time_prompt`). That is ~0.3 s of a 164M model's start on 2 cores. Each answer is kept in
 a small JSON file for the next start of a model of the same shapes, on the same CPU, with
 the same torch and the same number of threads, and is measured again once it is older
-than :data:`MAX_AGE_SECONDS`: a figure taken while the machine was busy does not stay.
+than :data:`MAX_AGE_SECONDS`. An answer measured while the machine was busy with other
+work (a load average above its cores) is used but not kept.
 
 ``CODEPARROT_SPEEDS_CACHE`` names the folder (default ``$XDG_CACHE_HOME/codeparrot/
 speeds``, else ``~/.cache/codeparrot/speeds``); ``CODEPARROT_SPEEDS_CACHE=0`` turns it off,
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import platform
 import time
 from pathlib import Path
@@ -32,16 +34,32 @@ logger = logging.getLogger(__name__)
 ENV = "CODEPARROT_SPEEDS_CACHE"
 FORMAT = 1
 MAX_FILES = 16
-# a day: an editor started every morning measures once a day, and a figure measured on a
-# busy machine lasts until then at most
-MAX_AGE_SECONDS = 24 * 3600
+# a week: the answers depend on the CPU, torch and the model, which the file's name holds;
+# what the age guards against is a figure that was off for a reason no one saw
+MAX_AGE_SECONDS = 7 * 24 * 3600
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def machine_busy() -> float | None:
+    """The 1-minute load average where it is above the usable cores (other work then
+    slows what a probe times), else ``None``; ``None`` where the system does not say."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    return load if load > usable_cores() else None
 
 
 def cpu_identity() -> dict[str, Any]:
     """What names this CPU: its model name and flags (Linux ``/proc/cpuinfo``), the
     machine type, and the cores this process may use."""
-    import os
-
     from codeparrot.precision import cpu_flags
 
     name = ""
@@ -53,10 +71,7 @@ def cpu_identity() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     flags = hashlib.blake2b(" ".join(sorted(cpu_flags())).encode(), digest_size=8).hexdigest()
     return {"name": name, "flags": flags, "machine": platform.machine(), "cores": cores}
 
@@ -106,8 +121,18 @@ class KeptSpeeds:
         return entry.get("value")
 
     def put(self, name: str, value: Any) -> None:
-        """Keep ``value`` (JSON) as the answer ``name``, measured now; a failure to write
-        is logged, never raised."""
+        """Keep ``value`` (JSON) as the answer ``name``, measured now, unless the machine
+        is busy (:func:`machine_busy`: one log line says so); a failure to write is logged,
+        never raised."""
+        load = machine_busy()
+        if load is not None:
+            logger.info(
+                "%s not kept for the next start: measured under a load average of %.1f on %d cores",
+                name,
+                load,
+                usable_cores(),
+            )
+            return
         values = dict(self._read())
         values[name] = {"value": value, "at": time.time()}
         self._values = values

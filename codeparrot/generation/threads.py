@@ -128,7 +128,7 @@ def time_prompt(engine: Any, threads: int | None = None) -> float:
 
 def kept_or_timed_prompt(engine: Any, threads: int) -> tuple[float, bool]:
     """``(ms a prompt token, was_kept)``: the figure an earlier start here measured for
-    this model, threads and quantization (``engine.kept_speeds``, at most a day old), else
+    this model, threads and quantization (``engine.kept_speeds``, at most a week old), else
     :func:`time_prompt`'s, kept for the next start."""
     from codeparrot.generation.speeds_cache import measured_or_kept
 

@@ -23,6 +23,7 @@ tokenizers and safetensors only; a local directory of the same spelling wins), o
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -37,6 +38,8 @@ CHECKPOINT_META = "codeparrot_checkpoint.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model")
 TOKENIZER_CONFIG = "tokenizer_config.json"
+
+logger = logging.getLogger(__name__)
 # model types that every transformers release pyproject allows ships (those of the lean
 # load), so that refusing an unknown one needs no import of transformers for them
 ALWAYS_SHIPPED = frozenset(
@@ -81,7 +84,8 @@ def load_tokenizer(path: str | Path, *, revision: str | None = None) -> Any:
         )
     model_config = _read_object(model_dir / "config.json", "checkpoint")
     refuse_custom_code(model_dir / "config.json", model_config)
-    refuse_custom_code(path / TOKENIZER_CONFIG, _read_object(path / TOKENIZER_CONFIG, "tokenizer"))
+    tokenizer_config = _read_object(path / TOKENIZER_CONFIG, "tokenizer")
+    refuse_custom_code(path / TOKENIZER_CONFIG, tokenizer_config)
     from transformers import AutoTokenizer
 
     try:
@@ -90,9 +94,46 @@ def load_tokenizer(path: str | Path, *, revision: str | None = None) -> Any:
         raise CheckpointError(f"tokenizer {path}: cannot be loaded ({e})") from e
     if tokenizer.eos_token_id is None:
         raise CheckpointError(f"tokenizer {path}: has no end-of-text (eos) token")
+    if add_bos_as_configured(tokenizer, tokenizer_config):
+        logger.info(
+            "tokenizer %s: tokenizer_config.json asks for %s first (add_bos_token), which "
+            "transformers' %s does not add: it is added",
+            path,
+            tokenizer.bos_token,
+            type(tokenizer).__name__,
+        )
     if model_config.get("n_positions") or model_config.get("max_position_embeddings"):
         fit_to_context(tokenizer, context_length(model_config))
     return tokenizer
+
+
+def add_bos_as_configured(tokenizer: Any, tokenizer_config: dict[str, Any]) -> bool:
+    """Make ``tokenizer`` put its BOS before a text where ``tokenizer_config``
+    (tokenizer_config.json) says ``"add_bos_token": true`` and it does not already.
+
+    transformers 5 loads a byte-level tokenizer.json whose config names
+    ``LlamaTokenizerFast`` (DeepSeek-Coder's does) as ``TokenizersBackend``, which ignores
+    ``add_bos_token``; transformers 4 put the BOS in the post-processor, and the model was
+    trained and evaluated after it. The BOS is added the way transformers 4 did, after the
+    post-processor the tokenizer has. Returns whether the tokenizer was changed."""
+    from codeparrot.fim import leading_special_ids
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    bos, bos_id = getattr(tokenizer, "bos_token", None), getattr(tokenizer, "bos_token_id", None)
+    if tokenizer_config.get("add_bos_token") is not True or backend is None:
+        return False
+    if not isinstance(bos, str) or bos_id is None or leading_special_ids(tokenizer):
+        return False
+    from tokenizers import processors
+
+    template = processors.TemplateProcessing(
+        single=f"{bos}:0 $A:0",
+        pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+        special_tokens=[(bos, int(bos_id))],
+    )
+    before = backend.post_processor
+    backend.post_processor = template if before is None else processors.Sequence([before, template])
+    return True
 
 
 def fit_to_context(tokenizer: Any, n_positions: int) -> None:

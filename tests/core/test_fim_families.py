@@ -156,6 +156,49 @@ def test_bos_starts_left_to_right_prompts_where_the_tokenizer_adds_it(engines, n
     assert ids == engine.tokenizer("x = 1")["input_ids"]
 
 
+def test_bos_asked_for_by_tokenizer_config_is_added_once(tmp_path, caplog) -> None:
+    """DeepSeek-Coder's layout: a byte-level tokenizer.json with no BOS post-processor, and
+    a tokenizer_config.json naming LlamaTokenizerFast with add_bos_token. transformers 5
+    loads it as TokenizersBackend, which leaves the BOS out; the loader puts it back."""
+    import json
+    import logging
+
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    from codeparrot.models.checkpoint import load_tokenizer
+
+    path = build_family("deepseek-coder", tmp_path / "deepseek")
+    bos = FAMILIES["deepseek-coder"].bos
+    raw = Tokenizer.from_file(str(path / "tokenizer.json"))
+    bos_id = raw.token_to_id(bos)
+    assert bos_id not in raw.encode("x = 1").ids  # the file itself adds none
+    assert bos_id not in AutoTokenizer.from_pretrained(path)("x = 1")["input_ids"]
+    with caplog.at_level(logging.INFO, logger="codeparrot.models.checkpoint"):
+        tokenizer = load_tokenizer(path)
+    assert tokenizer("x = 1")["input_ids"] == [bos_id, *raw.encode("x = 1").ids]
+    assert tokenizer("x = 1", add_special_tokens=False)["input_ids"] == raw.encode("x = 1").ids
+    assert any("add_bos_token" in r.getMessage() for r in caplog.records)
+    assert load_tokenizer(path)("x")["input_ids"].count(bos_id) == 1
+    config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config.pop("add_bos_token")
+    (path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert bos_id not in load_tokenizer(path)("x = 1")["input_ids"]
+
+
+def test_a_post_processor_bos_is_not_doubled_by_add_bos_token(tmp_path) -> None:
+    import json
+
+    from codeparrot.models.checkpoint import load_tokenizer
+
+    path = build_family("codellama", tmp_path / "codellama")  # BOS in its post-processor
+    config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["add_bos_token"] = True
+    (path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    tokenizer = load_tokenizer(path)
+    assert tokenizer("x = 1")["input_ids"].count(tokenizer.bos_token_id) == 1
+
+
 @pytest.mark.parametrize("name", ["codeparrot-small", "tiny_starcoder_py", "qwen2.5-coder"])
 def test_no_bos_where_the_tokenizer_adds_none(engines, name) -> None:
     engine = engines[name]

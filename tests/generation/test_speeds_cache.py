@@ -19,8 +19,11 @@ GREEDY = GenerationConfig(max_new_tokens=8, temperature=0.0, stop_at_eos=False)
 
 @pytest.fixture
 def kept(tmp_path, monkeypatch) -> Path:
+    """The folder of kept speeds, on a machine taken as quiet (what a busy one does is
+    tested apart: the test machine's own load must not change what these tests see)."""
     folder = tmp_path / "speeds"
     monkeypatch.setenv(speeds_cache.ENV, str(folder))
+    monkeypatch.setattr(speeds_cache, "machine_busy", lambda: None)
     return folder
 
 
@@ -73,7 +76,7 @@ def test_a_second_start_runs_no_probe_and_decides_alike(
     assert probes == ["kernels", "prompts"] and len(list(kept.glob("*.json"))) == 2
 
 
-def test_a_record_older_than_a_day_is_measured_again(tiny_checkpoint, kept, probes):
+def test_a_record_older_than_a_week_is_measured_again(tiny_checkpoint, kept, probes):
     _load(tiny_checkpoint)
     (record,) = kept.glob("*.json")
     data = json.loads(record.read_text())
@@ -99,6 +102,28 @@ def test_a_broken_or_foreign_record_is_measured_again(tiny_checkpoint, kept, pro
         assert "prompts" in probes
         assert any("cannot be used" in r.getMessage() for r in caplog.records)
         assert json.loads(record.read_text())["values"]  # written again
+
+
+def test_answers_measured_on_a_busy_machine_are_not_kept(
+    tiny_checkpoint, kept, probes, monkeypatch, caplog
+):
+    monkeypatch.setattr(speeds_cache, "machine_busy", lambda: 5.3)
+    with caplog.at_level(logging.INFO, logger="codeparrot.generation.speeds_cache"):
+        _load(tiny_checkpoint)
+    assert not list(kept.glob("*.json"))
+    assert any("load average of 5.3" in r.getMessage() for r in caplog.records)
+    monkeypatch.setattr(speeds_cache, "machine_busy", lambda: None)
+    probes.clear()
+    _load(tiny_checkpoint)  # measured again, now kept
+    assert "prompts" in probes and len(list(kept.glob("*.json"))) == 1
+
+
+def test_machine_busy_compares_the_load_average_with_the_cores(monkeypatch):
+    monkeypatch.setattr(speeds_cache, "usable_cores", lambda: 2)
+    monkeypatch.setattr(speeds_cache.os, "getloadavg", lambda: (1.5, 0.0, 0.0))
+    assert speeds_cache.machine_busy() is None
+    monkeypatch.setattr(speeds_cache.os, "getloadavg", lambda: (2.5, 0.0, 0.0))
+    assert speeds_cache.machine_busy() == 2.5
 
 
 def test_turned_off_every_start_measures_and_nothing_is_written(
