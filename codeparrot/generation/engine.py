@@ -239,9 +239,7 @@ class Engine:
         # see compile_steps: set once the compile has finished, well or not
         self.steps_compiled = threading.Event()
         self.compile_error: BaseException | None = None
-        self._table: tuple[list[str], list[int], dict[str, list[int]]] | None = (
-            None  # see _token_table
-        )
+        self._table: tuple[list[str], list[int]] | None = None  # see _token_table
         self._table_lock = threading.Lock()
 
     def _enable_int8(self, rows_cache: Any = None) -> None:
@@ -724,29 +722,31 @@ class Engine:
     def _healing_ids(self, rest: str) -> list[int]:
         """Ordinary tokens that go on writing ``rest``: those whose text starts with it,
         and those whose text is a shorter start of it (the next token writes the rest)."""
-        texts, order, by_text = self._token_table()
+        texts, order = self._token_table()
         lo = bisect.bisect_left(texts, rest)
         hi = lo
         while hi < len(texts) and texts[hi].startswith(rest):
             hi += 1
         allowed = [order[i] for i in range(lo, hi)]
         for k in range(1, len(rest)):
-            allowed.extend(by_text.get(rest[:k], ()))
+            at = bisect.bisect_left(texts, rest[:k])
+            while at < len(texts) and texts[at] == rest[:k]:
+                allowed.append(order[at])
+                at += 1
         return allowed
 
-    def _token_table(self) -> tuple[list[str], list[int], dict[str, list[int]]]:
-        """Decoded text of every ordinary token, sorted, the ids in that order, and the
-        ids of each text (cached)."""
+    def _token_table(self) -> tuple[list[str], list[int]]:
+        """Decoded text of every ordinary token, sorted (ids in order where texts are
+        equal), and the ids in that order (cached). Sorting the positions by text takes
+        0.4x the time of sorting (text, id) pairs: Qwen2.5's 151,643 tokens in 0.05 s."""
         with self._table_lock:
             if self._table is None:
                 special = set(self.special_ids)
                 special |= self.sentinels.ids if self.sentinels is not None else set()
                 ids = [i for i in range(self.vocab_size) if i not in special]
-                pairs = sorted(zip(self._texts_of_each(ids), ids, strict=True))
-                by_text: dict[str, list[int]] = {}
-                for t, i in pairs:
-                    by_text.setdefault(t, []).append(i)
-                self._table = ([t for t, _ in pairs], [i for _, i in pairs], by_text)
+                texts = self._texts_of_each(ids)
+                by_text = sorted(range(len(ids)), key=texts.__getitem__)  # stable: ids in order
+                self._table = ([texts[k] for k in by_text], [ids[k] for k in by_text])
             return self._table
 
     def _texts_of_each(self, ids: list[int]) -> list[str]:

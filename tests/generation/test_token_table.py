@@ -24,7 +24,7 @@ def one_by_one(engine: Engine) -> tuple:
 @pytest.mark.parametrize("family", ["tiny_starcoder_py", "codellama", "deepseek-coder"])
 def test_the_batch_table_is_the_one_by_one_table(family: str, tmp_path: Path) -> None:
     engine = Engine.load(build_family(family, tmp_path / family), quantize="none")
-    texts, order, _ = engine._token_table()
+    texts, order = engine._token_table()
     assert (texts, order) == one_by_one(engine)
     if family == "codellama":  # decoded after the anchor: "▁in" keeps its space
         assert engine._anchor is not None and any(t.startswith(" ") for t in texts)
@@ -40,5 +40,24 @@ def test_a_decode_that_cleans_up_spaces_goes_one_by_one(tmp_path: Path, monkeypa
     config["clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"] = True
     (path / "tokenizer_config.json").write_text(json.dumps(config))
     engine = Engine.load(path, quantize="none")
-    texts, order, _ = engine._token_table()
+    texts, order = engine._token_table()
     assert (texts, order) == one_by_one(engine)
+
+
+@pytest.mark.parametrize("family", ["tiny_starcoder_py", "codellama"])
+def test_healing_allows_exactly_the_tokens_that_go_on_writing_the_text(
+    family: str, tmp_path: Path
+) -> None:
+    """Those whose text starts with the rest, and those whose text is a shorter start of
+    it (ties of one text included), as a scan of the whole vocabulary finds them."""
+    engine = Engine.load(build_family(family, tmp_path / family), quantize="none")
+    texts, order = engine._token_table()
+    rests = ["s", " ", "  ", "re", " re", "ret", "(", "\n", "in", "zzz-none"]
+    rests += [t for t in texts if len(t) > 2][::40]
+    for rest in rests:
+        expected = [
+            i
+            for t, i in zip(texts, order, strict=True)
+            if t.startswith(rest) or (t and len(t) < len(rest) and rest.startswith(t))
+        ]
+        assert sorted(engine._healing_ids(rest)) == sorted(expected), rest
