@@ -65,9 +65,12 @@ class Family:
     generation_eos: tuple[str, ...] = ()  # generation_config.json's eos_token_id list
     template: str | None = None  # codeparrot.fim template name, None: no FIM
     config: dict[str, Any] = field(default_factory=dict)
-    # the BOS comes from tokenizer_config.json's add_bos_token, with the class the Hub
-    # names (not from tokenizer.json's post-processor): DeepSeek-Coder's layout
-    bos_from_config: str | None = None
+    # the tokenizer class the Hub's tokenizer_config.json names (None: transformers' own
+    # name for the saved tokenizer)
+    hub_class: str | None = None
+    # the BOS comes from tokenizer_config.json's add_bos_token, not from tokenizer.json's
+    # post-processor: DeepSeek-Coder's layout
+    bos_from_config: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -87,11 +90,11 @@ FAMILIES: dict[str, Family] = {
                generation_eos=("<|endoftext|>", "<|im_end|>"), template="qwen"),
         Family("codellama", "codellama/CodeLlama-7b-hf", "llama", "byte-fallback",
                ("<unk>", "<s>", "</s>", *CODELLAMA_FIM), bos="<s>", eos="</s>",
-               template="codellama"),
+               template="codellama", hub_class="CodeLlamaTokenizer"),
         Family("deepseek-coder", "deepseek-ai/deepseek-coder-1.3b-base", "llama", "byte-level",
                (DEEPSEEK_BOS, DEEPSEEK_EOS, "<|EOT|>"), bos=DEEPSEEK_BOS, eos=DEEPSEEK_EOS,
-               not_special=DEEPSEEK_FIM, template="deepseek",
-               bos_from_config="LlamaTokenizerFast"),
+               not_special=DEEPSEEK_FIM, template="deepseek", hub_class="LlamaTokenizerFast",
+               bos_from_config=True),
         Family("codegen", "Salesforce/codegen-350M-mono", "codegen", "byte-level",
                ("<|endoftext|>",)),
         Family("phi-1", "microsoft/phi-1", "phi", "byte-level", ("<|endoftext|>",)),
@@ -173,7 +176,7 @@ def build_tokenizer(family: Family, vocab_size: int = 600) -> Any:
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in family.special])
     if family.not_special:
         tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in family.not_special])
-    if family.bos is not None and family.bos_from_config is None:
+    if family.bos is not None and not family.bos_from_config:
         bos_id = tok.token_to_id(family.bos)
         tok.post_processor = processors.TemplateProcessing(
             single=f"{family.bos} $A",
@@ -230,12 +233,12 @@ def build_family(name: str, out: Path, *, seed: int = 0) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    if family.bos_from_config is not None:
+    if family.hub_class is not None:
         config_file = out / "tokenizer_config.json"
         written = json.loads(config_file.read_text(encoding="utf-8"))
-        written.update(
-            tokenizer_class=family.bos_from_config, add_bos_token=True, add_eos_token=False
-        )
+        written["tokenizer_class"] = family.hub_class
+        if family.bos_from_config:
+            written.update(add_bos_token=True, add_eos_token=False)
         config_file.write_text(json.dumps(written, ensure_ascii=False), encoding="utf-8")
     return out
 

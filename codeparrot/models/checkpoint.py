@@ -88,8 +88,13 @@ def load_tokenizer(path: str | Path, *, revision: str | None = None) -> Any:
     refuse_custom_code(path / TOKENIZER_CONFIG, tokenizer_config)
     from transformers import AutoTokenizer
 
+    # CodeLlama's class appends its fill token ("<FILL_ME>") to the vocabulary (one id
+    # past the model's 32,016 rows) and makes an infilling prompt of any text holding it
+    # (raising on two): a user's code is only ever text, and infilling prompts are laid
+    # out by codeparrot.fim
+    no_fill = {"fill_token": None} if _names_codellama(tokenizer_config) else {}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False, **no_fill)
     except Exception as e:  # transformers raises many types for a broken directory
         raise CheckpointError(f"tokenizer {path}: cannot be loaded ({e})") from e
     if tokenizer.eos_token_id is None:
@@ -105,6 +110,11 @@ def load_tokenizer(path: str | Path, *, revision: str | None = None) -> Any:
     if model_config.get("n_positions") or model_config.get("max_position_embeddings"):
         fit_to_context(tokenizer, context_length(model_config))
     return tokenizer
+
+
+def _names_codellama(tokenizer_config: dict[str, Any]) -> bool:
+    name = tokenizer_config.get("tokenizer_class")
+    return isinstance(name, str) and name.removesuffix("Fast") == "CodeLlamaTokenizer"
 
 
 def add_bos_as_configured(tokenizer: Any, tokenizer_config: dict[str, Any]) -> bool:

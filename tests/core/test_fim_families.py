@@ -199,6 +199,24 @@ def test_a_post_processor_bos_is_not_doubled_by_add_bos_token(tmp_path) -> None:
     assert tokenizer("x = 1")["input_ids"].count(tokenizer.bos_token_id) == 1
 
 
+def test_codellama_class_never_makes_a_prompt_layout_of_the_text(engines) -> None:
+    """CodeLlama's tokenizer class (the Hub's tokenizer_class) appends ``<FILL_ME>`` to
+    the vocabulary, one id past the model's rows (the model was refused), and turns it in
+    any text it encodes into an infilling prompt, raising on two. The user's text stays
+    text: only the engine's template places the sentinels."""
+    engine = engines["codellama"]
+    assert type(engine.tokenizer).__name__ == "CodeLlamaTokenizer"
+    assert len(engine.tokenizer) <= engine.model.config.vocab_size
+    fim = engine.fim
+    sentinels = {fim.prefix, fim.suffix, fim.middle}
+    ids, _ = engine.encode_prompt("a = '<FILL_ME>'\nb = '<FILL_ME>'\n", 64)
+    assert not sentinels & set(ids)
+    ids, *_ = engine.encode_infill("a = '<FILL_ME>'\nb = ", "\nc = 3\n", 64, PSM)
+    assert [i for i in ids if i in sentinels] == [fim.prefix, fim.suffix, fim.middle]
+    assert "<FILL_ME>" in engine.tokenizer.decode(ids)
+    assert engine.generate("x = '<FILL_ME>' + '<FILL_ME>'", GenerationConfig(max_new_tokens=2))
+
+
 @pytest.mark.parametrize("name", ["codeparrot-small", "tiny_starcoder_py", "qwen2.5-coder"])
 def test_no_bos_where_the_tokenizer_adds_none(engines, name) -> None:
     engine = engines[name]
