@@ -17,13 +17,17 @@ from codeparrot.generation import threads as threads_module
 GREEDY = GenerationConfig(max_new_tokens=8, temperature=0.0, stop_at_eos=False)
 
 
+@pytest.fixture(autouse=True)
+def quiet(monkeypatch) -> None:
+    """The machine is taken as quiet (what a busy one does is tested apart): the test
+    machine's own load must not change what these tests see."""
+    monkeypatch.setattr(speeds_cache, "machine_busy", lambda: None)
+
+
 @pytest.fixture
 def kept(tmp_path, monkeypatch) -> Path:
-    """The folder of kept speeds, on a machine taken as quiet (what a busy one does is
-    tested apart: the test machine's own load must not change what these tests see)."""
     folder = tmp_path / "speeds"
     monkeypatch.setenv(speeds_cache.ENV, str(folder))
-    monkeypatch.setattr(speeds_cache, "machine_busy", lambda: None)
     return folder
 
 
