@@ -7,8 +7,14 @@ language server, how long a prompt token takes (:func:`~codeparrot.generation.th
 time_prompt`). That is ~0.3 s of a 164M model's start on 2 cores. Each answer is kept in
 a small JSON file for the next start of a model of the same shapes, on the same CPU, with
 the same torch and the same number of threads, and is measured again once it is older
-than :data:`MAX_AGE_SECONDS`. An answer measured while the machine was busy with other
-work (a load average above its cores) is used but not kept.
+than :data:`MAX_AGE_SECONDS`.
+
+The kernel and int8-prompt probes time their two sides alternately, so that other work on
+the machine slows both alike; the prompt speed, an absolute figure, is what a busy machine
+makes wrong (slower: the suffix window the language server keeps is then smaller, until
+the answer is measured again). Keeping answers only under a low load average was tried
+and dropped: starts one after another kept a 2-core machine's 1-minute load above its
+cores, and nothing was kept.
 
 ``CODEPARROT_SPEEDS_CACHE`` names the folder (default ``$XDG_CACHE_HOME/codeparrot/
 speeds``, else ``~/.cache/codeparrot/speeds``); ``CODEPARROT_SPEEDS_CACHE=0`` turns it off,
@@ -45,16 +51,6 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def machine_busy() -> float | None:
-    """The 1-minute load average where it is above the usable cores (other work then
-    slows what a probe times), else ``None``; ``None`` where the system does not say."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-    return load if load > usable_cores() else None
 
 
 def cpu_identity() -> dict[str, Any]:
@@ -121,18 +117,8 @@ class KeptSpeeds:
         return entry.get("value")
 
     def put(self, name: str, value: Any) -> None:
-        """Keep ``value`` (JSON) as the answer ``name``, measured now, unless the machine
-        is busy (:func:`machine_busy`: one log line says so); a failure to write is logged,
-        never raised."""
-        load = machine_busy()
-        if load is not None:
-            logger.info(
-                "%s not kept for the next start: measured under a load average of %.1f on %d cores",
-                name,
-                load,
-                usable_cores(),
-            )
-            return
+        """Keep ``value`` (JSON) as the answer ``name``, measured now; a failure to write
+        is logged, never raised."""
         values = dict(self._read())
         values[name] = {"value": value, "at": time.time()}
         self._values = values

@@ -15,14 +15,6 @@ from codeparrot.generation import Engine, GenerationConfig, int8, speeds_cache
 from codeparrot.generation import threads as threads_module
 
 GREEDY = GenerationConfig(max_new_tokens=8, temperature=0.0, stop_at_eos=False)
-MACHINE_BUSY = speeds_cache.machine_busy  # the real one (the tests below replace it)
-
-
-@pytest.fixture(autouse=True)
-def quiet(monkeypatch) -> None:
-    """The machine is taken as quiet (what a busy one does is tested apart): the test
-    machine's own load must not change what these tests see."""
-    monkeypatch.setattr(speeds_cache, "machine_busy", lambda: None)
 
 
 @pytest.fixture
@@ -107,28 +99,6 @@ def test_a_broken_or_foreign_record_is_measured_again(tiny_checkpoint, kept, pro
         assert "prompts" in probes
         assert any("cannot be used" in r.getMessage() for r in caplog.records)
         assert json.loads(record.read_text())["values"]  # written again
-
-
-def test_answers_measured_on_a_busy_machine_are_not_kept(
-    tiny_checkpoint, kept, probes, monkeypatch, caplog
-):
-    monkeypatch.setattr(speeds_cache, "machine_busy", lambda: 5.3)
-    with caplog.at_level(logging.INFO, logger="codeparrot.generation.speeds_cache"):
-        _load(tiny_checkpoint)
-    assert not list(kept.glob("*.json"))
-    assert any("load average of 5.3" in r.getMessage() for r in caplog.records)
-    monkeypatch.setattr(speeds_cache, "machine_busy", lambda: None)
-    probes.clear()
-    _load(tiny_checkpoint)  # measured again, now kept
-    assert "prompts" in probes and len(list(kept.glob("*.json"))) == 1
-
-
-def test_machine_busy_compares_the_load_average_with_the_cores(monkeypatch):
-    monkeypatch.setattr(speeds_cache, "usable_cores", lambda: 2)
-    monkeypatch.setattr(speeds_cache.os, "getloadavg", lambda: (1.5, 0.0, 0.0))
-    assert MACHINE_BUSY() is None
-    monkeypatch.setattr(speeds_cache.os, "getloadavg", lambda: (2.5, 0.0, 0.0))
-    assert MACHINE_BUSY() == 2.5
 
 
 def test_turned_off_every_start_measures_and_nothing_is_written(
