@@ -11,10 +11,10 @@ than :data:`MAX_AGE_SECONDS`.
 
 The kernel and int8-prompt probes time their two sides alternately, so that other work on
 the machine slows both alike; the prompt speed, an absolute figure, is what a busy machine
-makes wrong (slower: the suffix window the language server keeps is then smaller, until
-the answer is measured again). Keeping answers only under a low load average was tried
-and dropped: starts one after another kept a 2-core machine's 1-minute load above its
-cores, and nothing was kept.
+makes wrong (slower: the suffix window the language server keeps is then smaller), so it
+is timed again every few starts and the faster figure kept (:func:`measured_or_kept`).
+Keeping answers only under a low load average was tried and dropped: starts one after
+another kept a 2-core machine's 1-minute load above its cores, and nothing was kept.
 
 ``CODEPARROT_SPEEDS_CACHE`` names the folder (default ``$XDG_CACHE_HOME/codeparrot/
 speeds``, else ``~/.cache/codeparrot/speeds``); ``CODEPARROT_SPEEDS_CACHE=0`` turns it off,
@@ -109,18 +109,25 @@ class KeptSpeeds:
     def get(self, name: str) -> Any:
         """The kept answer ``name``, or ``None`` where there is none younger than
         :data:`MAX_AGE_SECONDS`."""
+        entry = self.entry(name)
+        return None if entry is None else entry.get("value")
+
+    def entry(self, name: str) -> dict[str, Any] | None:
+        """The kept answer ``name`` with what is known of it (``value``, ``at`` the time
+        it was measured, ``uses`` the starts that took it since), or ``None`` where there
+        is none younger than :data:`MAX_AGE_SECONDS`."""
         entry = self._read().get(name)
         if not isinstance(entry, dict) or not isinstance(entry.get("at"), (int, float)):
             return None
         if not 0 <= time.time() - entry["at"] <= MAX_AGE_SECONDS:
             return None
-        return entry.get("value")
+        return entry
 
-    def put(self, name: str, value: Any) -> None:
-        """Keep ``value`` (JSON) as the answer ``name``, measured now; a failure to write
-        is logged, never raised."""
+    def put(self, name: str, value: Any, at: float | None = None, uses: int = 0) -> None:
+        """Keep ``value`` (JSON) as the answer ``name``, measured at ``at`` (default: now)
+        and taken by ``uses`` starts since; a failure to write is logged, never raised."""
         values = dict(self._read())
-        values[name] = {"value": value, "at": time.time()}
+        values[name] = {"value": value, "at": time.time() if at is None else at, "uses": uses}
         self._values = values
         record = {"identity": self.identity, "values": values}
         try:
@@ -149,11 +156,30 @@ class KeptSpeeds:
         return self._values
 
 
-def measured_or_kept(kept: KeptSpeeds | None, name: str, measure: Any) -> tuple[Any, bool]:
-    """``(answer, was_kept)``: the kept answer ``name``, else ``measure()``'s, kept."""
-    value = kept.get(name) if kept is not None else None
-    if value is not None:
-        return value, True
+def measured_or_kept(
+    kept: KeptSpeeds | None,
+    name: str,
+    measure: Any,
+    every: int = 0,
+    best: Any = None,
+) -> tuple[Any, bool]:
+    """``(answer, was_kept)``: the kept answer ``name``, else ``measure()``'s, kept.
+
+    ``every`` (> 0): the kept answer is measured again at every ``every``-th start that
+    would take it, and ``best(new, kept)`` is kept, with the time of whichever it is: an
+    answer that other work on the machine made worse is replaced within ``every`` starts,
+    and one measured on a quiet machine stays until it is a week old."""
+    entry = kept.entry(name) if kept is not None else None
+    if entry is not None and kept is not None:
+        uses = int(entry.get("uses", 0)) + 1 if isinstance(entry.get("uses", 0), int) else 1
+        if every <= 0 or uses % every:
+            if every > 0:
+                kept.put(name, entry.get("value"), at=entry["at"], uses=uses)
+            return entry.get("value"), True
+        value = measure()
+        chosen = best(value, entry.get("value")) if best is not None else value
+        kept.put(name, chosen, at=entry["at"] if chosen == entry.get("value") else None)
+        return chosen, False
     value = measure()
     if kept is not None:
         kept.put(name, value)

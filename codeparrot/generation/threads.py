@@ -126,15 +126,28 @@ def time_prompt(engine: Any, threads: int | None = None) -> float:
     return best * 1000 / PROBE_PROMPT_TOKENS
 
 
+# a kept prompt speed is timed again at every this many starts, the faster figure kept
+PROMPT_REMEASURE_EVERY = 8
+
+
 def kept_or_timed_prompt(engine: Any, threads: int) -> tuple[float, bool]:
     """``(ms a prompt token, was_kept)``: the figure an earlier start here measured for
     this model, threads and quantization (``engine.kept_speeds``, at most a week old), else
-    :func:`time_prompt`'s, kept for the next start."""
+    :func:`time_prompt`'s, kept for the next start. Every :data:`PROMPT_REMEASURE_EVERY`-th
+    start times it again and keeps the faster figure: a figure taken while other work
+    slowed the machine (a smaller suffix window) does not stay."""
     from codeparrot.generation.speeds_cache import measured_or_kept
+
+    def faster(new: float, old: Any) -> float:
+        return min(new, old) if isinstance(old, (int, float)) and old > 0 else new
 
     name = f"prompt ms a token, {threads} threads, quantize {engine.quantize}"
     value, kept = measured_or_kept(
-        engine.kept_speeds, name, lambda: round(time_prompt(engine, threads), 4)
+        engine.kept_speeds,
+        name,
+        lambda: round(time_prompt(engine, threads), 4),
+        every=PROMPT_REMEASURE_EVERY,
+        best=faster,
     )
     if not isinstance(value, (int, float)) or not value > 0:  # a hand-edited file
         return time_prompt(engine, threads), False

@@ -135,3 +135,21 @@ def test_the_language_server_keeps_its_prompt_speed(tiny_checkpoint, kept, monke
     assert second.prompt_ms_per_token == pytest.approx(first.prompt_ms_per_token, abs=1e-3)
     lsp_load(tiny_checkpoint, None, 1, "none", False)  # another quantization: measured
     assert timed == [1, 1]
+
+
+def test_a_kept_prompt_speed_is_timed_again_every_eighth_start_the_faster_kept(kept) -> None:
+    """A figure taken while other work slowed the machine gives way to a quiet one within
+    eight starts; a slower one measured later does not replace a faster one."""
+    figures = iter([2.0, 1.5, 3.0])  # busy, quiet, busy again
+    measured: list[float] = []
+
+    def measure() -> float:
+        measured.append(next(figures))
+        return measured[-1]
+
+    answers = []
+    for _ in range(17):  # a new process each time: a new record object
+        speeds = speeds_cache.KeptSpeeds(kept / "model.json", "this machine")
+        answers.append(speeds_cache.measured_or_kept(speeds, "p", measure, every=8, best=min)[0])
+    assert measured == [2.0, 1.5, 3.0]
+    assert answers == [2.0] * 8 + [1.5] * 9
