@@ -12,11 +12,14 @@ Qwen2.5-Coder, Mistral, Starcoder2) and Qwen3 checkpoints use the lean forward o
 
 Token healing (on by default): the prompt's last token is taken off and the new tokens
 must write its text again before anything else: the first may be any token whose text
-starts with it, or one whose text it starts with (then the next must go on with the rest,
-and so on). A prompt cut at a line break, or in the middle of a word, otherwise ends on a
-token that rarely ended such text in training; and the usual tokens of what follows may
-split the healed text differently (a line's indentation ``"\n    "`` is one token at the
-end of a prompt, but ``"\n   "`` + ``" return"`` in the middle of code).
+starts with it, or one whose text it starts with where the tokenizer itself splits the
+text there when more follows (then the next must go on with the rest, and so on). A
+prompt cut at a line break, or in the middle of a word, otherwise ends on a token that
+rarely ended such text in training; and the usual tokens of what follows may split the
+healed text differently (a line's indentation ``"\n    "`` is one token at the end of a
+prompt, but ``"\n   "`` + ``" return"`` in the middle of code). A shorter start the
+tokenizer never splits off (``")"`` of ``"):"``) would give the model a split it never
+saw in training: a small model then repeated ``":"`` to the end of the line.
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ logger = logging.getLogger(__name__)
 # that the prompts of a growing document keep the same first token (and their cached
 # keys/values) until it has grown by this much.
 TRUNCATION_STRIDE = 64
+# what may follow a healed text, for the tokenizer to show where it splits it (a word, a
+# space and a word, a line break, a digit, punctuation): Engine._split_starts
+HEAL_FOLLOWERS = ("x", " x", "\n", "1", "(", ".", ":", " ")
 
 # Prompt chunks at least this long are prefilled with bf16 matrix products on a CPU
 # that has them natively (shorter ones do not pay for the casts).
@@ -241,6 +247,7 @@ class Engine:
         self.compile_error: BaseException | None = None
         self._table: tuple[list[str], list[int]] | None = None  # see _token_table
         self._table_lock = threading.Lock()
+        self._splits: dict[str, frozenset[int]] = {}  # see _split_starts
 
     def _enable_int8(self, rows_cache: Any = None) -> None:
         from codeparrot.generation.gpt2 import int8_supported
@@ -721,19 +728,42 @@ class Engine:
 
     def _healing_ids(self, rest: str) -> list[int]:
         """Ordinary tokens that go on writing ``rest``: those whose text starts with it,
-        and those whose text is a shorter start of it (the next token writes the rest)."""
+        and those whose text is a shorter start of it that the tokenizer splits off when
+        more text follows (:meth:`_split_starts`; the next token writes the rest)."""
         texts, order = self._token_table()
         lo = bisect.bisect_left(texts, rest)
         hi = lo
         while hi < len(texts) and texts[hi].startswith(rest):
             hi += 1
         allowed = [order[i] for i in range(lo, hi)]
+        shorter = []
         for k in range(1, len(rest)):
             at = bisect.bisect_left(texts, rest[:k])
             while at < len(texts) and texts[at] == rest[:k]:
-                allowed.append(order[at])
+                shorter.append(order[at])
                 at += 1
+        if shorter:
+            split = self._split_starts(rest)
+            allowed.extend(i for i in shorter if i in split)
         return allowed
+
+    def _split_starts(self, rest: str) -> frozenset[int]:
+        """The first tokens of ``rest`` followed by each of :data:`HEAL_FOLLOWERS`, as the
+        tokenizer splits them (cached per text)."""
+        with self._table_lock:
+            found = self._splits.get(rest)
+        if found is None:
+            firsts = set()
+            for follower in HEAL_FOLLOWERS:
+                ids = self._encode_text(rest + follower, bare=True)
+                if ids:
+                    firsts.add(ids[0])
+            found = frozenset(firsts)
+            with self._table_lock:
+                if len(self._splits) >= 4096:
+                    self._splits.clear()
+                self._splits[rest] = found
+        return found
 
     def _token_table(self) -> tuple[list[str], list[int]]:
         """Decoded text of every ordinary token, sorted (ids in order where texts are

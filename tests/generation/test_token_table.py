@@ -49,15 +49,41 @@ def test_healing_allows_exactly_the_tokens_that_go_on_writing_the_text(
     family: str, tmp_path: Path
 ) -> None:
     """Those whose text starts with the rest, and those whose text is a shorter start of
-    it (ties of one text included), as a scan of the whole vocabulary finds them."""
+    it where the tokenizer splits the rest there when more text follows, as a scan of the
+    whole vocabulary finds them."""
+    from codeparrot.generation.engine import HEAL_FOLLOWERS
+
     engine = Engine.load(build_family(family, tmp_path / family), quantize="none")
     texts, order = engine._token_table()
-    rests = ["s", " ", "  ", "re", " re", "ret", "(", "\n", "in", "zzz-none"]
-    rests += [t for t in texts if len(t) > 2][::40]
+    rests = ["s", " ", "  ", "re", " re", "ret", "(", "()", "\n", "\n    ", "\n        "]
+    rests += ["in", "zzz-none", *[t for t in texts if len(t) > 2][::40]]
     for rest in rests:
+        split = {engine._encode_text(rest + f, bare=True)[0] for f in HEAL_FOLLOWERS}
         expected = [
             i
             for t, i in zip(texts, order, strict=True)
-            if t.startswith(rest) or (t and len(t) < len(rest) and rest.startswith(t))
+            if t.startswith(rest)
+            or (t and len(t) < len(rest) and rest.startswith(t) and i in split)
         ]
         assert sorted(engine._healing_ids(rest)) == sorted(expected), rest
+
+
+def test_healing_never_splits_a_token_the_tokenizer_keeps_whole(tmp_path: Path) -> None:
+    """A shorter start the tokenizer never splits off is not offered: a model that wrote
+    "(" where the prompt had "()" would see a split it never saw in training. A line's
+    indentation before a word is split (one space goes with the word), so the shorter
+    indentation stays allowed."""
+    engine = Engine.load(build_family("tiny_starcoder_py", tmp_path / "sc"), quantize="none")
+    texts, _ = engine._token_table()
+    assert "()" in texts and "(" in texts
+    assert [engine._text_of([i]) for i in engine._healing_ids("()")] == [
+        t for t in texts if t.startswith("()")
+    ]
+    indent = "\n        "
+    assert indent in texts and indent[:-1] in texts
+    assert (
+        engine._encode_text(indent + "return", bare=True)[0]
+        == engine._encode_text(indent[:-1], bare=True)[0]
+    )
+    allowed = [engine._text_of([i]) for i in engine._healing_ids(indent)]
+    assert indent[:-1] in allowed
