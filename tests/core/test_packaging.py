@@ -44,3 +44,44 @@ def test_a_subcommand_that_fails_to_import_is_an_error_naming_it(monkeypatch, ca
     assert "`broken`" in err and "codeparrot.no_such_stage" in err
     with pytest.raises(cli.CommandImportError, match="no_such_stage"):
         cli.build_parser()
+
+
+def test_a_command_whose_extra_is_missing_names_the_extra(monkeypatch, capsys):
+    """`codeparrot app` without gradio says to install the `app` extra, not a traceback."""
+    import argparse
+
+    def needs_gradio(args):
+        raise ModuleNotFoundError("No module named 'gradio'", name="gradio")
+
+    def register(subparsers):
+        subparsers.add_parser("app").set_defaults(func=needs_gradio)
+
+    module = argparse.Namespace(register=register)
+    monkeypatch.setattr(cli, "COMMANDS", (("app", "fake.app"),))
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: module)
+    assert cli.main(["app"]) == cli.EXIT_FAILURE
+    err = capsys.readouterr().err
+    assert "codeparrot[app]" in err and "gradio" in err
+
+
+def test_an_unrelated_import_error_is_not_hidden(monkeypatch):
+    import argparse
+
+    def broken(args):
+        raise ModuleNotFoundError("No module named 'torch_nightly'", name="torch_nightly")
+
+    module = argparse.Namespace(register=lambda sp: sp.add_parser("app").set_defaults(func=broken))
+    monkeypatch.setattr(cli, "COMMANDS", (("app", "fake.app"),))
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: module)
+    with pytest.raises(ModuleNotFoundError, match="torch_nightly"):
+        cli.main(["app"])
+
+
+def test_the_base_install_needs_no_surface_extra():
+    """The extras split: the playground, the language server and evaluate's metric are
+    extras; the base install is enough for train, complete, serve and the harness."""
+    requires = importlib.metadata.distribution("codeparrot").requires or []
+    base = [r for r in requires if "extra ==" not in r]
+    names = {r.split(";")[0].split(">")[0].split("=")[0].split("[")[0].strip() for r in base}
+    assert not names & {"gradio", "pygls", "lsprotocol", "evaluate"}
+    assert {"torch", "transformers", "accelerate"} <= names
