@@ -209,7 +209,12 @@ def _decode(text, pos, depth):
 # later samples (mincore, cachestat, fadvise, process_madvise; madvise's MADV_COLD and
 # MADV_PAGEOUT below), a channel across samples and runs; sendmsg and sendmmsg, the only
 # way to put a descriptor "in flight" (SCM_RIGHTS), where a socket and its abstract name
-# outlive every process of the sample (send and sendto remain).
+# outlive every process of the sample (send and sendto remain). And every kernel-global
+# counter a sample could both advance and read, which would carry "which answer did I try
+# last" to the next sample, the next worker, the next run: sockets (SO_COOKIE, their inode
+# numbers), pipes and POSIX message queues (inode numbers from the one counter of pseudo
+# files), memfds and pidfds (their file systems' counters), inotify, and file locks (flock,
+# fcntl's record and OFD locks below), which reach the runtime copy every worker shares.
 DENIED = {
     "x86_64": {
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
@@ -226,6 +231,11 @@ DENIED = {
         "io_cancel": 210, "io_pgetevents": 333, "sync": 162, "syncfs": 306,
         "mincore": 27, "cachestat": 451, "fadvise64": 221, "process_madvise": 440,
         "sendmsg": 46, "sendmmsg": 307,
+        "socket": 41, "socketpair": 53, "getsockopt": 55, "setsockopt": 54,
+        "pipe": 22, "pipe2": 293, "memfd_create": 319, "memfd_secret": 447, "mq_open": 240,
+        "pidfd_open": 434, "pidfd_getfd": 438, "pidfd_send_signal": 424, "flock": 73,
+        "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254,
+        "fanotify_init": 300,
     },
     "aarch64": {
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
@@ -242,17 +252,24 @@ DENIED = {
         "io_pgetevents": 292, "sync": 81, "syncfs": 267,
         "mincore": 232, "cachestat": 451, "fadvise64": 223, "process_madvise": 440,
         "sendmsg": 211, "sendmmsg": 269,
+        "socket": 198, "socketpair": 199, "getsockopt": 209, "setsockopt": 208,
+        "pipe2": 59, "memfd_create": 279, "memfd_secret": 447, "mq_open": 180,
+        "pidfd_open": 434, "pidfd_getfd": 438, "pidfd_send_signal": 424, "flock": 32,
+        "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262,
     },
 }  # fmt: skip
-# (audit arch, socket, socketpair, clone, clone3, madvise)
+# (audit arch, fcntl, clone, clone3, madvise)
 ARCH = {
-    "x86_64": (0xC000003E, 41, 53, 56, 435, 28),
-    "aarch64": (0xC00000B7, 198, 199, 220, 435, 233),
+    "x86_64": (0xC000003E, 72, 56, 435, 28),
+    "aarch64": (0xC00000B7, 25, 220, 435, 233),
 }
 MADV_COLD = 20
 MADV_PAGEOUT = 21
-AF_UNIX = 1
-CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
+# fcntl commands: F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW,
+# F_SETLEASE, F_GETLEASE, F_NOTIFY
+FCNTL_DENIED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
+# CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET, and CLONE_PIDFD
+CLONE_DENIED = 0x7E020000 | 0x1000
 X32_BIT = 0x40000000
 EPERM = 1
 ENOSYS = 38
@@ -276,7 +293,7 @@ def seccomp_program(machine):
     """
     if machine not in ARCH:
         return None
-    audit_arch, socket, socketpair, clone, clone3, madvise = ARCH[machine]
+    audit_arch, fcntl, clone, clone3, madvise = ARCH[machine]
     deny = (RET, 0, 0, RET_ERRNO | EPERM)
     program = [(LD_ABS_W, 0, 0, 4), (JEQ, 1, 0, audit_arch), (RET, 0, 0, RET_KILL_PROCESS)]
     program.append((LD_ABS_W, 0, 0, 0))  # the system call number
@@ -285,10 +302,11 @@ def seccomp_program(machine):
     for number in sorted(DENIED[machine].values()):
         program += [(JEQ, 0, 1, number), deny]
     program += [(JEQ, 0, 1, clone3), (RET, 0, 0, RET_ERRNO | ENOSYS)]
-    for number in (socket, socketpair):  # arg 0: the address family
-        program += [(JEQ, 0, 4, number), (LD_ABS_W, 0, 0, 16), (JEQ, 0, 1, AF_UNIX)]
-        program += [(RET, 0, 0, RET_ALLOW), deny]
-    program += [(JEQ, 0, 4, clone), (LD_ABS_W, 0, 0, 16), (JSET, 0, 1, CLONE_NAMESPACES)]
+    locks = len(FCNTL_DENIED)
+    program += [(JEQ, 0, locks + 3, fcntl), (LD_ABS_W, 0, 0, 24)]  # arg 1: the command
+    program += [(JEQ, locks - i, 0, cmd) for i, cmd in enumerate(FCNTL_DENIED)]
+    program += [(RET, 0, 0, RET_ALLOW), deny]
+    program += [(JEQ, 0, 4, clone), (LD_ABS_W, 0, 0, 16), (JSET, 0, 1, CLONE_DENIED)]
     program += [deny, (RET, 0, 0, RET_ALLOW)]
     program += [(JEQ, 0, 5, madvise), (LD_ABS_W, 0, 0, 32)]  # arg 2: the advice
     program += [(JEQ, 1, 0, MADV_COLD), (JEQ, 0, 1, MADV_PAGEOUT), deny, (RET, 0, 0, RET_ALLOW)]
@@ -374,9 +392,17 @@ def drop_privileges(mode, slot, libc):
             raise RuntimeError("capset failed")
 
 
-def hide_checker(libc):
-    """The checker's packages are not the sample's: detach them in a mount namespace of its own."""
-    if libc.unshare(CLONE_NEWNS) != 0 or libc.umount2(b"/checker", MNT_DETACH) != 0:
+def hide_from_sample(libc, checker):
+    """In a mount namespace of its own: detach the checker's packages (not the sample's),
+    and cover /proc with an empty read-only tmpfs. The sample needs nothing there, and it
+    shows machine-wide counters a sample could advance and a later one read (the forks in
+    /proc/stat, the inode numbers of shared memory in /proc/self/maps)."""
+    if libc.unshare(CLONE_NEWNS) != 0:
+        os._exit(74)
+    if checker and libc.umount2(b"/checker", MNT_DETACH) != 0:
+        os._exit(74)
+    flags = MS_READ_ONLY | MS_NOEXEC
+    if libc.mount(b"tmpfs", b"/proc", b"tmpfs", flags, b"size=4k,mode=555") != 0:
         os._exit(74)
 
 
@@ -388,8 +414,8 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.closerange(5, 65536)
-    if limits["checker"] and mode != "none":
-        hide_checker(libc)
+    if mode != "none":
+        hide_from_sample(libc, limits["checker"])
     set_limits(limits)
     drop_privileges(mode, slot, libc)
     install_seccomp(libc, limits["seccomp"])
