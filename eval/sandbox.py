@@ -97,7 +97,7 @@ NO_CGROUP = (
 SECCOMP_MACHINES = ("x86_64", "aarch64")  # where _zygote.py has the system call numbers
 NO_SECCOMP = (
     "no seccomp filter on this architecture: io_uring, keyrings, bpf, perf_event_open, "
-    "ptrace, user namespaces and non-AF_UNIX sockets are open to samples"
+    "ptrace, user namespaces, sockets, pipes and file locks are open to samples"
 )
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_CONTROLLERS = ("cpu", "memory", "pids")
