@@ -437,6 +437,8 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
             if request[0] == "names":
                 found = [n for n in request[1] if callable(namespace.get(n))]
                 reply = ("ok", found)
+            elif request[0] == "calls":
+                reply = ("ok", answer_calls(namespace[request[1]], request[2]))
             else:
                 _, name, args, kwargs = request
                 reply = ("ok", namespace[name](*args, **kwargs))
@@ -447,6 +449,22 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
             except BaseException:
                 payload = encode(("err", "unprintable exception"))
         write_frame(4, payload)
+
+
+def answer_calls(function, calls):
+    """B's answers to every call of a recorded test, in order, before any is checked: per
+    call ("ok", result, the arguments if it changed them in place, else None) or ("err",
+    message)."""
+    outcomes = []
+    for args, kwargs in calls:
+        before = encode(args)
+        try:
+            result = function(*args, **kwargs)
+        except Exception as e:
+            outcomes.append(("err", f"{type(e).__name__}: {e}"[:500]))
+            continue
+        outcomes.append(("ok", result, None if encode(args) == before else args))
+    return outcomes
 
 
 # -- A: the checker ---------------------------------------------------------------------
@@ -492,6 +510,104 @@ class Channel:
         return candidate
 
 
+class NotRecorded(BaseException):
+    """The test made a call the reference's run did not: it depends on the answers.
+    (Not an Exception: a test's ``except Exception`` must not swallow it.)"""
+
+
+RECORD = b"record"
+REPLAY = b"replay"
+RECORDING = "\n\0recording:"  # between a record job's verdict and its recording
+
+
+def _outcome(reply):
+    """One call's outcome as B sent it, checked: ("ok", result, after) or ("err", text)."""
+    ok = type(reply) is tuple and len(reply) == 3 and reply[0] == "ok"
+    if ok and (reply[2] is None or type(reply[2]) is tuple):
+        return reply
+    if type(reply) is tuple and len(reply) == 2 and reply[0] == "err":
+        return ("err", str(reply[1]))
+    raise SampleFailed("malformed reply from the sample")
+
+
+def _write_back(args, after):
+    """Apply the sample's in-place changes of the arguments to the test's own objects."""
+    if type(after) is not tuple or len(after) != len(args):
+        raise SampleFailed("malformed reply from the sample")
+    for arg, new in zip(args, after, strict=True):
+        if type(arg) is list and type(new) is list:
+            arg[:] = new
+        elif type(arg) in (dict, set) and type(new) is type(arg):
+            arg.clear()
+            arg.update(new)
+
+
+def _answer(outcome, args):
+    if outcome[0] == "err":
+        raise SampleFailed(outcome[1])
+    if outcome[2] is not None:
+        _write_back(args, outcome[2])
+    return outcome[1]
+
+
+def recorder(channel, name, record):
+    """The candidate of a record job (B runs the reference): each call's arguments, as
+    encoded before the call, and its outcome are appended to ``record``."""
+
+    def candidate(*args, **kwargs):
+        channel.calls += 1
+        key = encode((args, kwargs))
+        replies = channel.ask(("calls", name, [(args, kwargs)]))
+        if type(replies) is not list or len(replies) != 1:
+            raise SampleFailed("malformed reply from the sample")
+        outcome = _outcome(replies[0])
+        record.append((key, outcome))
+        return _answer(outcome, args)
+
+    return candidate
+
+
+def replayer(channel, name, plan, sample):
+    """The candidate of a replayed test: B answers every recorded call in one go, within
+    the plan's size cap; B is then killed, and the test meets only these answers, so
+    whether a call happens never depends on an earlier answer."""
+    cap = int(plan[len(REPLAY) : len(REPLAY) + 10])
+    keys = [key for key, _ in decode(plan[len(REPLAY) + 10 :])]
+    calls = [decode(key) for key in keys]
+    try:
+        write_frame(channel.req_fd, encode(("calls", name, calls)))
+        head = read_exact(channel.resp_fd, 10)
+        if not head.isdigit() or int(head) > cap:
+            raise SampleFailed(f"answers larger than the cap of {cap} bytes")
+        reply = decode(read_exact(channel.resp_fd, int(head)))
+    except (EOFError, BrokenPipeError):
+        raise SampleFailed("the sample process exited") from None
+    except (ValueError, TypeError, IndexError, OverflowError, UnicodeError) as e:
+        raise SampleFailed(f"malformed reply from the sample ({type(e).__name__})") from None
+    finally:
+        os.kill(sample, signal.SIGKILL)
+    if type(reply) is tuple and len(reply) == 2 and reply[0] == "err":
+        raise SampleFailed(str(reply[1]))
+    if type(reply) is not tuple or len(reply) != 2 or reply[0] != "ok":
+        raise SampleFailed("malformed reply from the sample")
+    if type(reply[1]) is not list or len(reply[1]) != len(keys):
+        raise SampleFailed("malformed reply from the sample")
+    outcomes = [_outcome(r) for r in reply[1]]
+
+    def candidate(*args, **kwargs):
+        j = channel.calls
+        channel.calls += 1
+        try:
+            key = encode((args, kwargs))
+        except (ValueError, TypeError, OverflowError) as e:
+            raise NotRecorded(f"call {j}: {type(e).__name__}") from None
+        if j >= len(keys) or key != keys[j]:
+            raise NotRecorded(f"call {j} was not recorded")
+        return _answer(outcomes[j], args)
+
+    return candidate
+
+
 def referenced_names(code):
     names = set(code.co_names)
     for const in code.co_consts:
@@ -500,8 +616,12 @@ def referenced_names(code):
     return names
 
 
-def check(prompt, test, entry_point, channel):
-    """A's verdict: "passed" only if the test code ran to its end on proxied values."""
+def check(prompt, test, entry_point, channel, plan=b"", sample=0, record=None):
+    """A's verdict: "passed" only if the test code ran to its end on proxied values.
+
+    ``plan``: empty for calls answered one by one; RECORD to record each call and its
+    outcome in ``record``; REPLAY + cap + recording to have B (pid ``sample``) answer all
+    recorded calls at once and the test replay them."""
     import builtins
 
     try:
@@ -514,7 +634,13 @@ def check(prompt, test, entry_point, channel):
     namespace = {}
     exec(compile(prompt, "<prompt>", "exec"), namespace)
     code = compile(test, "<test>", "exec")
-    if entry_point:
+    if entry_point and plan.startswith(REPLAY):
+        proxied = set()
+        namespace[entry_point] = replayer(channel, entry_point, plan, sample)
+    elif entry_point and plan == RECORD:
+        proxied = set()
+        namespace[entry_point] = recorder(channel, entry_point, record)
+    elif entry_point:
         proxied = {entry_point}
     else:  # free-form tests (the code_eval metric): proxy the sample's functions they use
         wanted = sorted(
@@ -571,20 +697,29 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     verdict = "failed: checker error"
+    record = []
     try:
         prompt = read_frame(job_fd).decode("utf-8", "surrogatepass")
         test = read_frame(job_fd).decode("utf-8", "surrogatepass")
         entry_point = read_frame(job_fd).decode("utf-8", "surrogatepass")
+        plan = read_frame(job_fd)
         os.close(job_fd)
-        verdict = check(prompt, test, entry_point, Channel(req_w, resp_r))
+        verdict = check(prompt, test, entry_point, Channel(req_w, resp_r), plan, b, record)
+    except NotRecorded as e:
+        verdict = f"not recorded: {e}"
     except SampleFailed as e:
         verdict = f"failed: {e}"
     except AssertionError as e:
         verdict = f"failed: AssertionError {e}".rstrip()
     except BaseException as e:
         verdict = f"failed: {type(e).__name__}: {e}"
+    verdict = verdict[:1000]
+    if record:  # a record job: the reference's calls follow its verdict
+        import base64
+
+        verdict += RECORDING + base64.b64encode(encode(record)).decode()
     try:
-        write_frame(res_fd, verdict[:1000].encode("utf-8", "replace"))
+        write_frame(res_fd, verdict.encode("utf-8", "replace"))
     finally:
         if mode == "none":
             for kill in (os.killpg, os.kill):
@@ -1067,7 +1202,7 @@ def run_one(header, program, libc, mode, slot, context):
     os.close(job_r)
     os.close(res_w)
     deadline = start + limits["timeout"]
-    rest = [read_frame(0), read_frame(0), read_frame(0)]  # prompt, test, entry point
+    rest = [read_frame(0) for _ in range(4)]  # prompt, test, entry point, plan
     verdict = _exchange(job_w, res_r, b"".join(b"%010d" % len(p) + p for p in rest), deadline)
     if verdict is None:
         verdict = "timed out"
