@@ -90,6 +90,12 @@ class ExecutionOptions(TaskOptions):
     ks: tuple[int, ...] = option(
         (1, 10, 100), "k values of pass@k (only k <= samples per problem)", ge=1
     )
+    no_feedback: bool = option(
+        False,
+        "no per-call feedback: each problem's test is recorded once against its reference "
+        "solution, and a sample answers all of its calls before any is checked (see "
+        "docs/threat-model.md); a test whose calls depend on the answers runs as before",
+    )
     sanitize: bool = option(
         False,
         "before executing, keep only the imports and the definitions the entry point needs "

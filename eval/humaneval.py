@@ -461,6 +461,7 @@ def score(
     isolation = detect_isolation(config.sandbox)
     secret = _secret_dirs(config)
     time_limits, timing = None, {"mode": "flat", "seconds": config.timeout}
+    replay: dict[str, int] = {}
     if config.gt_time_limit_factor is not None:
         from functools import partial
 
@@ -483,7 +484,11 @@ def score(
         progress=progress,
         secret_dirs=secret,
         time_limits=time_limits,
+        no_feedback=config.no_feedback,
+        stats=replay,
     )
+    if config.no_feedback:
+        timing = timing | {"no_feedback": replay}
     return rows, isolation, timing
 
 
@@ -544,7 +549,10 @@ def scoring_settings(
         "sanitize": config.sanitize,
         "timeout": config.timeout,
         "memory_mb": config.memory_mb,
-        "time_limit": timing or {"mode": "flat", "seconds": config.timeout},
+        "time_limit": {k: v for k, v in timing.items() if k != "no_feedback"}
+        if timing
+        else {"mode": "flat", "seconds": config.timeout},
+        **({"no_feedback": timing["no_feedback"]} if timing and "no_feedback" in timing else {}),
     }
 
 
