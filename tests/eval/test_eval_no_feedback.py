@@ -96,3 +96,28 @@ def test_a_plan_comes_only_from_a_passed_reference():
     assert plan_from("passed\n\0recording:not base64!") is None
     plan = plan_from("passed\n\0recording:AAAA")
     assert plan == REPLAY + b"%010d" % (CAP_FLOOR + CAP_FACTOR * 3) + b"\0\0\0"
+
+
+def test_eval_execute_no_feedback_reports_its_recordings(tmp_path, capsys, monkeypatch):
+    import json
+
+    from codeparrot.cli import main
+    from codeparrot.eval.data import load_problems
+
+    monkeypatch.setenv("CODEPARROT_ALLOW_CODE_EXECUTION", "1")
+    problems = load_problems()
+    path, out = tmp_path / "s.jsonl", tmp_path / "r.jsonl"
+    lines = [
+        {"task_id": t, "completion": c}
+        for t in ("HumanEval/0", "HumanEval/53")
+        for c in (problems[t]["canonical_solution"], "    return None\n")
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    command = ["eval", "execute", str(path), "--output", str(out), "--no-feedback"]
+    assert main([*command, "--ks", "1", "--workers", "2"]) == 0
+    assert "2 tests recorded; 1 samples made a call" in capsys.readouterr().out
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["passed"] for r in rows] == [True, False, True, False]
+    summary = json.loads(out.with_name("r.summary.json").read_text())
+    # HumanEval/53's canonical solution reaches its unseeded random calls; None fails first
+    assert summary["scoring"]["no_feedback"] == {"recorded": 2, "fallbacks": 1, "unrecorded": 0}
