@@ -106,7 +106,6 @@ def test_the_walk_sees_every_command():
         (["eval", "loss", "a", "b"], ("a", "b")),
         (["eval", "loss", "--checkpoint", "a", "b"], ("a", "b")),
         (["eval", "lines", "--checkpoint", "a"], "a"),
-        (["eval", "lines", "a"], "a"),  # the earlier positional form
         (["lsp", "--checkpoint", "a"], "a"),
         (["serve", "--checkpoint", "a"], "a"),
         (["complete", "--checkpoint", "a", "x = "], "a"),
