@@ -23,7 +23,7 @@ from typing import Any
 
 from codeparrot.errors import CodeparrotError, ConfigError
 from codeparrot.generation.config import GenerationConfig
-from codeparrot.lsp.serve_config import ServeConfig
+from codeparrot.serve.config import ServeConfig
 
 # OpenAI's defaults for the completions API (not the harness's): a client that sends
 # nothing gets what it would get from OpenAI.

@@ -13,7 +13,7 @@ The standard library's threading HTTP server, bounded at every step:
 - a request must arrive whole (headers and body) within ``request_deadline`` seconds,
   however steadily its bytes trickle in;
 - who sends it is checked first (``Host``, ``Origin``, ``Content-Type``: see
-  :mod:`codeparrot.lsp.serve_request`), then sizes from ``Content-Length`` before the
+  :mod:`codeparrot.serve.request`), then sizes from ``Content-Length`` before the
   body is read, then values before any model work;
 - :class:`GenerationLine` lets one generation run at a time with a bounded number
   waiting, so a flood is refused at once with 503 instead of queueing without end;
@@ -41,8 +41,8 @@ from typing import Any
 
 from codeparrot.errors import ConfigError
 from codeparrot.generation.repetition import LineEndRepetitionStream, cut_line_end_repetition
-from codeparrot.lsp.serve_config import ServeConfig
-from codeparrot.lsp.serve_request import (
+from codeparrot.serve.config import ServeConfig
+from codeparrot.serve.request import (
     ApiError,
     CompletionRequest,
     bad,

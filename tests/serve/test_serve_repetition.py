@@ -15,8 +15,8 @@ import urllib.request
 import pytest
 
 from codeparrot.generation.repetition import LineEndRepetitionStream, cut_line_end_repetition
-from codeparrot.lsp.serve import make_server
-from codeparrot.lsp.serve_config import ServeConfig
+from codeparrot.serve.config import ServeConfig
+from codeparrot.serve.server import make_server
 
 
 class ScriptedEngine:

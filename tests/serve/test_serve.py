@@ -16,9 +16,9 @@ import urllib.request
 
 import pytest
 
-from codeparrot.lsp.serve import GenerationLine, make_server
-from codeparrot.lsp.serve_config import ServeConfig
-from codeparrot.lsp.serve_request import ApiError
+from codeparrot.serve.config import ServeConfig
+from codeparrot.serve.request import ApiError
+from codeparrot.serve.server import GenerationLine, make_server
 
 
 class CountingEngine:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from codeparrot.lsp.serve import make_server
-from codeparrot.lsp.serve_config import ServeConfig
-from codeparrot.lsp.serve_request import ApiError, check_sender, host_name
+from codeparrot.serve.config import ServeConfig
+from codeparrot.serve.request import ApiError, check_sender, host_name
+from codeparrot.serve.server import make_server
 
 GREEDY = {"prompt": "def fibonacci(n):\n", "max_tokens": 4, "temperature": 0, "seed": 0}
 

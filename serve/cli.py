@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 
 from codeparrot.config import add_config_arguments, config_from_args
-from codeparrot.lsp.serve_config import ServeConfig
-from codeparrot.lsp.serve_request import (
+from codeparrot.serve.config import ServeConfig
+from codeparrot.serve.request import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_P,
@@ -47,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
 
     pause_collections()  # while importing and loading (codeparrot.generation.heap)
     try:
-        from codeparrot.lsp.serve import load_engine, make_server
+        from codeparrot.serve.server import load_engine, make_server
 
         config = config_from_args(ServeConfig, args)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
