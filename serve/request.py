@@ -270,7 +270,7 @@ def parse_completion_request(
         suffix = suffix or None  # an empty suffix asks for plain completion
     cut = data.get("cut_repetition")
     if cut is not None and not isinstance(cut, bool):
-        raise bad(f"cut_repetition must be true or false, got {_json_type(cut)}.", "cut_repetition")
+        raise bad(f"cut_repetition must be true or false, got {json_type(cut)}.", "cut_repetition")
     max_tokens = data.get("max_tokens")
     return sampling_request(
         data, config, context_length, prompt, suffix, max_tokens, OPENAI_DEFAULTS, cut=cut
@@ -344,7 +344,7 @@ def _time_limit(value: Any) -> float | None:
         return None
     if not _is_number(value) or value < 0:
         raise bad(
-            f"t_max_predict_ms must be a number of milliseconds >= 0, got {_json_type(value)}.",
+            f"t_max_predict_ms must be a number of milliseconds >= 0, got {json_type(value)}.",
             "t_max_predict_ms",
         )
     return value / 1000 if value > 0 else None
@@ -393,7 +393,7 @@ def token_ids(name: str, value: list[Any], limit: int) -> tuple[int, ...]:
         if not isinstance(item, int) or isinstance(item, bool) or item < 0:
             raise bad(
                 f"{name} is a list, so it must hold token ids (whole numbers >= 0) or be one "
-                f"string; it holds {_json_type(item)}.",
+                f"string; it holds {json_type(item)}.",
                 name,
             )
     return tuple(value)
@@ -401,7 +401,7 @@ def token_ids(name: str, value: list[Any], limit: int) -> tuple[int, ...]:
 
 def _text(name: str, value: Any, limit: int) -> None:
     if not isinstance(value, str):
-        raise bad(f"{name} must be a string, got {_json_type(value)}.", name)
+        raise bad(f"{name} must be a string, got {json_type(value)}.", name)
     if len(value) > limit:
         raise bad(
             f"{name} is {len(value):,} characters; this server accepts at most {limit:,}.", name
@@ -425,7 +425,7 @@ def _stop(value: Any, config: ServeConfig) -> tuple[str, ...]:
         return ()
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list):
-        raise bad(f"stop must be a string or a list of strings, got {_json_type(value)}.", "stop")
+        raise bad(f"stop must be a string or a list of strings, got {json_type(value)}.", "stop")
     if len(stops) > config.max_stop_sequences:
         raise bad(
             f"stop has {len(stops)} strings; this server accepts at most "
@@ -434,7 +434,7 @@ def _stop(value: Any, config: ServeConfig) -> tuple[str, ...]:
         )
     for s in stops:
         if not isinstance(s, str):
-            raise bad(f"stop must hold strings, got {_json_type(s)}.", "stop")
+            raise bad(f"stop must hold strings, got {json_type(s)}.", "stop")
         if len(s) > config.max_stop_chars:
             raise bad(
                 f"a stop string is {len(s):,} characters; this server accepts at most "
@@ -450,7 +450,7 @@ def _flag(data: dict[str, Any], name: str, param: str | None = None) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise bad(f"{param or name} must be true or false, got {_json_type(value)}.", param or name)
+        raise bad(f"{param or name} must be true or false, got {json_type(value)}.", param or name)
     return value
 
 
@@ -475,7 +475,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     names = {bool: "a boolean", int: "a number", float: "a number", str: "a string"}
     names |= {list: "an array", dict: "an object", type(None): "null"}
     return names.get(type(value), type(value).__name__)

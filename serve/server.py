@@ -39,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from codeparrot.serve import openai
+from codeparrot.serve.chat import parse_chat_request
 from codeparrot.serve.config import ServeConfig
 from codeparrot.serve.request import (
     ApiError,
@@ -79,7 +80,18 @@ def _completions(service: CompletionService, data: dict[str, Any]) -> Completion
     return service.fit(service.with_server_fim(request))
 
 
+def _chat(service: CompletionService, data: dict[str, Any]) -> CompletionRequest:
+    return service.fit(parse_chat_request(data, service.config, service.engine))
+
+
 POST_ROUTES = {
+    CHAT_PATH: Route(
+        _chat,
+        lambda service, request, pieces: openai.chat_response(service.model_name, pieces),
+        lambda service, request, pieces: openai.chat_chunks(
+            service.model_name, pieces, request.include_usage
+        ),
+    ),
     COMPLETIONS_PATH: Route(
         _completions,
         lambda service, request, pieces: openai.completion_response(service.model_name, pieces),
