@@ -234,6 +234,9 @@ class CompletionRequest:
     max_tokens: int = DEFAULT_MAX_TOKENS
     cut_repetition: bool | None = None
     time_limit: float | None = None  # seconds (t_max_predict_ms), see :mod:`serve.service`
+    min_indent: int = 0  # llama.cpp's n_indent (0: off), see :class:`serve.service.IndentCut`
+    response_fields: tuple[str, ...] = ()  # llama.cpp's: the answer's fields to send
+    open_ended: bool = False  # llama.cpp's n_predict -1: as many as fit, never refused
     # the request's own names of the prompt, the suffix and max_tokens, for its errors
     prompt_field: str = "prompt"
     suffix_field: str = "suffix"

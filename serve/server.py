@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from codeparrot.serve import openai
+from codeparrot.serve import llama, openai
 from codeparrot.serve.chat import parse_chat_request
 from codeparrot.serve.config import ServeConfig
 from codeparrot.serve.request import (
@@ -60,6 +60,8 @@ COMPLETIONS_PATH = "/v1/completions"
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
 HEALTH_PATH = "/health"  # llama.cpp's
+LLAMA_COMPLETION_PATH = "/completion"  # llama.cpp's
+INFILL_PATH = "/infill"  # llama.cpp's
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,8 @@ def _chat(service: CompletionService, data: dict[str, Any]) -> CompletionRequest
 
 
 POST_ROUTES = {
+    LLAMA_COMPLETION_PATH: Route(llama.parse_completion, llama.response, llama.chunks, False),
+    INFILL_PATH: Route(llama.parse_infill, llama.response, llama.chunks, False),
     CHAT_PATH: Route(
         _chat,
         lambda service, request, pieces: openai.chat_response(service.model_name, pieces),

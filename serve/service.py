@@ -118,11 +118,14 @@ class CompletionService:
         context: a prompt that leaves less loses its start, as a too-long prompt always
         did); ``refuse``: a 400 naming the field when prompt and max_tokens overflow.
         """
+        if request.max_tokens == 0:  # llama.cpp's warm-up: nothing is generated
+            return request
         context = self.engine.context_length
         used = self.prompt_tokens(request)
         asked = request.max_tokens
         name = request.budget_field
-        if self.config.over_context == "refuse" and used + asked > context:
+        refuse = self.config.over_context == "refuse" and not request.open_ended
+        if refuse and used + asked > context:
             raise bad(
                 f"{name} is {asked} and the prompt is {used} tokens: together more than the "
                 f"model's context of {context} tokens (this server refuses rather than "
@@ -174,30 +177,39 @@ class CompletionService:
         client is still there."""
         before = request.prompt if isinstance(request.prompt, str) else ""
         held: dict[int, LineEndRepetitionStream] = {}
+        indents: dict[int, IndentCut] = {}
         raw: dict[int, int] = {}
-        sent: dict[int, int] = {}
+        kept: dict[int, int] = {}
         timer = _TimeLimit(request.time_limit, cancel)
         finished = []
         for event in events:
+            last = event.completion is not None
             text = event.delta
             if self.cuts(request):
                 cut = held.setdefault(event.index, LineEndRepetitionStream(before))
-                text = cut.feed(text) + (cut.finish() if event.completion is not None else "")
+                text = cut.feed(text) + (cut.finish() if last else "")
             raw[event.index] = raw.get(event.index, 0) + len(event.delta)
-            sent[event.index] = sent.get(event.index, 0) + len(text)
+            kept[event.index] = kept.get(event.index, 0) + len(text)
+            if request.min_indent:
+                indent = indents.setdefault(event.index, IndentCut(request.min_indent))
+                text = indent.feed(text) + (indent.finish() if last else "")
+                if indent.stopped and request.generation.n == 1:
+                    cancel.set()  # the answer is known: no more tokens
             timer.saw(event.delta)
-            if event.completion is None and not text:
+            if not last and not text:
                 if event.delta:
                     yield None
                 continue
             reason = None
-            if event.completion is not None:
+            if last:
                 finished.append(event.completion)
                 reason = FINISH_REASONS.get(event.completion.finish_reason, "stop")
                 if timer.expired and event.completion.finish_reason == "cancelled":
                     reason = "length"
-                if sent[event.index] < raw[event.index]:
+                if kept[event.index] < raw[event.index]:
                     reason = "repetition"
+                elif event.index in indents and indents[event.index].stopped:
+                    reason = "indent"
             yield Piece(event.index, text, event.completion, reason)
         log_generation(finished)
 
@@ -216,6 +228,48 @@ class CompletionService:
         return [
             Piece(i, "".join(texts[i]), last[i].completion, last[i].reason) for i in sorted(last)
         ]
+
+
+class IndentCut:
+    """llama.cpp's ``n_indent`` over a text that arrives in pieces: the text ends before
+    the first line after the first whose indentation is less than ``n_indent`` (blank
+    lines are judged by the next one). A line whose indentation is not yet known (only
+    spaces so far) is held back."""
+
+    def __init__(self, n_indent: int) -> None:
+        self.n_indent = n_indent
+        self.text = ""
+        self.sent = 0
+        self.scan = 0  # where to look for the next line break
+        self.stopped = False
+
+    def feed(self, piece: str) -> str:
+        if self.stopped:
+            return ""
+        self.text += piece
+        safe = len(self.text)
+        while (nl := self.text.find("\n", self.scan)) >= 0:
+            start = nl + 1
+            rest = self.text[start:]
+            body = rest.lstrip(" \t")
+            if not body:  # its indentation is not known yet
+                safe = start
+                break
+            self.scan = start
+            if body.startswith(("\n", "\r")):
+                continue
+            if len(rest) - len(body) < self.n_indent:
+                self.text, safe, self.stopped = self.text[:start], start, True
+                break
+        return self._send(safe)
+
+    def finish(self) -> str:
+        return "" if self.stopped else self._send(len(self.text))
+
+    def _send(self, upto: int) -> str:
+        piece = self.text[self.sent : upto] if upto > self.sent else ""
+        self.sent = max(self.sent, upto)
+        return piece
 
 
 class _TimeLimit:

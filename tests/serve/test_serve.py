@@ -206,8 +206,8 @@ def test_bad_request_is_a_400_with_a_message_and_no_model_work(server, engine, p
 
 def test_unknown_path_is_a_404_in_openai_shape(server, engine):
     before = engine.calls
-    status, _, text = post(server, {"prompt": "a"}, path="/v1/chat/completions")
-    assert status == 404 and "chat/completions" in json.loads(text)["error"]["message"]
+    status, _, text = post(server, {"prompt": "a"}, path="/v1/embeddings")
+    assert status == 404 and "embeddings" in json.loads(text)["error"]["message"]
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(server.url + "/nothing", timeout=10)
     assert info.value.code == 404

@@ -116,11 +116,23 @@ def test_a_streamed_chat_sends_the_role_then_the_same_text(engine, tiny_checkpoi
     assert chunks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
 
 
-def test_the_checkpoints_own_template_is_used(engine, tiny_checkpoint, serving, monkeypatch):
-    monkeypatch.setattr(engine.tokenizer, "chat_template", TEMPLATE, raising=False)
+def test_the_checkpoints_own_template_is_used(tiny_checkpoint, tmp_path, serving):
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from codeparrot.generation import Engine
+
+    checkpoint = tmp_path / "chat"
+    shutil.copytree(tiny_checkpoint, checkpoint)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    tokenizer.chat_template = TEMPLATE
+    tokenizer.save_pretrained(checkpoint)
+    engine = Engine.load(checkpoint, device="cpu", quantize="none")
     recording = Recording(engine)
-    srv = serving(recording, tiny_checkpoint, chat_template="checkpoint")
-    assert chat(srv, GREEDY)[0] == 200
+    srv = serving(recording, checkpoint, chat_template="checkpoint")
+    status, answer = chat(srv, GREEDY)
+    assert status == 200, answer
     ids, config = recording.prompts[-1]
     expected = "<system>You write Python.\n<user>def add(a, b):\n<assistant>"
     assert engine.tokenizer.decode(ids) == expected
