@@ -1,4 +1,4 @@
-"""``codeparrot serve``: an OpenAI-compatible completion endpoint over a checkpoint.
+"""``codeparrot serve``: OpenAI's and llama.cpp's completion APIs over a checkpoint.
 
 Standard library and config only at module level; torch loads in :func:`main`.
 """
@@ -19,15 +19,17 @@ from codeparrot.serve.request import (
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve",
-        help="HTTP completion endpoint speaking OpenAI's completions API",
+        help="HTTP server speaking OpenAI's and llama.cpp's completion APIs",
         description=(
-            "Serve POST /v1/completions (prompt, suffix, max_tokens, temperature, top_p, n, "
-            "stop, stream, seed) and GET /v1/models over one checkpoint, for clients that "
-            "speak OpenAI's API instead of LSP (Continue, llm.nvim, curl). Listens on "
+            "Serve one checkpoint over HTTP: OpenAI's POST /v1/completions, POST "
+            "/v1/chat/completions and GET /v1/models, and llama.cpp's POST /infill, POST "
+            "/completion and GET /health, for clients that speak those APIs instead of LSP "
+            "(Continue, llm.nvim, llama.vim, llama.vscode, evalplus, curl). The answer is "
+            "what the model wrote (--cut-repetition opts into the editor's cut). Listens on "
             "127.0.0.1 unless --host says otherwise, and answers only requests addressed to "
             "it by a loopback name, --host or --allow-host, with JSON bodies, and from web "
-            "pages only of the origins given with --allow-origin. Set-up: docs/editors.md; "
-            "what is checked: docs/threat-model.md."
+            "pages only of the origins given with --allow-origin. Endpoints and fields: "
+            "docs/serve.md; what is checked: docs/threat-model.md."
         ),
         epilog=(
             f"Sampling settings a request leaves out take OpenAI's defaults: max_tokens "

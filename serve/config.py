@@ -24,7 +24,7 @@ from codeparrot.options import (
 
 @dataclass(frozen=True)
 class ServeConfig(Config):
-    """An OpenAI-compatible completion endpoint (POST /v1/completions) over one checkpoint."""
+    """An HTTP server over one checkpoint: OpenAI's and llama.cpp's completion APIs."""
 
     checkpoint: Path = CHECKPOINT.field()
     revision: str | None = REVISION.field()

@@ -1,10 +1,11 @@
-"""``codeparrot serve``: OpenAI's completions API over one checkpoint, for clients without LSP.
+"""``codeparrot serve``: one checkpoint over HTTP, for clients without LSP.
 
-``POST /v1/completions`` (``prompt``, ``suffix``, ``max_tokens``, ``temperature``,
-``top_p``, ``n``, ``stop``, ``stream``, ``seed``) and ``GET /v1/models``, answered in the
-shapes OpenAI's API and its ``openai`` client use, so Continue, llm.nvim (llm-ls) and
-``curl`` can talk to it. Streaming is server-sent events: one ``data: {...}`` chunk per
-piece of text, then ``data: [DONE]``.
+OpenAI's ``POST /v1/completions``, ``POST /v1/chat/completions`` and ``GET /v1/models``
+(:mod:`codeparrot.serve.openai`, :mod:`codeparrot.serve.chat`), and llama.cpp's ``POST
+/infill``, ``POST /completion`` and ``GET /health`` (:mod:`codeparrot.serve.llama`), so
+that Continue, llm.nvim, llama.vim, llama.vscode, evalplus and ``curl`` can talk to it.
+Every endpoint is a :class:`Route`: a request parser and its answer shapes over the one
+:class:`~codeparrot.serve.service.CompletionService`. Streaming is server-sent events.
 
 The standard library's threading HTTP server, bounded at every step:
 
