@@ -209,6 +209,18 @@ def test_a_token_id_prompt_is_completed_from_those_ids(real):
     assert text_of(srv, prompt=[ids], temperature=0) == direct[0]
 
 
+def test_stream_ids_writes_what_an_unhealed_text_prompt_writes(real):
+    from codeparrot.generation import GenerationConfig
+
+    _, engine = real
+    prompt = "def fibonacci(n):\n    if n"
+    config = GenerationConfig(max_new_tokens=12, temperature=0, seed=0, heal=False)
+    ids, _ = engine.encode_prompt(prompt, 12)
+    by_text = engine.generate(prompt, config)[0].text
+    by_ids = [e.completion.text for e in engine.stream_ids(ids, config) if e.completion]
+    assert by_ids == [by_text]
+
+
 @pytest.mark.parametrize("field", [{"top_k": 1}, {"min_p": 1.0}])
 def test_top_k_and_min_p_are_honoured(real, field):
     srv, _ = real

@@ -157,16 +157,19 @@ def test_bad_messages_are_a_400_naming_them(engine, tiny_checkpoint, serving, me
 
 
 def test_evalplus_shape_with_a_fixed_max_tokens_is_answered(engine, tiny_checkpoint, serving):
-    """evalplus sends max_tokens 768 whatever the model; a 256-token model clamps it."""
+    """evalplus's openai backend: a system and a user message, max_tokens 768 whatever the
+    model, top_p 0.95; a 256-token model clamps max_tokens to what its context leaves."""
     srv = serving(engine, tiny_checkpoint)
-    payload = {"model": "tiny", "messages": [{"role": "user", "content": "Write add."}]}
-    payload |= {"max_tokens": 768, "temperature": 0.0, "n": 1}
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant good at coding."},
+        {"role": "user", "content": "Complete this function:\n```python\ndef add(a, b):\n```"},
+    ]
+    payload = {"model": "tiny", "messages": messages, "max_tokens": 768}
+    payload |= {"temperature": 0.0, "n": 1, "top_p": 0.95}
     status, answer = chat(srv, payload)
     assert status == 200, answer
-    assert (
-        answer["usage"]["completion_tokens"]
-        <= engine.context_length - answer["usage"]["prompt_tokens"]
-    )
+    used = answer["usage"]["prompt_tokens"]
+    assert answer["usage"]["completion_tokens"] <= engine.context_length - used
 
 
 def test_openai_client_chats_and_streams(engine, tiny_checkpoint, serving):
