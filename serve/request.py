@@ -271,6 +271,12 @@ def parse_completion_request(
     if suffix is not None:
         _text("suffix", suffix, config.max_prompt_chars)
         suffix = suffix or None  # an empty suffix asks for plain completion
+    if suffix is not None and isinstance(prompt, tuple):
+        raise bad(
+            "suffix: a prompt of token ids is completed as it is; send the prompt as text "
+            "to fill in the middle.",
+            "suffix",
+        )
     cut = data.get("cut_repetition")
     if cut is not None and not isinstance(cut, bool):
         raise bad(f"cut_repetition must be true or false, got {json_type(cut)}.", "cut_repetition")

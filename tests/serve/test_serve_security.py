@@ -310,6 +310,7 @@ BAD_VALUES = [
     ("prompt a negative token id", {"prompt": [-1]}, "prompt"),
     ("prompt a token id out of the vocabulary", {"prompt": [10**9]}, "prompt"),
     ("an unknown field", {"best_effort": True}, "best_effort"),
+    ("a suffix after token ids", {"prompt": [1, 2], "suffix": "x"}, "suffix"),
     ("a penalty asked for", {"repetition_penalty": 1.3}, "repetition_penalty"),
     ("prompt an object", {"prompt": {"a": 1}}, "prompt"),
     ("stream_options a list", {"stream_options": []}, "stream_options"),
