@@ -357,7 +357,7 @@ def _read_capped(response: Any, url: str, max_bytes: int, expired: threading.Eve
         buffer += chunk
         if len(buffer) > max_bytes:
             raise BackendError(
-                _too_large(url, f"more than {len(buffer) - len(chunk):,}", max_bytes)
+                _too_large(url, f"{len(buffer):,} bytes read and more coming", max_bytes)
             )
 
 
