@@ -169,7 +169,6 @@ SHARED_BY_NAME = {
     "seq_length": "SEQ_LENGTH",
     "context_tokens": "CONTEXT_TOKENS",
     "fim_suffix_share": "FIM_SUFFIX_SHARE",
-    "suffix_share": "FIM_SUFFIX_SHARE",
     "workspace_share": "WORKSPACE_SHARE",
 }
 # Of those, the ones no stage may narrow: a value valid in one stage is valid in all.
