@@ -183,7 +183,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         "starcoder", "StarCoder, StarCoderBase, tiny_starcoder_py", "gpt_bigcode",
-        "GPTBigCodeForCausalLM", markers=("<fim_prefix>",), decoder=BIGCODE_DECODER,
+        "GPTBigCodeForCausalLM", decoder=BIGCODE_DECODER,
         layout=BIGCODE_LAYOUT, fim=STARCODER_FIM, lora_targets=("c_attn",),
         learned_positions=True, always_shipped=True, test_model="tiny_starcoder_py",
     ),
@@ -323,3 +323,35 @@ def lean_covered() -> str:
     """The model types the lean decoders cover, as a sentence's list."""
     kinds = list(dict.fromkeys(f.model_type for f in FAMILIES if f.decoder is not None))
     return ", ".join(kinds[:-1]) + " and " + kinds[-1]
+
+
+# -- the README's capability table -----------------------------------------------------------
+
+TABLE_BEGIN = "<!-- families:begin -->"
+TABLE_END = "<!-- families:end -->"
+
+
+def capability_table() -> str:
+    """The README's table of families (between :data:`TABLE_BEGIN` and :data:`TABLE_END`):
+    each family's CPU fast path, infilling template, default LoRA targets, and whether a
+    test model covers it and a GPU run checked it."""
+    rows = [
+        "| Family | Models | `model_type` | CPU fast path | Fill in the middle | LoRA targets "
+        "| Tested |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in FAMILIES:
+        fast = "lean decoder" if f.decoder is not None else "no"
+        fim = f"{f.fim.name} ({f.fim_order.upper()})" if f.fim is not None else "no"
+        lora = ", ".join(f"`{t}`" for t in f.lora_targets) or "name them"
+        tested = "tiny model" if f.test_model is not None else "untested"
+        if f.gpu_checked:
+            tested += ", GPU"
+        rows.append(
+            f"| {f.name} | {f.title} | `{f.model_type}` | {fast} | {fim} | {lora} | {tested} |"
+        )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python -m codeparrot.families: the table to paste
+    print(capability_table())
