@@ -43,7 +43,9 @@ class FimTemplate:
     one anyway. ``bos``: the family's documented prompt starts with its BOS token (the
     engine adds it where the tokenizer's own post-processor does). ``bare_suffix``: the
     suffix is encoded without the SentencePiece dummy space that the tokenizer puts before
-    a text's first word (CodeLlama's ``encode_infilling``).
+    a text's first word (CodeLlama's ``encode_infilling``). ``end``: the end-of-middle
+    token the family's model learnt after a middle (a fine-tune writes it there); without
+    one a middle ends with end-of-text.
     """
 
     name: str
@@ -54,6 +56,7 @@ class FimTemplate:
     order: str = PSM
     bos: bool = False
     bare_suffix: bool = False
+    end: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -92,7 +95,14 @@ QWEN_FIM = FimTemplate(
     "qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", stops=QWEN_STOPS
 )
 CODELLAMA_FIM = FimTemplate(
-    "codellama", "▁<PRE>", "▁<SUF>", "▁<MID>", stops=("▁<EOT>",), bos=True, bare_suffix=True
+    "codellama",
+    "▁<PRE>",
+    "▁<SUF>",
+    "▁<MID>",
+    stops=("▁<EOT>",),
+    bos=True,
+    bare_suffix=True,
+    end="▁<EOT>",  # Meta's infilling_prompt_tokens
 )
 DEEPSEEK_FIM = FimTemplate(
     "deepseek", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", stops=("<|EOT|>",), bos=True
@@ -282,6 +292,12 @@ def fim_templates() -> tuple[FimTemplate, ...]:
         if f.fim is not None:
             seen.setdefault(f.fim.name, f.fim)
     return tuple(seen.values())
+
+
+def spm_trained_templates() -> frozenset[str]:
+    """Templates of the families trained here on both orders, which complete best in SPM
+    (what ``--fim-order auto`` picks for a checkpoint written here)."""
+    return frozenset(f.fim.name for f in FAMILIES if f.fim is not None and f.fim_order == SPM)
 
 
 def lean_decoders() -> dict[str, str]:

@@ -26,7 +26,7 @@ from codeparrot.families import ORDERS as ORDERS
 from codeparrot.families import PSM as PSM
 from codeparrot.families import SPM as SPM
 from codeparrot.families import FimTemplate as FimTemplate
-from codeparrot.families import fim_templates
+from codeparrot.families import fim_templates, spm_trained_templates
 
 FIM_PREFIX = "<fim_prefix>"
 FIM_MIDDLE = "<fim_middle>"
@@ -105,6 +105,7 @@ ORDER_CHOICES: tuple[str, ...] = (AUTO, *ORDERS)
 # every family's template (codeparrot.families), in the order detection tries them
 TEMPLATES: tuple[FimTemplate, ...] = fim_templates()
 TEMPLATE_NAMES: tuple[str, ...] = tuple(t.name for t in TEMPLATES)
+SPM_TRAINED = spm_trained_templates()  # the families trained here: SPM under "auto"
 
 
 def token_id(tokenizer: Any, name: str) -> int | None:
@@ -206,7 +207,7 @@ def resolve_order(order: str, template: FimTemplate, own_checkpoint: bool = Fals
         return order
     if order != AUTO:
         raise ValueError(f"FIM order must be one of {', '.join(ORDER_CHOICES)}, got {order!r}")
-    return SPM if own_checkpoint and template.name == "starcoder" else template.order
+    return SPM if own_checkpoint and template.name in SPM_TRAINED else template.order
 
 
 # Put before a text to encode it without the SentencePiece space before its first word (its

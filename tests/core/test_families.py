@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from codeparrot import families
-from codeparrot.families import FAMILIES, LLAMA_ATTENTION, QWEN_FIM, Family, WeightLayout
+from codeparrot.families import (
+    FAMILIES,
+    LLAMA_ATTENTION,
+    QWEN_FIM,
+    Family,
+    FimTemplate,
+    WeightLayout,
+)
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 import families as test_models  # tests/families.py
@@ -20,11 +27,11 @@ import families as test_models  # tests/families.py
 def table_gaps(f: Family) -> list[str]:
     """The derived tables of the code that lack family ``f`` (or say otherwise than its
     record): empty for a family every table knows."""
-    from codeparrot.fim import TEMPLATES
+    from codeparrot.fim import SPM_TRAINED, TEMPLATES
     from codeparrot.generation import lean
     from codeparrot.generation import llama as llama_decoder
     from codeparrot.models import bounds, checkpoint, lean_load
-    from codeparrot.training import lora
+    from codeparrot.training import finetune_fim, lora
 
     gaps = []
     if lora.DEFAULT_TARGETS.get(f.model_type, ()) != f.lora_targets:
@@ -37,6 +44,10 @@ def table_gaps(f: Family) -> list[str]:
         gaps.append("models.bounds.LEARNED_POSITIONS")
     if f.fim is not None and f.fim not in TEMPLATES:
         gaps.append("fim.TEMPLATES")
+    if f.fim is not None and f.fim_order == "spm" and f.fim.name not in SPM_TRAINED:
+        gaps.append("fim.SPM_TRAINED")
+    if f.fim is not None and finetune_fim.END_OF_MIDDLE.get(f.fim.name) != f.fim.end:
+        gaps.append("training.finetune_fim.END_OF_MIDDLE")
     if f.decoder is None:
         return gaps
     decoder = lean.DECODERS.get(f.model_class)
@@ -63,11 +74,15 @@ def test_a_family_missing_from_the_tables_is_caught() -> None:
     new = Family(
         "qwen3-coder", "Qwen3-Coder", "qwen3_moe", "Qwen3MoeForCausalLM",
         decoder="codeparrot.generation.qwen3.Qwen3Decoder",
-        layout=WeightLayout("model", qk_norm=True), fim=QWEN_FIM,
+        layout=WeightLayout("model", qk_norm=True),
+        fim=FimTemplate("qwen3-coder", *QWEN_FIM.names[:3], end="<|fim_pad|>"), fim_order="spm",
         lora_targets=LLAMA_ATTENTION, always_shipped=True,
     )  # fmt: skip
     gaps = table_gaps(new)
     for table in (
+        "fim.TEMPLATES",
+        "fim.SPM_TRAINED",
+        "training.finetune_fim.END_OF_MIDDLE",
         "training.lora.DEFAULT_TARGETS",
         "models.checkpoint.ALWAYS_SHIPPED",
         "generation.lean.DECODERS",
@@ -165,3 +180,24 @@ def test_auto_order_is_the_records() -> None:
         if f.fim is not None:
             own = f.fim_order == families.SPM
             assert resolve_order(AUTO, f.fim, own_checkpoint=own) == f.fim_order, f.name
+
+
+def test_loading_never_imports_decoding() -> None:
+    """``codeparrot/models/`` (loading) imports nothing of ``codeparrot/generation/``
+    (decoding), at the top of a module or inside a function; and the registry imports
+    nothing of the project."""
+    import ast
+
+    core = Path(families.__file__).parent
+    for path in [*sorted((core / "models").glob("*.py")), core / "families.py"]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                assert not name.startswith("codeparrot.generation"), (path.name, name)
+                if path.name == "families.py":
+                    assert not name.startswith("codeparrot"), name
