@@ -222,6 +222,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "qwen3", "Qwen3", "qwen3", "Qwen3ForCausalLM", decoder=QWEN3_DECODER,
         layout=QWEN3_LAYOUT, fim=QWEN_FIM, lora_targets=LLAMA_ATTENTION, always_shipped=True,
+        test_model="qwen3",
     ),
     Family(
         "codellama", "CodeLlama", "llama", "LlamaForCausalLM", markers=("▁<PRE>",),
@@ -237,7 +238,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "llama", "Llama", "llama", "LlamaForCausalLM", decoder=LLAMA_DECODER,
         layout=LLAMA_LAYOUT, bos="<s>", eos="</s>", lora_targets=LLAMA_ATTENTION,
-        always_shipped=True,
+        always_shipped=True, test_model="llama",
     ),
     Family(
         "mistral", "Mistral", "mistral", "MistralForCausalLM", decoder=LLAMA_DECODER,
@@ -245,19 +246,19 @@ FAMILIES: tuple[Family, ...] = (
         always_shipped=True, test_model="mistral",
     ),
     Family("mixtral", "Mixtral", "mixtral", "MixtralForCausalLM", bos="<s>", eos="</s>",
-           lora_targets=LLAMA_ATTENTION),
+           lora_targets=LLAMA_ATTENTION, test_model="mixtral"),
     Family("codegemma", "Gemma, CodeGemma", "gemma", "GemmaForCausalLM", fim=QWEN_FIM,
-           bos="<bos>", eos="<eos>", lora_targets=LLAMA_ATTENTION),
+           bos="<bos>", eos="<eos>", lora_targets=LLAMA_ATTENTION, test_model="codegemma"),
     Family("gemma2", "Gemma 2", "gemma2", "Gemma2ForCausalLM", bos="<bos>", eos="<eos>",
-           lora_targets=LLAMA_ATTENTION),
+           lora_targets=LLAMA_ATTENTION, test_model="gemma2"),
     Family("phi", "Phi-1, Phi-1.5, Phi-2", "phi", "PhiForCausalLM",
            lora_targets=("q_proj", "k_proj", "v_proj", "dense"), test_model="phi-1"),
-    Family("phi3", "Phi-3", "phi3", "Phi3ForCausalLM", bos="<s>", eos="<|endoftext|>",
-           lora_targets=("qkv_proj", "o_proj")),
+    Family("phi3", "Phi-3", "phi3", "Phi3ForCausalLM", lora_targets=("qkv_proj", "o_proj"),
+           test_model="phi3"),
     Family("codegen", "CodeGen", "codegen", "CodeGenForCausalLM",
            lora_targets=("qkv_proj", "out_proj"), test_model="codegen"),
     Family("gpt_neox", "GPT-NeoX, Pythia", "gpt_neox", "GPTNeoXForCausalLM",
-           lora_targets=("query_key_value", "dense")),
+           lora_targets=("query_key_value", "dense"), test_model="gpt_neox"),
 )  # fmt: skip
 BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
 

@@ -48,6 +48,7 @@ QWEN_SPECIAL = (
     "<|file_sep|>",
 )  # fmt: skip
 CODELLAMA_FIM = ("▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>")
+CODEGEMMA_FIM = ("<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|file_separator|>")
 DEEPSEEK_BOS = "<｜begin▁of▁sentence｜>"
 DEEPSEEK_EOS = "<｜end▁of▁sentence｜>"
 # DeepSeek-Coder's tokenizer.json marks its FIM tokens as not special (so a decode with
@@ -123,8 +124,23 @@ FAMILIES: dict[str, Family] = {
         Family("deepseek-coder", "deepseek-coder", "deepseek-ai/deepseek-coder-1.3b-base",
                "byte-level", (DEEPSEEK_BOS, DEEPSEEK_EOS, "<|EOT|>"), not_special=DEEPSEEK_FIM,
                hub_class="LlamaTokenizerFast", bos_from_config=True),
+        Family("qwen3", "qwen3", "Qwen/Qwen3-0.6B-Base", "byte-level", QWEN_SPECIAL,
+               config={"tie_word_embeddings": True}),
+        Family("llama", "llama", "meta-llama/Llama-2-7b-hf", "byte-fallback",
+               ("<unk>", "<s>", "</s>")),
         Family("mistral", "mistral", "mistralai/Mistral-7B-v0.1", "byte-fallback",
                ("<unk>", "<s>", "</s>")),
+        Family("mixtral", "mixtral", "mistralai/Mixtral-8x7B-v0.1", "byte-fallback",
+               ("<unk>", "<s>", "</s>")),
+        Family("codegemma", "codegemma", "google/codegemma-2b", "byte-fallback",
+               ("<pad>", "<eos>", "<bos>", "<unk>", *CODEGEMMA_FIM)),
+        Family("gemma2", "gemma2", "google/gemma-2-2b", "byte-fallback",
+               ("<pad>", "<eos>", "<bos>", "<unk>")),
+        Family("phi3", "phi3", "microsoft/Phi-3-mini-4k-instruct", "byte-fallback",
+               ("<unk>", "<s>", "</s>", "<|endoftext|>", "<|assistant|>", "<|end|>",
+                "<|user|>")),
+        Family("gpt_neox", "gpt_neox", "EleutherAI/pythia-160m", "byte-level",
+               ("<|endoftext|>", "<|padding|>")),
         Family("codegen", "codegen", "Salesforce/codegen-350M-mono", "byte-level",
                ("<|endoftext|>",)),
         Family("phi-1", "phi", "microsoft/phi-1", "byte-level", ("<|endoftext|>",)),
@@ -244,6 +260,11 @@ def _model_config(family: Family, vocab: int, bos: int, eos: int) -> Any:
         "qwen2": lambda: tf.Qwen2Config(**llama_like, **small),
         "llama": lambda: tf.LlamaConfig(**llama_like, **small),
         "phi": lambda: tf.PhiConfig(**llama_like, **small),
+        "phi3": lambda: tf.Phi3Config(**llama_like, **small),
+        "mixtral": lambda: tf.MixtralConfig(**llama_like, num_local_experts=4, **small),
+        "gemma": lambda: tf.GemmaConfig(**llama_like, head_dim=8, **small),
+        "gemma2": lambda: tf.Gemma2Config(**llama_like, head_dim=8, **small),
+        "gpt_neox": lambda: tf.GPTNeoXConfig(**llama_like, **small),
     }
     return make[family.model_type]()
 

@@ -33,6 +33,7 @@ DECODERS = {
     "deepseek-coder": LlamaDecoder,
     "mistral": LlamaDecoder,  # no biases
     "codeparrot-qwen3": Qwen3Decoder,  # RMS-normed queries and keys
+    "qwen3": Qwen3Decoder,  # the Hub's Qwen3: Qwen's tokens
 }
 
 
