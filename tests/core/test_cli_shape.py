@@ -59,6 +59,7 @@ def parse(*argv: str) -> argparse.Namespace:
 # The commands that load a model, and whether they compare several.
 TAKE_A_CHECKPOINT = {
     "complete": False,
+    "export": False,
     "finetune": False,
     "eval humaneval": False,
     "eval infill": False,
