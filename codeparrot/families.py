@@ -358,7 +358,7 @@ def capability_table() -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for f in FAMILIES:
-        fast = "lean decoder" if f.decoder is not None else "no"
+        fast = "yes" if f.decoder is not None else "no"
         fim = f"{f.fim.name} ({f.fim_order.upper()})" if f.fim is not None else "no"
         lora = ", ".join(f"`{t}`" for t in f.lora_targets) or "name them"
         tested = "tiny model" if f.test_model is not None else "untested"

@@ -201,3 +201,27 @@ def test_loading_never_imports_decoding() -> None:
                 assert not name.startswith("codeparrot.generation"), (path.name, name)
                 if path.name == "families.py":
                     assert not name.startswith("codeparrot"), name
+
+
+@pytest.mark.parametrize("name", sorted(test_models.FAMILIES))
+def test_a_test_model_completes_as_its_record_says(tmp_path: Path, name: str) -> None:
+    """What the capability table claims of a family holds for its tiny model: it loads and
+    completes through the engine, on the lean decoder exactly where the record names one,
+    and fills in the middle with the record's template where its tokenizer has one."""
+    from codeparrot.generation import Engine, GenerationConfig
+    from codeparrot.generation.lean import has_lean_decoder
+
+    model = test_models.FAMILIES[name]
+    engine = Engine.load(test_models.build_family(name, tmp_path / name), quantize="none")
+    assert has_lean_decoder(engine.model) is (model.record.decoder is not None)
+    config = GenerationConfig(temperature=0, max_new_tokens=4, stop_at_eos=False)
+    (plain,) = engine.generate("def add(a, b):\n", config)
+    assert plain.new_tokens == 4
+    assert (engine.fim.template.name if engine.fim else None) == model.template
+    if engine.fim is not None:  # the prompt in the template; no sentinel's text written
+        pre, suf = "def add(a, b):\n    ", "\n    return c\n"
+        ids, _ = engine.encode_infill(pre, suf, 4, engine.fim_order("auto"))
+        assert {engine.fim.prefix, engine.fim.suffix, engine.fim.middle} <= set(ids)
+        (middle,) = engine.generate(pre, config, suffix=suf)
+        assert middle.finish_reason in ("eos", "length")
+        assert not any(t in middle.text for t in engine.fim.template.names)
