@@ -168,7 +168,7 @@ class Family:
     layout: WeightLayout | None = None
     fim: FimTemplate | None = None
     fim_order: str = PSM
-    bos: str | None = None  # the BOS token its tokenizer names (None: none is put first)
+    bos: str | None = None  # the token its tokenizer puts before a text (None: none)
     eos: str = "<|endoftext|>"
     lora_targets: tuple[str, ...] = ()
     learned_positions: bool = False  # a (positions, width) table, counted in its size
