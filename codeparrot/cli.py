@@ -31,7 +31,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("eval", "codeparrot.eval.cli"),
     ("app", "codeparrot.app.cli"),
     ("lsp", "codeparrot.lsp.cli"),
-    ("serve", "codeparrot.lsp.serve_cli"),
+    ("serve", "codeparrot.serve.cli"),
 )
 
 EXIT_USAGE = 2

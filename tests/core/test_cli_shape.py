@@ -239,7 +239,7 @@ def test_eval_help_describes_every_eval_command():
 
 
 def test_serve_help_says_how_it_samples_by_default():
-    from codeparrot.lsp.serve_request import DEFAULT_TEMPERATURE
+    from codeparrot.serve.request import DEFAULT_TEMPERATURE
 
     text = " ".join(dict(commands())["serve"].format_help().split())
     assert f"temperature {DEFAULT_TEMPERATURE}" in text
