@@ -12,6 +12,7 @@ ends in the middle of a word continues it as in plain left-to-right text. A trai
 ends with the end-of-text token after the middle; at inference the model writes the middle
 and stops at end-of-text or at any sentinel.
 
+Each family's template (sentinels, stops, BOS) is in its record in :mod:`codeparrot.families`.
 Standard library only: the configs and the CLI import it.
 """
 
@@ -21,15 +22,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from codeparrot.families import ORDERS as ORDERS
+from codeparrot.families import PSM as PSM
+from codeparrot.families import SPM as SPM
+from codeparrot.families import FimTemplate as FimTemplate
+from codeparrot.families import fim_templates, spm_trained_templates
+
 FIM_PREFIX = "<fim_prefix>"
 FIM_MIDDLE = "<fim_middle>"
 FIM_SUFFIX = "<fim_suffix>"
 FIM_PAD = "<fim_pad>"
 SENTINELS: tuple[str, ...] = (FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, FIM_PAD)
-
-PSM = "psm"
-SPM = "spm"
-ORDERS: tuple[str, ...] = (PSM, SPM)
 
 
 @dataclass(frozen=True)
@@ -99,84 +102,10 @@ AUTO = "auto"  # the order a template documents (SPM for our own SPM-trained che
 ORDER_CHOICES: tuple[str, ...] = (AUTO, *ORDERS)
 
 
-@dataclass(frozen=True)
-class FimTemplate:
-    """How one model family is prompted to fill in the middle.
-
-    The three sentinels are token names as the family's tokenizer spells them (CodeLlama's
-    carry the SentencePiece space, ``▁<PRE>``); a template applies to a tokenizer that has
-    all three as single tokens. ``stops`` are further tokens that end a middle where the
-    tokenizer has them (the end-of-middle token, file separators); every special token ends
-    one anyway. ``bos``: the family's documented prompt starts with its BOS token (the
-    engine adds it where the tokenizer's own post-processor does). ``bare_suffix``: the
-    suffix is encoded without the SentencePiece dummy space that the tokenizer puts before
-    a text's first word (CodeLlama's ``encode_infilling``).
-    """
-
-    name: str
-    prefix: str
-    suffix: str
-    middle: str
-    stops: tuple[str, ...] = ()
-    order: str = PSM
-    bos: bool = False
-    bare_suffix: bool = False
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """Every token this template names: the sentinels, then the stops."""
-        return (self.prefix, self.suffix, self.middle, *self.stops)
-
-    def text(self, prefix: str, suffix: str, order: str = PSM, bos: str = "") -> str:
-        """The documented prompt as text (the sentinels written by name), for reading and tests."""
-        if order == PSM:
-            return f"{bos}{self.prefix}{prefix}{self.suffix}{suffix}{self.middle}"
-        if order == SPM:
-            return f"{bos}{self.prefix}{self.suffix}{suffix}{self.middle}{prefix}"
-        raise ValueError(f"FIM order must be one of {', '.join(ORDERS)}, got {order!r}")
-
-
-# Detection tries these in turn. Sources: the bigcode Megatron-LM FIM layouts and the
-# StarCoder / SantaCoder model cards; Qwen2.5-Coder's and DeepSeek-Coder's READMEs; the
-# CodeLlama paper and Meta's reference ``infilling_prompt_tokens`` (PSM ``<s><PRE> pre <SUF>suf
-# <MID>``, SPM ``<s><PRE><SUF>suf <MID> pre``); editor registries (Tabby, Continue, llm-ls)
-# agree on these strings.
-# Qwen2.5-Coder's end-of-middle and repository tokens, and CodeGemma's file separator.
-QWEN_STOPS = (
-    "<|fim_pad|>", "<|endoftext|>", "<|file_sep|>", "<|repo_name|>", "<|im_start|>",
-    "<|im_end|>", "<|file_separator|>",
-)  # fmt: skip
-TEMPLATES: tuple[FimTemplate, ...] = (
-    # StarCoder, StarCoder2, tiny_starcoder_py and the checkpoints trained here
-    FimTemplate(
-        "starcoder",
-        FIM_PREFIX,
-        FIM_SUFFIX,
-        FIM_MIDDLE,
-        stops=(FIM_PAD, "<file_sep>", "<|endoftext|>"),
-    ),
-    FimTemplate("santacoder", "<fim-prefix>", "<fim-suffix>", "<fim-middle>", stops=("<fim-pad>",)),
-    # Qwen2.5-Coder and CodeGemma
-    FimTemplate(
-        "qwen",
-        "<|fim_prefix|>",
-        "<|fim_suffix|>",
-        "<|fim_middle|>",
-        stops=QWEN_STOPS,
-    ),
-    FimTemplate(
-        "codellama", "▁<PRE>", "▁<SUF>", "▁<MID>", stops=("▁<EOT>",), bos=True, bare_suffix=True
-    ),
-    FimTemplate(
-        "deepseek",
-        "<｜fim▁begin｜>",
-        "<｜fim▁hole｜>",
-        "<｜fim▁end｜>",
-        stops=("<|EOT|>",),
-        bos=True,
-    ),
-)
+# every family's template (codeparrot.families), in the order detection tries them
+TEMPLATES: tuple[FimTemplate, ...] = fim_templates()
 TEMPLATE_NAMES: tuple[str, ...] = tuple(t.name for t in TEMPLATES)
+SPM_TRAINED = spm_trained_templates()  # the families trained here: SPM under "auto"
 
 
 def token_id(tokenizer: Any, name: str) -> int | None:
@@ -278,7 +207,7 @@ def resolve_order(order: str, template: FimTemplate, own_checkpoint: bool = Fals
         return order
     if order != AUTO:
         raise ValueError(f"FIM order must be one of {', '.join(ORDER_CHOICES)}, got {order!r}")
-    return SPM if own_checkpoint and template.name == "starcoder" else template.order
+    return SPM if own_checkpoint and template.name in SPM_TRAINED else template.order
 
 
 # Put before a text to encode it without the SentencePiece space before its first word (its

@@ -1,11 +1,13 @@
 """Tiny random models of the code-model families people run, each in its Hub layout.
 
-Each builder writes what ``save_pretrained`` writes for that family (config.json from
-transformers' own config class, model.safetensors, generation_config.json, tokenizer.json
-and tokenizer_config.json), with a tokenizer trained here on a few stdlib files that
-carries the family's real special tokens, spelled as on the Hub, and its real
-post-processing (BOS for the Llama family). Nothing is downloaded; a model builds in a
-second or two.
+Each test model is built from its family's record (:mod:`codeparrot.families`: the model
+type, the BOS and end-of-text tokens, the FIM template) plus what only a test needs: the
+Hub model it copies and the tokenizer's full list of special tokens. Each builder writes
+what ``save_pretrained`` writes for that family (config.json from transformers' own config
+class, model.safetensors, generation_config.json, tokenizer.json and tokenizer_config.json),
+with a tokenizer trained here on a few stdlib files that carries the family's real special
+tokens, spelled as on the Hub, and its real post-processing (BOS for the Llama family).
+Nothing is downloaded; a model builds in a second or two.
 
     from families import FAMILIES, build_family
     path = build_family("codellama", tmp_path / "codellama")
@@ -18,6 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from codeparrot.families import BY_NAME
+from codeparrot.families import Family as Record
 
 STARCODER_EXTRA = (
     "<filename>", "<gh_stars>", "<issue_start>", "<issue_comment>", "<issue_closed>",
@@ -43,6 +48,7 @@ QWEN_SPECIAL = (
     "<|file_sep|>",
 )  # fmt: skip
 CODELLAMA_FIM = ("▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>")
+CODEGEMMA_FIM = ("<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|file_separator|>")
 DEEPSEEK_BOS = "<｜begin▁of▁sentence｜>"
 DEEPSEEK_EOS = "<｜end▁of▁sentence｜>"
 # DeepSeek-Coder's tokenizer.json marks its FIM tokens as not special (so a decode with
@@ -52,18 +58,16 @@ DEEPSEEK_FIM = ("<｜fim▁hole｜>", "<｜fim▁begin｜>", "<｜fim▁end｜>"
 
 @dataclass(frozen=True)
 class Family:
-    """One family: its Hub model, architecture, tokenizer and documented FIM template."""
+    """The test model of one family: its record's facts, and its Hub layout."""
 
     name: str
+    family: str  # its record's name in codeparrot.families
     hub_id: str  # the model this one copies the layout of
-    model_type: str
     tokenizer: str  # "byte-level" or "byte-fallback" (SentencePiece-style, Llama)
     special: tuple[str, ...]  # special tokens, in id order after the vocabulary's own
-    bos: str | None = None  # the BOS the post-processor puts first (None: none)
-    eos: str = "<|endoftext|>"
     not_special: tuple[str, ...] = ()  # added tokens the Hub marks "special": false
     generation_eos: tuple[str, ...] = ()  # generation_config.json's eos_token_id list
-    template: str | None = None  # codeparrot.fim template name, None: no FIM
+    has_fim: bool = True  # its tokenizer has the family's FIM sentinels (where it has some)
     config: dict[str, Any] = field(default_factory=dict)
     # the tokenizer class the Hub's tokenizer_config.json names (None: transformers' own
     # name for the saved tokenizer)
@@ -72,32 +76,74 @@ class Family:
     # post-processor: DeepSeek-Coder's layout
     bos_from_config: bool = False
 
+    @property
+    def record(self) -> Record:
+        return BY_NAME[self.family]
+
+    @property
+    def model_type(self) -> str:
+        return self.record.model_type
+
+    @property
+    def bos(self) -> str | None:
+        """The BOS the post-processor puts first (None: none)."""
+        return self.record.bos
+
+    @property
+    def eos(self) -> str:
+        return self.record.eos
+
+    @property
+    def template(self) -> str | None:
+        """The codeparrot.fim template its tokenizer's sentinels pick (None: no FIM)."""
+        fim = self.record.fim
+        return fim.name if fim is not None and self.has_fim else None
+
 
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("codeparrot-small", "codeparrot/codeparrot-small", "gpt2", "byte-level",
-               ("<|endoftext|>",)),
-        Family("tiny_starcoder_py", "bigcode/tiny_starcoder_py", "gpt_bigcode", "byte-level",
-               ("<|endoftext|>", *STARCODER_FIM, *STARCODER_EXTRA), template="starcoder",
+        # the Hub's CodeParrot predates FIM: its tokenizer has no sentinels
+        Family("codeparrot-small", "codeparrot", "codeparrot/codeparrot-small", "byte-level",
+               ("<|endoftext|>",), has_fim=False),
+        Family("tiny_starcoder_py", "starcoder", "bigcode/tiny_starcoder_py", "byte-level",
+               ("<|endoftext|>", *STARCODER_FIM, *STARCODER_EXTRA),
                config={"multi_query": True}),
-        Family("santacoder", "bigcode/gpt_bigcode-santacoder", "gpt_bigcode", "byte-level",
+        Family("santacoder", "santacoder", "bigcode/gpt_bigcode-santacoder", "byte-level",
                ("<|endoftext|>", "<fim-prefix>", "<fim-middle>", "<fim-suffix>", "<fim-pad>"),
-               template="santacoder", config={"multi_query": True}),
-        Family("starcoder2", "bigcode/starcoder2-3b", "starcoder2", "byte-level",
-               ("<|endoftext|>", *STARCODER_FIM, *STARCODER2_EXTRA), template="starcoder"),
-        Family("qwen2.5-coder", "Qwen/Qwen2.5-Coder-0.5B", "qwen2", "byte-level", QWEN_SPECIAL,
-               generation_eos=("<|endoftext|>", "<|im_end|>"), template="qwen"),
-        Family("codellama", "codellama/CodeLlama-7b-hf", "llama", "byte-fallback",
-               ("<unk>", "<s>", "</s>", *CODELLAMA_FIM), bos="<s>", eos="</s>",
-               template="codellama", hub_class="CodeLlamaTokenizer"),
-        Family("deepseek-coder", "deepseek-ai/deepseek-coder-1.3b-base", "llama", "byte-level",
-               (DEEPSEEK_BOS, DEEPSEEK_EOS, "<|EOT|>"), bos=DEEPSEEK_BOS, eos=DEEPSEEK_EOS,
-               not_special=DEEPSEEK_FIM, template="deepseek", hub_class="LlamaTokenizerFast",
-               bos_from_config=True),
-        Family("codegen", "Salesforce/codegen-350M-mono", "codegen", "byte-level",
+               config={"multi_query": True}),
+        Family("starcoder2", "starcoder2", "bigcode/starcoder2-3b", "byte-level",
+               ("<|endoftext|>", *STARCODER_FIM, *STARCODER2_EXTRA)),
+        Family("qwen2.5-coder", "qwen2.5-coder", "Qwen/Qwen2.5-Coder-0.5B", "byte-level",
+               QWEN_SPECIAL, generation_eos=("<|endoftext|>", "<|im_end|>")),
+        # what `codeparrot train --preset tiny-qwen` writes (the tokenizer trained here)
+        Family("codeparrot-qwen3", "codeparrot-qwen3", "", "byte-level",
+               ("<|endoftext|>", *STARCODER_FIM), config={"tie_word_embeddings": True}),
+        Family("codellama", "codellama", "codellama/CodeLlama-7b-hf", "byte-fallback",
+               ("<unk>", "<s>", "</s>", *CODELLAMA_FIM), hub_class="CodeLlamaTokenizer"),
+        Family("deepseek-coder", "deepseek-coder", "deepseek-ai/deepseek-coder-1.3b-base",
+               "byte-level", (DEEPSEEK_BOS, DEEPSEEK_EOS, "<|EOT|>"), not_special=DEEPSEEK_FIM,
+               hub_class="LlamaTokenizerFast", bos_from_config=True),
+        Family("qwen3", "qwen3", "Qwen/Qwen3-0.6B-Base", "byte-level", QWEN_SPECIAL,
+               config={"tie_word_embeddings": True}),
+        Family("llama", "llama", "meta-llama/Llama-2-7b-hf", "byte-fallback",
+               ("<unk>", "<s>", "</s>")),
+        Family("mistral", "mistral", "mistralai/Mistral-7B-v0.1", "byte-fallback",
+               ("<unk>", "<s>", "</s>")),
+        Family("mixtral", "mixtral", "mistralai/Mixtral-8x7B-v0.1", "byte-fallback",
+               ("<unk>", "<s>", "</s>")),
+        Family("codegemma", "codegemma", "google/codegemma-2b", "byte-fallback",
+               ("<pad>", "<eos>", "<bos>", "<unk>", *CODEGEMMA_FIM)),
+        Family("gemma2", "gemma2", "google/gemma-2-2b", "byte-fallback",
+               ("<pad>", "<eos>", "<bos>", "<unk>")),
+        Family("phi3", "phi3", "microsoft/Phi-3-mini-4k-instruct", "byte-fallback",
+               ("<unk>", "<s>", "</s>", "<|endoftext|>", "<|assistant|>", "<|end|>",
+                "<|user|>")),
+        Family("gpt_neox", "gpt_neox", "EleutherAI/pythia-160m", "byte-level",
+               ("<|endoftext|>", "<|padding|>")),
+        Family("codegen", "codegen", "Salesforce/codegen-350M-mono", "byte-level",
                ("<|endoftext|>",)),
-        Family("phi-1", "microsoft/phi-1", "phi", "byte-level", ("<|endoftext|>",)),
+        Family("phi-1", "phi", "microsoft/phi-1", "byte-level", ("<|endoftext|>",)),
     )
 }  # fmt: skip
 FAMILY_NAMES: tuple[str, ...] = tuple(FAMILIES)
@@ -207,11 +253,18 @@ def _model_config(family: Family, vocab: int, bos: int, eos: int) -> Any:
     make: dict[str, Callable[[], Any]] = {
         "gpt2": lambda: tf.GPT2Config(**gpt_like, **small),
         "gpt_bigcode": lambda: tf.GPTBigCodeConfig(**gpt_like, **small, **family.config),
+        "qwen3": lambda: tf.Qwen3Config(**llama_like, head_dim=8, **small, **family.config),
+        "mistral": lambda: tf.MistralConfig(**llama_like, sliding_window=None, **small),
         "codegen": lambda: tf.CodeGenConfig(**gpt_like, n_ctx=256, rotary_dim=4, **small),
         "starcoder2": lambda: tf.Starcoder2Config(**llama_like, **small),
         "qwen2": lambda: tf.Qwen2Config(**llama_like, **small),
         "llama": lambda: tf.LlamaConfig(**llama_like, **small),
         "phi": lambda: tf.PhiConfig(**llama_like, **small),
+        "phi3": lambda: tf.Phi3Config(**llama_like, **small),
+        "mixtral": lambda: tf.MixtralConfig(**llama_like, num_local_experts=4, **small),
+        "gemma": lambda: tf.GemmaConfig(**llama_like, head_dim=8, **small),
+        "gemma2": lambda: tf.Gemma2Config(**llama_like, head_dim=8, **small),
+        "gpt_neox": lambda: tf.GPTNeoXConfig(**llama_like, **small),
     }
     return make[family.model_type]()
 

@@ -507,3 +507,39 @@ def test_a_drifted_figure_is_caught() -> None:
         "[3.35x](RESULTS.md#speed-benchxpy): 3.35 is not in that section"
     ]
     assert figure_problems("[83.4 ms p95](RESULTS.md#speed-benchxpy)", results)
+
+
+def families_section(readme: str) -> str | None:
+    """The README's text between the families markers, None where a marker is missing."""
+    from codeparrot.families import TABLE_BEGIN, TABLE_END
+
+    start, end = readme.find(TABLE_BEGIN), readme.find(TABLE_END)
+    if start < 0 or end < start:
+        return None
+    return readme[start + len(TABLE_BEGIN) : end].strip()
+
+
+def test_readme_families_table_is_the_generated_one() -> None:
+    """The README's capability table is what codeparrot.families generates from its
+    records: a family added, or a capability changed, without the README fails here.
+    (To update it, paste the output of ``python -m codeparrot.families`` between the markers.)"""
+    from codeparrot.families import capability_table
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = families_section(readme)
+    assert section is not None, "README.md has no <!-- families:begin/end --> markers"
+    assert "## Model families" in readme[: readme.find("<!-- families:begin -->")]
+    assert section == capability_table(), (
+        "README.md's families table differs from codeparrot.families.capability_table()"
+    )
+
+
+def test_a_stale_families_table_is_caught() -> None:
+    from codeparrot.families import TABLE_BEGIN, TABLE_END, capability_table
+
+    table = capability_table()
+    fresh = f"## Model families\n{TABLE_BEGIN}\n{table}\n{TABLE_END}\n"
+    assert families_section(fresh) == table
+    stale = fresh.replace("| codegen |", "| codegen2 |")
+    assert families_section(stale) != table
+    assert families_section("no markers") is None

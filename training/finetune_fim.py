@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.errors import ConfigError
-from codeparrot.fim import BARE_MARKER, leading_special_ids
+from codeparrot.fim import BARE_MARKER, TEMPLATES, leading_special_ids
 from codeparrot.options import DEFAULT_FIM_RATE
 from codeparrot.training.data import FimTransform, encode_batch
 
 # Templates whose model learnt an end-of-middle token after the middle (the others end it
 # with end-of-text, which packing puts after every document): CodeLlama's ``▁<EOT>``
-# (Meta's ``infilling_prompt_tokens``), and the END of ``--fim-tokens`` when given.
-END_OF_MIDDLE = {"codellama": "▁<EOT>"}
+# (each family's record in codeparrot.families), and the END of ``--fim-tokens`` when given.
+END_OF_MIDDLE = {t.name: t.end for t in TEMPLATES if t.end is not None}
 
 
 @dataclass(frozen=True)

@@ -25,27 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.errors import ConfigError
+from codeparrot.families import conv1d_model_types, lora_targets
 
-# The projections LoRA adapts by default, per model_type: attention everywhere (what the
-# LoRA paper and peft's own defaults do), the output projection too where it is a
-# separate module. Others: name them with --lora-targets.
-LLAMA_ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
-DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
-    "gpt2": ("c_attn", "c_proj"),
-    "gpt_bigcode": ("c_attn",),
-    "llama": LLAMA_ATTENTION,
-    "mistral": LLAMA_ATTENTION,
-    "mixtral": LLAMA_ATTENTION,
-    "qwen2": LLAMA_ATTENTION,
-    "qwen3": LLAMA_ATTENTION,
-    "starcoder2": LLAMA_ATTENTION,
-    "gemma": LLAMA_ATTENTION,
-    "gemma2": LLAMA_ATTENTION,
-    "phi": ("q_proj", "k_proj", "v_proj", "dense"),
-    "phi3": ("qkv_proj", "o_proj"),
-    "codegen": ("qkv_proj", "out_proj"),
-    "gpt_neox": ("query_key_value", "dense"),
-}
+# The projections LoRA adapts by default, per model_type (each family's record in
+# codeparrot.families). Others: name them with --lora-targets.
+DEFAULT_TARGETS: dict[str, tuple[str, ...]] = lora_targets()
+# model types whose projections are Conv1D (GPT-2's: weights stored input-major)
+CONV1D = conv1d_model_types()
 # Most logits (floats) one micro-batch may hold: 2**25 is 128 MiB in float32, so a
 # 49k-token vocabulary takes one 1,024-token sequence per forward pass.
 LOGITS_PER_MICRO_BATCH = 1 << 25
@@ -126,7 +112,7 @@ def attach_lora(model: Any, settings: LoraSettings) -> Any:
         lora_dropout=settings.dropout,
         target_modules=target_modules(model, settings.targets),
         # GPT-2 keeps its projections as Conv1D (weights stored input-major)
-        fan_in_fan_out=model.config.model_type == "gpt2",
+        fan_in_fan_out=model.config.model_type in CONV1D,
         bias="none",
         task_type="CAUSAL_LM",
     )

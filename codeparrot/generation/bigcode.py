@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from codeparrot.generation.gpt2 import GPT2Decoder, _Layer
 from codeparrot.generation.int8 import int8_linear
+from codeparrot.models.lean_variants import gpt2_config_problem
 
 
 class GPTBigCodeDecoder(GPT2Decoder):
@@ -61,10 +62,7 @@ class GPTBigCodeDecoder(GPT2Decoder):
         """Empty for a GPTBigCode LM without cross-attention, else what is not covered."""
         if type(model).__name__ != "GPTBigCodeForCausalLM":
             return f"{type(model).__name__} is not a GPTBigCode model"
-        cfg = model.config
-        if getattr(cfg, "add_cross_attention", False):
-            return "cross-attention"
-        return "" if cfg.n_embd % cfg.n_head == 0 else "width not a multiple of the heads"
+        return gpt2_config_problem(model.config)
 
     @staticmethod
     def _out_in(weight: torch.Tensor) -> torch.Tensor:

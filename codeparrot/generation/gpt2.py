@@ -42,6 +42,7 @@ from codeparrot.generation.int8 import (
     quantize_rows,
 )
 from codeparrot.generation.int8 import int8_supported as int8_supported
+from codeparrot.models.lean_variants import gpt2_config_problem
 
 logger = logging.getLogger(__name__)
 
@@ -237,10 +238,7 @@ class GPT2Decoder:
         this decoder does not cover."""
         if type(model).__name__ != "GPT2LMHeadModel":
             return f"{type(model).__name__} is not a GPT-2 model"
-        cfg = model.config
-        if getattr(cfg, "add_cross_attention", False):
-            return "cross-attention"
-        return "" if cfg.n_embd % cfg.n_head == 0 else "width not a multiple of the heads"
+        return gpt2_config_problem(model.config)
 
     def new_cache(self, rows: int, length: int, prefix: KVCache | None = None) -> KVCache:
         """Room for ``length`` positions of ``rows`` sequences (after ``prefix``, if given):

@@ -1,36 +1,36 @@
 """Which lean decoder (own KV cache, int8 and compiled one-token steps) serves a model.
 
-Covered: GPT-2 (:mod:`~codeparrot.generation.gpt2`), GPTBigCode
+The decoders: GPT-2 (:mod:`~codeparrot.generation.gpt2`), GPTBigCode
 (:mod:`~codeparrot.generation.bigcode`: StarCoder, SantaCoder), the Llama family
 (:mod:`~codeparrot.generation.llama`: Llama, CodeLlama, DeepSeek-Coder, Qwen2,
-Qwen2.5-Coder, Mistral, Starcoder2) and Qwen3 (:mod:`~codeparrot.generation.qwen3`).
+Qwen2.5-Coder, Mistral, Starcoder2) and Qwen3 (:mod:`~codeparrot.generation.qwen3`); which
+family each computes is in its record in :mod:`codeparrot.families`.
 Any other model, or a variant of these the blocks do not compute, runs the
 ``transformers`` forward; :func:`lean_decoder` logs one line saying which and why.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from typing import Any
 
-from codeparrot.generation.bigcode import GPTBigCodeDecoder
+from codeparrot.families import lean_covered, lean_decoders
 from codeparrot.generation.gpt2 import GPT2Decoder
-from codeparrot.generation.llama import LlamaDecoder
-from codeparrot.generation.qwen3 import Qwen3Decoder
 
 logger = logging.getLogger(__name__)
 
+
+def _decoder_class(dotted: str) -> type[GPT2Decoder]:
+    module, name = dotted.rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
+
+
 # the model class (as transformers names it) -> the decoder that computes it
 DECODERS: dict[str, type[GPT2Decoder]] = {
-    "GPT2LMHeadModel": GPT2Decoder,
-    "GPTBigCodeForCausalLM": GPTBigCodeDecoder,
-    "LlamaForCausalLM": LlamaDecoder,
-    "Qwen2ForCausalLM": LlamaDecoder,
-    "MistralForCausalLM": LlamaDecoder,
-    "Starcoder2ForCausalLM": LlamaDecoder,
-    "Qwen3ForCausalLM": Qwen3Decoder,
+    model_class: _decoder_class(dotted) for model_class, dotted in lean_decoders().items()
 }
-COVERED = "GPT-2, GPTBigCode, Llama, Qwen2, Mistral, Starcoder2 and Qwen3"
+COVERED = lean_covered()
 
 
 def why_no_lean_decoder(model: Any) -> str:

@@ -33,19 +33,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from codeparrot.families import layout_of_class, lean_layouts
 from codeparrot.generation.gpt2 import GPT2Decoder, KVCache, attend
 from codeparrot.generation.int8 import int8_linear
+from codeparrot.models.lean_variants import STATIC_ROPE as STATIC_ROPE
+from codeparrot.models.lean_variants import llama_config_problem as _config_problem
 
-# the model classes this decoder runs, and where each keeps its MLP's matrices
-ARCHITECTURES = (
-    "LlamaForCausalLM",
-    "Qwen2ForCausalLM",
-    "MistralForCausalLM",
-    "Starcoder2ForCausalLM",
-    "Qwen3ForCausalLM",
-)
-# rotary scalings whose angles depend on the position alone (computed once in the module)
-STATIC_ROPE = ("default", "linear", "llama3")
+# the model classes this decoder (or Qwen3's, a subclass) runs: those of the families
+# whose weights are laid out as Llama's
+ARCHITECTURES = tuple(cls for cls, lay in lean_layouts().values() if lay.stack == "model")
 # matrices read side by side: one int8 kernel for each group (float weights stay apart)
 _GATED_GROUPS = {"qkv": ("q", "k", "v"), "o": ("o",), "up": ("gate", "up"), "down": ("down",)}
 _PLAIN_GROUPS = {"qkv": ("q", "k", "v"), "o": ("o",), "up": ("up",), "down": ("down",)}
@@ -65,26 +61,6 @@ class _Block:
     window: int | None  # positions a token sees (itself included), None: all
 
 
-def _config_problem(cfg: Any, name: str) -> str:
-    """Why the config of a covered architecture is a variant the blocks do not compute."""
-    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-    kind = rope.get("rope_type", rope.get("type", "default"))
-    if kind not in STATIC_ROPE:
-        return f"rotary scaling {kind!r} (covered: {', '.join(STATIC_ROPE)})"
-    if getattr(cfg, "partial_rotary_factor", 1.0) != 1.0:
-        return "partial rotary embeddings"
-    if cfg.num_attention_heads % cfg.num_key_value_heads:
-        return "query heads not a multiple of key/value heads"
-    kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
-    if not kinds <= {"full_attention", "sliding_attention"}:
-        return f"attention layer types {sorted(kinds)}"
-    if name == "Starcoder2ForCausalLM":
-        return "" if cfg.hidden_act in ("gelu_pytorch_tanh", "gelu", "gelu_new") else "activation"
-    if cfg.hidden_act != "silu":
-        return f"activation {cfg.hidden_act!r} (covered: silu)"
-    return ""
-
-
 class LlamaDecoder(GPT2Decoder):
     """Forward passes of a Llama-style causal LM written out over its parameters."""
 
@@ -100,7 +76,8 @@ class LlamaDecoder(GPT2Decoder):
         self.head_dim = attn0.q_proj.weight.size(0) // self.n_head
         self.scaling = self.head_dim**-0.5
         self.eps = getattr(cfg, "rms_norm_eps", None) or getattr(cfg, "norm_epsilon", 1e-5)
-        self.layer_norm = type(model).__name__ == "Starcoder2ForCausalLM"
+        layout = layout_of_class(type(model).__name__)
+        self.layer_norm = layout is not None and layout.layer_norm  # Starcoder2's
         self.gated = hasattr(inner.layers[0].mlp, "gate_proj")
         self.groups = _GATED_GROUPS if self.gated else _PLAIN_GROUPS
         self.context_length = cfg.max_position_embeddings

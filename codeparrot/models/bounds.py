@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from codeparrot.errors import CheckpointError
+from codeparrot.families import learned_positions
 
 # Far above every released model (Llama 4 Scout: 10M positions; Gemma: a 262k
 # vocabulary; 16,384 wide; 126 layers), far below what a tiny file can ask a loader to
@@ -56,7 +57,8 @@ SIZE_KEYS = {
 # The fewest bytes a weight takes in any dtype the loader uses (bfloat16, float16): the
 # estimate is a floor, so only a model that cannot fit in any of them is refused.
 BYTES_PER_WEIGHT = 2
-LEARNED_POSITIONS = ("gpt2", "gpt_bigcode", "gpt_neo", "opt")  # a (positions, width) table
+# a (positions, width) table: the families' (codeparrot.families) and two more model types
+LEARNED_POSITIONS = learned_positions() | {"gpt_neo", "opt"}
 INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 MAX_INDEX_BYTES = 64 * 2**20  # a 1,000-shard index is under 200 kB
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.errors import CheckpointError
+from codeparrot.families import always_shipped
 from codeparrot.io import atomic_directory, read_json, write_json
 from codeparrot.models.adapter import adapter_base, apply_adapter, is_adapter
 from codeparrot.models.bounds import check_checkpoint_bounds
@@ -40,11 +41,9 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model")
 TOKENIZER_CONFIG = "tokenizer_config.json"
 
 logger = logging.getLogger(__name__)
-# model types that every transformers release pyproject allows ships (those of the lean
-# load), so that refusing an unknown one needs no import of transformers for them
-ALWAYS_SHIPPED = frozenset(
-    ("gpt2", "gpt_bigcode", "llama", "qwen2", "mistral", "starcoder2", "qwen3")
-)
+# model types that every transformers release pyproject allows ships (the families'
+# records say which), so that refusing an unknown one needs no import of transformers
+ALWAYS_SHIPPED = always_shipped()
 
 
 def resolve_checkpoint(path: str | Path, revision: str | None = None) -> Path:

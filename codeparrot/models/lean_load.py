@@ -23,7 +23,7 @@ from the safetensors files instead:
 - ``generation_config`` holds ``generation_config.json`` (the engine reads its end ids).
 
 The result is an ``nn.Module`` named as transformers' causal LM class of the
-``model_type`` (so ``lean.DECODERS`` finds its decoder) whose ``parameters()``, ``to()`` and ``eval()`` work
+``model_type`` (so the lean decoders find theirs) whose ``parameters()``, ``to()`` and ``eval()`` work
 as the real model's; it has no forward. :func:`lean_load_problem` says up front when a
 checkpoint cannot take this path (an adapter, ``pytorch_model.bin`` weights, an
 architecture or variant the decoders do not compute), and the caller then uses
@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from codeparrot.errors import CheckpointError
+from codeparrot.families import WeightLayout, lean_layouts
 from codeparrot.models.adapter import is_adapter
 from codeparrot.models.bounds import family_defaults
 from codeparrot.models.checkpoint import (
@@ -53,23 +54,15 @@ from codeparrot.models.checkpoint import (
     read_model_config,
     resolve_checkpoint,
 )
+from codeparrot.models.lean_variants import variant_problem
 from codeparrot.models.start_cache import StartCache, config_record, tokenizer_record
 
 logger = logging.getLogger(__name__)
 
-# the architectures this module lays out (those of codeparrot.generation.lean.DECODERS),
-# by model_type: the key transformers' AutoModelForCausalLM picks the class by
-ARCHITECTURES = {
-    "gpt2": "GPT2LMHeadModel",
-    "gpt_bigcode": "GPTBigCodeForCausalLM",
-    "llama": "LlamaForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "starcoder2": "Starcoder2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-}
-GPT2_LIKE = ("GPT2LMHeadModel", "GPTBigCodeForCausalLM")
-LLAMA_LIKE = tuple(a for a in ARCHITECTURES.values() if a not in GPT2_LIKE)
+# the architectures this module lays out (the families with a lean decoder), by
+# model_type: the key transformers' AutoModelForCausalLM picks the class by
+LAYOUTS: dict[str, tuple[str, WeightLayout]] = lean_layouts()
+ARCHITECTURES = {model_type: arch for model_type, (arch, _) in LAYOUTS.items()}
 # activations (transformers' ACT2FN names) whose torch computation is written out below
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 SINGLE_FILE = "model.safetensors"
@@ -88,9 +81,9 @@ def lean_load_problem(path: Path, config: dict[str, Any]) -> str:
     return ""
 
 
-def _activation_name(config: Any, arch: str) -> str:
+def _activation_name(config: Any, layout: WeightLayout) -> str:
     """The MLP's activation as transformers' configuration names it."""
-    return config.activation_function if arch in GPT2_LIKE else config.hidden_act
+    return config.activation_function if layout.stack == "transformer" else config.hidden_act
 
 
 def load_lean_checkpoint(
@@ -108,21 +101,19 @@ def load_lean_checkpoint(
     raw = read_model_config(path, defaults=defaults)
     if lean_load_problem(path, raw):
         return None
-    from codeparrot.generation.lean import why_no_lean_decoder
-
     config, tokenizer = (None, None) if kept is None else (kept.config(), kept.tokenizer())
     if config is None:
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    arch = ARCHITECTURES[raw["model_type"]]
+    arch, layout = LAYOUTS[raw["model_type"]]
     model = _root(arch, config)
-    if why_no_lean_decoder(model) or _activation_name(config, arch) not in ACTIVATIONS:
+    if variant_problem(arch, config) or _activation_name(config, layout) not in ACTIVATIONS:
         return None  # a variant the decoder does not compute, or an activation not below
     _, tokenizer = _checked(path, tokenizer, None, defaults=defaults)
     meta = read_checkpoint_meta(path)
-    tensors = _read_weights(path, config, arch)
-    rope = _fill(model, tensors, config, arch, None if kept is None else kept.rope)
+    tensors = _read_weights(path, config, layout)
+    rope = _fill(model, tensors, config, layout, None if kept is None else kept.rope)
     model.weight_files = _weight_files(path)
     model.generation_config = _generation_config(path)
     check_vocab(tokenizer, config.vocab_size, where=f"checkpoint {path}")
@@ -187,16 +178,16 @@ class LeanModel(torch.nn.Module):
         return next(self.parameters()).dtype
 
 
-def _expected(arch: str, cfg: Any) -> dict[str, tuple[int, ...]]:
+def _expected(layout: WeightLayout, cfg: Any) -> dict[str, tuple[int, ...]]:
     """Every weight the architecture reads, and its shape (as transformers builds it)."""
-    if arch in GPT2_LIKE:
-        return _expected_gpt2(arch, cfg)
-    return _expected_llama(arch, cfg)
+    if layout.stack == "transformer":
+        return _expected_gpt2(layout, cfg)
+    return _expected_llama(layout, cfg)
 
 
-def _expected_gpt2(arch: str, cfg: Any) -> dict[str, tuple[int, ...]]:
+def _expected_gpt2(layout: WeightLayout, cfg: Any) -> dict[str, tuple[int, ...]]:
     C, inner = cfg.n_embd, cfg.n_inner or 4 * cfg.n_embd
-    if arch == "GPT2LMHeadModel":  # Conv1D: (in, out)
+    if layout.conv1d:  # GPT-2's Conv1D: (in, out)
         qkv, lin = 3 * C, lambda i, o: (i, o)
     else:  # nn.Linear: (out, in); multi-query: one key/value head
         qkv = C + 2 * (C // cfg.n_head if cfg.multi_query else C)
@@ -217,23 +208,23 @@ def _expected_gpt2(arch: str, cfg: Any) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _llama_biases(arch: str, cfg: Any) -> tuple[set[str], bool]:
+def _llama_biases(layout: WeightLayout, cfg: Any) -> tuple[set[str], bool]:
     """(projections with a bias, whether the MLP's have one) as each family builds them."""
-    if arch == "Qwen2ForCausalLM":
+    if layout.biases == "qkv":  # Qwen2
         return {"q", "k", "v"}, False
-    if arch == "MistralForCausalLM":
+    if layout.biases == "none":  # Mistral
         return set(), False
-    if arch == "Starcoder2ForCausalLM":
+    if layout.biases == "use_bias":  # Starcoder2
         return ({"q", "k", "v", "o"}, True) if cfg.use_bias else (set(), False)
     attn = {"q", "k", "v", "o"} if getattr(cfg, "attention_bias", False) else set()
     return attn, bool(getattr(cfg, "mlp_bias", False))
 
 
-def _expected_llama(arch: str, cfg: Any) -> dict[str, tuple[int, ...]]:
+def _expected_llama(layout: WeightLayout, cfg: Any) -> dict[str, tuple[int, ...]]:
     C, nh, nkv = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads
     hd, inner = _head_dim(cfg), cfg.intermediate_size
-    attn_bias, mlp_bias = _llama_biases(arch, cfg)
-    layer_norm = arch == "Starcoder2ForCausalLM"  # LayerNorm with a bias, a plain MLP
+    attn_bias, mlp_bias = _llama_biases(layout, cfg)
+    layer_norm = layout.layer_norm  # LayerNorm with a bias, a plain MLP
     outs = {"q": nh * hd, "k": nkv * hd, "v": nkv * hd}
     shapes = {"model.embed_tokens.weight": (cfg.vocab_size, C)}
     for i in range(cfg.num_hidden_layers):
@@ -247,7 +238,7 @@ def _expected_llama(arch: str, cfg: Any) -> dict[str, tuple[int, ...]]:
             shapes[p + f"self_attn.{k}_proj.weight"] = (out, inp)
             if k in attn_bias:
                 shapes[p + f"self_attn.{k}_proj.bias"] = (out,)
-        if arch == "Qwen3ForCausalLM":
+        if layout.qk_norm:
             shapes[p + "self_attn.q_norm.weight"] = shapes[p + "self_attn.k_norm.weight"] = (hd,)
         mlp = (
             {"c_fc": (inner, C), "c_proj": (C, inner)}
@@ -281,14 +272,14 @@ def _weight_files(path: Path) -> list[Path]:
     return [path / name for name in sorted(set(weight_map.values()))]
 
 
-def _read_weights(path: Path, cfg: Any, arch: str) -> dict[str, Any]:
+def _read_weights(path: Path, cfg: Any, layout: WeightLayout) -> dict[str, Any]:
     """The tensors the architecture needs, by name, memory-mapped from the safetensors
     files; the same error as ``load_checkpoint`` for a file that cannot be read or a
     tensor that is missing or of the wrong shape."""
     from safetensors import safe_open
 
-    expected = _expected(arch, cfg)
-    prefix = "transformer." if arch in GPT2_LIKE else "model."
+    expected = _expected(layout, cfg)
+    prefix = layout.prefix
     tensors: dict[str, Any] = {}
     wrong: list[str] = []
     try:
@@ -322,7 +313,7 @@ def _read_weights(path: Path, cfg: Any, arch: str) -> dict[str, Any]:
 
 
 def _fill(
-    model: Any, tensors: dict[str, Any], cfg: Any, arch: str, kept_rope: Any = None
+    model: Any, tensors: dict[str, Any], cfg: Any, layout: WeightLayout, kept_rope: Any = None
 ) -> tuple[Any, float] | None:
     """Lay ``tensors`` out under ``model`` by their dotted names (numbers index lists),
     tie the head, and add what the decoders read besides weights: the rotary frequencies
@@ -336,16 +327,17 @@ def _fill(
     for module in model.modules():  # a matrix without a bias has bias None, as nn.Linear
         if "weight" in module._parameters and "bias" not in module._parameters:
             module.register_parameter("bias", None)
-    embed = "transformer.wte" if arch in GPT2_LIKE else "model.embed_tokens"
+    gpt2_like = layout.stack == "transformer"
+    embed = "transformer.wte" if gpt2_like else "model.embed_tokens"
     if cfg.tie_word_embeddings:
         head = _child(model, "lm_head")
         head.weight = model.get_submodule(embed).weight
-    act = _activation(_activation_name(cfg, arch))
-    blocks = model.transformer.h if arch in GPT2_LIKE else model.model.layers
+    act = _activation(_activation_name(cfg, layout))
+    blocks = model.transformer.h if gpt2_like else model.model.layers
     for block in blocks:
         block.mlp.act = act  # GPT-2, GPTBigCode and Starcoder2 name it so
         block.mlp.act_fn = act  # the Llama family
-    if arch not in LLAMA_LIKE:
+    if gpt2_like:  # learned positions, no rotary ones
         return None
     rotary = _child(model.model, "rotary_emb")
     if kept_rope is not None:

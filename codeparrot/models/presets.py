@@ -23,7 +23,9 @@ from codeparrot.options import MAX_N_POSITIONS as MAX_N_POSITIONS  # re-exported
 from codeparrot.options import N_POSITIONS, PRESET
 
 VOCAB_MULTIPLE = 64
-ARCHITECTURES = ("gpt2", "qwen3")
+# the model types a preset builds from scratch (the families codeparrot and
+# codeparrot-qwen3 of codeparrot.families)
+PRESET_MODEL_TYPES = ("gpt2", "qwen3")
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class ModelPreset:
     dropout: float  # residual, embedding and attention dropout
     description: str
     learning_rate: float  # peak of the pretraining schedule (with AdamW)
-    architecture: str = "gpt2"  # one of ARCHITECTURES
+    architecture: str = "gpt2"  # one of PRESET_MODEL_TYPES
     intermediate_size: int | None = None  # SwiGLU width (qwen3); GPT-2's MLP is 4x
     tie_word_embeddings: bool = True  # the output head shares the input embedding
     muon_learning_rate: float | None = None  # the peak with Muon, where measured apart
@@ -163,7 +165,7 @@ def build_model_config(
     if shape.architecture != "gpt2":
         raise ConfigError(
             f"preset {shape.name}: unknown architecture {shape.architecture!r} "
-            f"(known: {', '.join(ARCHITECTURES)})"
+            f"(known: {', '.join(PRESET_MODEL_TYPES)})"
         )
     from transformers import GPT2Config
 

@@ -17,6 +17,7 @@ from codeparrot.generation.bigcode import GPTBigCodeDecoder
 from codeparrot.generation.gpt2 import int8_supported
 from codeparrot.generation.lean import lean_decoder
 from codeparrot.generation.llama import LlamaDecoder
+from codeparrot.generation.qwen3 import Qwen3Decoder
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from families import build_family
@@ -30,6 +31,9 @@ DECODERS = {
     "qwen2.5-coder": LlamaDecoder,  # query/key/value biases
     "codellama": LlamaDecoder,  # byte-fallback tokenizer, BOS
     "deepseek-coder": LlamaDecoder,
+    "mistral": LlamaDecoder,  # no biases
+    "codeparrot-qwen3": Qwen3Decoder,  # RMS-normed queries and keys
+    "qwen3": Qwen3Decoder,  # the Hub's Qwen3: Qwen's tokens
 }
 
 
