@@ -350,23 +350,20 @@ TABLE_END = "<!-- families:end -->"
 
 def capability_table() -> str:
     """The README's table of families (between :data:`TABLE_BEGIN` and :data:`TABLE_END`):
-    each family's CPU fast path, infilling template, default LoRA targets, and whether a
-    test model covers it and a GPU run checked it."""
+    each family's CPU fast path, infilling template, whether LoRA knows its target modules,
+    and whether a test model covers it and a GPU run checked it."""
     rows = [
-        "| Family | Models | `model_type` | CPU fast path | Fill in the middle | LoRA targets "
-        "| Tested |",
-        "|---|---|---|---|---|---|---|",
+        "| Models | CPU fast path | Fill in the middle | LoRA | Tested |",
+        "|---|---|---|---|---|",
     ]
     for f in FAMILIES:
         fast = "yes" if f.decoder is not None else "no"
         fim = f"{f.fim.name} ({f.fim_order.upper()})" if f.fim is not None else "no"
-        lora = ", ".join(f"`{t}`" for t in f.lora_targets) or "name them"
+        lora = "yes" if f.lora_targets else "name the modules"
         tested = "tiny model" if f.test_model is not None else "untested"
         if f.gpu_checked:
             tested += ", GPU"
-        rows.append(
-            f"| {f.name} | {f.title} | `{f.model_type}` | {fast} | {fim} | {lora} | {tested} |"
-        )
+        rows.append(f"| {f.title} | {fast} | {fim} | {lora} | {tested} |")
     return "\n".join(rows)
 
 

@@ -540,6 +540,6 @@ def test_a_stale_families_table_is_caught() -> None:
     table = capability_table()
     fresh = f"## Model families\n{TABLE_BEGIN}\n{table}\n{TABLE_END}\n"
     assert families_section(fresh) == table
-    stale = fresh.replace("| codegen |", "| codegen2 |")
+    stale = fresh.replace("| CodeGen |", "| CodeGen 2 |")
     assert families_section(stale) != table
     assert families_section("no markers") is None
