@@ -21,7 +21,7 @@ from typing import Any
 from codeparrot.errors import ConfigError
 from codeparrot.training.config import TrainConfig
 from codeparrot.training.data import SequenceSource
-from codeparrot.training.flops import measure_peak_flops  # noqa: F401 (re-exported)
+from codeparrot.training.flops import measure_peak_flops, mfu  # noqa: F401 (re-exported)
 from codeparrot.training.optim import lr_factor, parameter_groups  # noqa: F401 (re-exported)
 from codeparrot.training.plan import MEASURE_STEPS, SKIP_STEPS, decide, replan
 from codeparrot.training.rundir import (  # noqa: F401 (re-exported)
@@ -58,7 +58,16 @@ class TrainResult:
     precision: dict[str, Any] | None = None  # PrecisionChoice.to_dict(): asked, chosen, why
     planned_steps: int | None = None  # the steps the schedule was laid over
     seq_length: int | None = None
-    designed_tokens: int | None = None  # the tokens of all --max-steps
+    designed_tokens: int | None = None  # the tokens of all --max-steps (or a longer plan's)
+    # the rate after the first SKIP_STEPS steps (compilation, first allocations): None when
+    # the run was too short to tell; ``tokens_per_s`` is the whole run's, those included
+    steady_tokens_per_s: float | None = None
+    compile_seconds: float | None = None  # the first steps' time beyond the steady pace
+    flops_per_s: float | None = None  # model FLOP/s (6N + 12·L·d·T a token), all processes
+    mfu: float | None = None  # flops_per_s over peak_flops x processes, at most 1
+    peak_flops: float | None = None  # one device's measured peak (or --peak-tflops)
+    datasheet_peak_flops: float | None = None  # its datasheet's dense bf16 peak, if known
+    device_name: str | None = None
 
 
 def train(
@@ -96,6 +105,12 @@ class _Progress:
     last_loss: float | None = None
     eval_loss: float | None = None
     last_saved: Path | None = None
+    paused: float = 0.0  # seconds spent evaluating and saving between steps
+    steady_start: float | None = None  # the clock after the warm-up steps (device synced)
+    steady_step: int = 0
+    steady_paused: float = 0.0  # ``paused`` then
+    warm_seconds: float = 0.0  # training time of the warm-up steps
+    end: float | None = None  # the clock after the last step (device synced)
 
     @classmethod
     def starting(cls, run: Run) -> _Progress:
@@ -112,6 +127,42 @@ class _Progress:
         now = time.perf_counter()
         state.train_seconds = self.seconds_before + (now - self.start)
         return now
+
+    def pause(self, seconds: float) -> None:
+        """Leave ``seconds`` of evaluation and saving out of the training rates."""
+        self.paused += seconds
+        self.window_start += seconds
+
+    def mark(self, run: Run, steady: bool) -> None:
+        """The clock, once the device has done its queued work: where the steady rate starts
+        (``steady``) or where training ended. The only device syncs outside ``--log-every``."""
+        synchronize(run.accelerator.device)
+        now = time.perf_counter()
+        if not steady:
+            self.end = now
+            return
+        self.steady_start, self.steady_step = now, run.state.step
+        self.steady_paused = self.paused
+        self.warm_seconds = now - self.start - self.paused
+
+    def steady(self, step: int, first: int) -> tuple[float | None, float | None]:
+        """(steady tokens/s, compile seconds), None where the run was too short to tell."""
+        if self.steady_start is None or self.end is None or step <= self.steady_step:
+            return None, None
+        seconds = self.end - self.steady_start - (self.paused - self.steady_paused)
+        step_s = max(seconds, 1e-9) / (step - self.steady_step)
+        warm_steps = self.steady_step - first
+        return self.tokens_per_step / step_s, max(0.0, self.warm_seconds - warm_steps * step_s)
+
+
+def synchronize(device: Any) -> None:
+    """Wait for the device's queued work (no-op on a CPU)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type != "cpu" and hasattr(torch, "accelerator"):
+        torch.accelerator.synchronize()
 
 
 def _start_logging(run: Run, resumed_from: int | None) -> MetricsLog:
@@ -137,19 +188,21 @@ def _loop(run: Run, metrics: MetricsLog, progress: _Progress) -> str:
     from tqdm.auto import tqdm
 
     config, state = run.config, run.state
+    planner = _Planner(run, progress)
     bar = tqdm(
-        total=state.plan.steps,
+        total=None if planner.active else state.plan.steps,  # unknown until the plan is made
         initial=state.step,
         desc="train",
         unit="step",
         disable=not (config.progress and run.accelerator.is_local_main_process),
     )
     stopped_by = stop_reason(run, 0.0)
-    planner = _Planner(run, progress)
     while stopped_by is None:
         loss, grad_norm = train_step(run)
         now = progress.advance(state)
         bar.update(1)
+        if state.step - planner.first == SKIP_STEPS:
+            progress.mark(run, steady=True)
         if planner.observe(state.step, now):
             bar.total = state.plan.steps
             bar.refresh()
@@ -161,8 +214,9 @@ def _loop(run: Run, metrics: MetricsLog, progress: _Progress) -> str:
             paused = time.perf_counter()
             _evaluate_and_save(run, metrics, progress)
             pause = time.perf_counter() - paused
-            progress.window_start += pause  # tokens/s counts training only
+            progress.pause(pause)  # tokens/s counts training only
             planner.mark += pause
+    progress.mark(run, steady=False)
     bar.close()
     if stopped_by == "max_minutes" and planner.active:
         raise ConfigError(planner.unplanned(state.train_seconds - progress.seconds_before))
@@ -259,7 +313,7 @@ def _log_step(
         "tokens_seen": state.tokens_seen,
         "tokens_per_s": tokens_per_s,
         "flops_per_s": tokens_per_s * run.flops_per_token,
-        "mfu": tokens_per_s * run.flops_per_token / run.peak_flops,
+        "mfu": mfu(tokens_per_s * run.flops_per_token, run.peaks.measured * acc.num_processes),
         "elapsed_s": state.train_seconds,
     }
     metrics.write(record)
@@ -293,6 +347,10 @@ def _result(
     seconds = state.train_seconds - progress.seconds_before
     done_tokens = (state.step - (resumed_from or 0)) * progress.tokens_per_step
     eval_loss = progress.eval_loss
+    tokens_per_s = done_tokens / seconds if seconds > 0 else 0.0
+    steady, compile_seconds = progress.steady(state.step, resumed_from or 0)
+    flops_per_s = (steady or tokens_per_s) * run.flops_per_token
+    designed_steps = max(run.config.max_steps, state.plan.steps)  # a plan past the recipe's
     return TrainResult(
         output=run.config.output,
         step=state.step,
@@ -302,14 +360,21 @@ def _result(
         eval_loss=eval_loss,
         perplexity=None if eval_loss is None else perplexity(eval_loss),
         seconds=seconds,
-        tokens_per_s=done_tokens / seconds if seconds > 0 else 0.0,
+        tokens_per_s=tokens_per_s,
         stopped_by=stopped_by,
         checkpoint=progress.last_saved,
         resumed_from=resumed_from,
         precision=run.precision.to_dict() if run.precision is not None else None,
         planned_steps=state.plan.steps,
         seq_length=run.seq_length,
-        designed_tokens=run.config.max_steps * progress.tokens_per_step,
+        designed_tokens=designed_steps * progress.tokens_per_step,
+        steady_tokens_per_s=steady,
+        compile_seconds=compile_seconds,
+        flops_per_s=flops_per_s,
+        mfu=mfu(flops_per_s, run.peaks.measured * run.accelerator.num_processes),
+        peak_flops=run.peaks.measured,
+        datasheet_peak_flops=run.peaks.datasheet,
+        device_name=run.peaks.device_name,
     )
 
 

@@ -25,7 +25,7 @@ from codeparrot.training.data import (
     pretokenize,
     shard_files,
 )
-from codeparrot.training.flops import peak_flops
+from codeparrot.training.flops import Peaks, flops_per_token, peak_flops
 from codeparrot.training.optim import lr_factor
 from codeparrot.training.plan import StepPlan
 from codeparrot.training.resume_state import load_state
@@ -75,7 +75,7 @@ class Run:
     seq_length: int
     parameters: int
     flops_per_token: float
-    peak_flops: float
+    peaks: Peaks
     resume_from: Path | None
     loss_fn: Callable[[Any, Any], Any]
     precision: Any = None  # codeparrot.precision.PrecisionChoice
@@ -174,7 +174,7 @@ def setup(
     from accelerate.utils import set_seed
 
     from codeparrot.models.checkpoint import load_tokenizer
-    from codeparrot.models.presets import count_parameters, flops_per_token
+    from codeparrot.models.presets import count_parameters
 
     # 1) tokenizer, FIM and model (a missing corpus fails before the model is built)
     tokenizer = load_tokenizer(tokenizer_dir(config))
@@ -192,9 +192,7 @@ def setup(
         shard_files(config.data, "valid")
     model, seq_length = _model_and_seq_length(config, tokenizer, train_data)
     parameters = count_parameters(model)
-    fpt = flops_per_token(
-        model.config, count_parameters(model, exclude_position_embeddings=True), seq_length
-    )
+    fpt = flops_per_token(model, seq_length)
     # 2) the precision, accelerator, optimizer and schedule
     choice = _choose_precision(config, model, seq_length, resume_from)
     accelerator = _make_accelerator(config, choice.mixed_precision)
@@ -225,7 +223,7 @@ def setup(
             scheduler=scheduler,
         )
         state.load_state_dict(saved)
-    peak = config.peak_tflops * 1e12 if config.peak_tflops else peak_flops(choice, say)
+    peaks = peak_flops(choice, say, config.peak_tflops)
     return Run(
         config=config,
         accelerator=accelerator,
@@ -238,7 +236,7 @@ def setup(
         seq_length=seq_length,
         parameters=parameters,
         flops_per_token=fpt,
-        peak_flops=peak,
+        peaks=peaks,
         resume_from=resume_from,
         loss_fn=loss_fn,
         precision=choice,

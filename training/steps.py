@@ -81,6 +81,8 @@ def stop_reason(run: Run, seconds: float) -> str | None:
     if cfg.max_tokens is not None and state.tokens_seen >= cfg.max_tokens:
         return "max_tokens"
     if cfg.max_minutes is not None:
+        if run.accelerator.num_processes == 1:  # no device round trip (a host sync) a step
+            return "max_minutes" if seconds >= cfg.max_minutes * 60 else None
         over = torch.tensor(float(seconds >= cfg.max_minutes * 60), device=run.accelerator.device)
         if float(run.accelerator.reduce(over, "max")) > 0:  # clocks differ between processes
             return "max_minutes"
