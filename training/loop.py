@@ -22,6 +22,7 @@ from codeparrot.errors import ConfigError
 from codeparrot.training.config import TrainConfig
 from codeparrot.training.data import SequenceSource
 from codeparrot.training.flops import measure_peak_flops, mfu  # noqa: F401 (re-exported)
+from codeparrot.training.memory import EARLY_STEPS, out_of_memory_message
 from codeparrot.training.optim import lr_factor, parameter_groups  # noqa: F401 (re-exported)
 from codeparrot.training.plan import MEASURE_STEPS, SKIP_STEPS, decide, replan
 from codeparrot.training.rundir import (  # noqa: F401 (re-exported)
@@ -198,7 +199,7 @@ def _loop(run: Run, metrics: MetricsLog, progress: _Progress) -> str:
     )
     stopped_by = stop_reason(run, 0.0)
     while stopped_by is None:
-        loss, grad_norm = train_step(run)
+        loss, grad_norm = _first_steps_fit(run, planner.first)
         now = progress.advance(state)
         bar.update(1)
         if state.step - planner.first == SKIP_STEPS:
@@ -221,6 +222,20 @@ def _loop(run: Run, metrics: MetricsLog, progress: _Progress) -> str:
     if stopped_by == "max_minutes" and planner.active:
         raise ConfigError(planner.unplanned(state.train_seconds - progress.seconds_before))
     return stopped_by
+
+
+def _first_steps_fit(run: Run, first: int) -> tuple[Any, Any]:
+    """``train_step``; an out-of-memory in the first steps is said as the batch to change."""
+    import torch
+
+    step = run.state.step + 1
+    try:
+        return train_step(run)
+    except torch.OutOfMemoryError as e:
+        if step - first > EARLY_STEPS or run.memory is None:
+            raise
+        message = out_of_memory_message(run.config, run.memory, run.accelerator.device, step)
+        raise ConfigError(message) from e
 
 
 class _Planner:

@@ -14,6 +14,7 @@ from codeparrot.io import read_json
 from codeparrot.options import DEFAULT_FIM_RATE
 from codeparrot.training.config import RESUMABLE_CHANGES, TrainConfig
 from codeparrot.training.resume_state import check_state_files
+from codeparrot.training.sharded import check_shardable
 
 CHECKPOINTS = "checkpoints"
 STATE = "state"
@@ -89,6 +90,7 @@ def _check_init_from(config: TrainConfig) -> None:
 
 def preflight(config: TrainConfig) -> Path | None:
     """Every check that can fail before weights or data are touched; the checkpoint to resume."""
+    check_shardable(config.optimizer)  # Muon under accelerate launch --use_fsdp
     if config.tokenizer is not None and not config.tokenizer.is_dir():
         raise CheckpointError(f"--tokenizer {config.tokenizer}: no such directory")
     if config.init_from is not None:

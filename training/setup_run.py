@@ -26,6 +26,7 @@ from codeparrot.training.data import (
     shard_files,
 )
 from codeparrot.training.flops import Peaks, flops_per_token, peak_flops
+from codeparrot.training.memory import MemoryFloor, check_device_fit
 from codeparrot.training.optim import lr_factor
 from codeparrot.training.plan import StepPlan
 from codeparrot.training.resume_state import load_state
@@ -79,6 +80,7 @@ class Run:
     resume_from: Path | None
     loss_fn: Callable[[Any, Any], Any]
     precision: Any = None  # codeparrot.precision.PrecisionChoice
+    memory: MemoryFloor | None = None  # the least a step needs (training.memory)
     log: Callable[[str], None] = lambda _line: None
 
 
@@ -198,6 +200,7 @@ def setup(
     accelerator = _make_accelerator(config, choice.mixed_precision)
     say = log if log is not None and accelerator.is_main_process else (lambda _line: None)
     say(choice.describe())
+    memory = check_device_fit(config, model, seq_length, choice, accelerator)
     set_seed(config.seed)
     _ready_for_training(model, config, seq_length, accelerator.device)
     plan = StepPlan(steps=config.max_steps, max_steps=config.max_steps)
@@ -240,6 +243,7 @@ def setup(
         resume_from=resume_from,
         loss_fn=loss_fn,
         precision=choice,
+        memory=memory,
         log=say,
     )
 
