@@ -12,6 +12,7 @@ from codeparrot.io import provenance
 from codeparrot.training.config import TrainConfig
 from codeparrot.training.resume_state import save_state
 from codeparrot.training.rundir import CHECKPOINTS, STATE, perplexity, tokenizer_has_sentinels
+from codeparrot.training.sharded import export_weights
 
 if TYPE_CHECKING:
     from codeparrot.training.setup_run import Run
@@ -39,6 +40,7 @@ def save_checkpoint(run: Run, eval_loss: float | None, train_loss: float | None)
         train_state=state.state_dict(),
     )
     acc.wait_for_everyone()
+    export = export_weights(acc, run.model)  # under FSDP a collective; None otherwise
     if acc.is_main_process:
         meta = {
             "step": state.step,
@@ -56,7 +58,7 @@ def save_checkpoint(run: Run, eval_loss: float | None, train_loss: float | None)
             "provenance": provenance(cfg, world_size=acc.num_processes),
         }
         model = acc.unwrap_model(run.model)
-        write_checkpoint_files(model, run.tokenizer, tmp, meta)
+        write_checkpoint_files(model, run.tokenizer, tmp, meta, state_dict=export)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

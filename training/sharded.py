@@ -63,6 +63,29 @@ def export_state_dict(model: Any, full: dict[str, Any]) -> dict[str, Any]:
     return {name: tensor for name, tensor in full.items() if name not in tied}
 
 
+def with_tied(model: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with the tied names :func:`export_state_dict` left out put back (a full
+    state dict is loaded strictly: every name of the module tree)."""
+    restored = dict(state)
+    for name, source in tied_names(model).items():
+        if name not in restored and source in restored:
+            restored[name] = restored[source]
+    return restored
+
+
+def export_weights(accelerator: Any, model: Any) -> dict[str, Any] | None:
+    """The weights to export under FSDP, gathered whole (tied names once) on the main
+    process (a collective: every process calls it); None without FSDP (the model saves
+    itself)."""
+    if not is_fsdp(accelerator):
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    full = get_model_state_dict(model, options=options)
+    return export_state_dict(accelerator.unwrap_model(model), full)
+
+
 def gather_full_state(model: Any, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Model and optimizer state dicts gathered whole to CPU (a collective: every process
     calls it; the main process gets the tensors)."""
