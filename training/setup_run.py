@@ -175,20 +175,10 @@ def setup(
     import torch
     from accelerate.utils import set_seed
 
-    from codeparrot.models.checkpoint import load_tokenizer
     from codeparrot.models.presets import count_parameters
 
     # 1) tokenizer, FIM and model (a missing corpus fails before the model is built)
-    tokenizer = load_tokenizer(tokenizer_dir(config))
-    fim = FimTransform.for_tokenizer(
-        tokenizer,
-        config.fim_rate,
-        config.fim_spm_rate,
-        config.fim_mode,
-        config.seed,
-        where=str(tokenizer_dir(config)),
-        line_rate=config.fim_line_rate,
-    )
+    tokenizer, fim = _tokenizer_and_fim(config)
     if train_data is None or valid_data is None:
         shard_files(config.data, "train")
         shard_files(config.data, "valid")
@@ -246,6 +236,23 @@ def setup(
         memory=memory,
         log=say,
     )
+
+
+def _tokenizer_and_fim(config: TrainConfig) -> tuple[Any, FimTransform | None]:
+    """The run's tokenizer and its FIM transform (None at --fim-rate 0)."""
+    from codeparrot.models.checkpoint import load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_dir(config))
+    fim = FimTransform.for_tokenizer(
+        tokenizer,
+        config.fim_rate,
+        config.fim_spm_rate,
+        config.fim_mode,
+        config.seed,
+        where=str(tokenizer_dir(config)),
+        line_rate=config.fim_line_rate,
+    )
+    return tokenizer, fim
 
 
 def _choose_precision(
