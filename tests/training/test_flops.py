@@ -147,3 +147,17 @@ def test_the_train_step_reads_nothing_back_from_the_device(
     )
     train(config)
     assert not any(reads)
+
+
+def test_the_end_of_run_line_gives_the_steady_rate_and_compile_time_apart():
+    from codeparrot.training.cli import speed_line
+
+    result = SimpleNamespace(
+        device_name="NVIDIA H200", steady_tokens_per_s=281_198.0, compile_seconds=52.5,
+        tokens_per_s=43_889.0, flops_per_s=2.0e14, mfu=0.256, peak_flops=7.82e14,
+        datasheet_peak_flops=989e12,
+    )  # fmt: skip
+    line = speed_line(result)
+    assert line.startswith("NVIDIA H200: 281,198 tokens/s steady")
+    assert "52.5 s longer (compilation, warm-up)" in line and "43,889 tokens/s over" in line
+    assert "MFU 25.6% of the measured 782.0 TFLOP/s (datasheet 989.0 TFLOP/s)" in line
