@@ -82,6 +82,13 @@ def _print_errors(summary: dict) -> None:
 
 def _print_summary(summary: dict, asked: str | None = None) -> None:
     _print_errors(summary)
+    replay = summary.get("scoring", {}).get("no_feedback")
+    if replay:
+        print(
+            f"no per-call feedback: {replay['recorded']} tests recorded; "
+            f"{replay['fallbacks']} samples made a call their test's reference did not and "
+            f"ran call by call, {replay['unrecorded']} had no recording (reference failed)"
+        )
     task = summary.get("scoring", {}).get("task")
     if asked is not None and task is not None and task != asked:
         print(f"the problem file is {task}'s (scored as --task {task})")
