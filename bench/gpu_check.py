@@ -6,12 +6,14 @@ a tokenizer trained on it in the first minute:
 
 - ``train``: ``codeparrot train --compile`` with the quickstart's recipe (tiny-qwen, Muon,
   WSD) at ``--mixed-precision auto``: must choose bf16 on a device that supports it, and
-  report tokens/s and MFU against the bf16 peak.
+  report steady tokens/s and the true MFU (the run's model FLOP/s over an 8192^3 bf16
+  product measured at start, the datasheet's peak beside it).
 - ``ddp``: ``accelerate launch --multi_gpu`` on every visible GPU (one process on one GPU)
   with Muon: every process steps; the run saves one checkpoint.
-- ``fsdp``: ``accelerate launch --use_fsdp`` on every visible GPU with Muon. Muon
-  orthogonalises whole matrices, so a sharded one may fail or train differently: the check
-  reports what happens rather than assumes it.
+- ``fsdp``: ``accelerate launch --use_fsdp`` on every visible GPU with AdamW (Muon
+  orthogonalises whole matrices, so the run refuses it under FSDP): stopped at step 20 by
+  ``--max-tokens``, resumed with ``--resume`` to step 40, and the export loaded with
+  ``AutoModelForCausalLM``, its embedding and output weights tied.
 - ``engine``: the generation engine on CUDA (``dtype auto``: bf16, SDPA attention): ms
   per token of a 64-token greedy completion, after one warm-up.
 - ``lsp``: ``bench/lsp.py`` on the trained checkpoint: the language server's latency with
@@ -25,7 +27,7 @@ Expected output on one H100 (the figures are what to compare, not targets)::
     materials: corpus of N stdlib files, tokenizer of 8,192 tokens (about 1 min)
     train       ok    precision: bf16 autocast on cuda (auto: the device supports bf16); ... tokens/s
     ddp         ok    1 process(es), step 40, ... tokens/s
-    fsdp        ok | FAILED (the error's last line: Muon under FSDP)
+    fsdp        ok    step 20, resumed to 40, export loads with tied weights
     engine      ok    dtype torch.bfloat16, attention sdpa, ~N ms/token
     lsp         ok    isolated requests: median ... ms
     summary: 5 of 5 checks ok (results in --output, JSON)
@@ -105,7 +107,8 @@ def check_train(workdir: Path, corpus: Path, tokenizer: Path, gpus: int) -> tupl
                "--tokenizer", str(tokenizer), "--output", str(workdir / "train"),
                "--compile", "--mixed-precision", "auto", *TRAIN_ARGS]  # fmt: skip
     ok, tail = run_command(command, 900)
-    return ok and "bf16 autocast on cuda" in tail + _read(workdir / "train"), tail
+    chose_bf16 = "bf16 autocast on cuda" in tail + _read(workdir / "train")
+    return ok and chose_bf16 and "MFU" in tail, tail  # the end-of-run line: the true MFU
 
 
 def _read(run: Path) -> str:
@@ -120,8 +123,28 @@ def check_launch(workdir: Path, corpus: Path, tokenizer: Path, gpus: int, fsdp: 
     launch += ["--use_fsdp"] if fsdp else (["--multi_gpu"] if gpus > 1 else [])
     command = [*launch, "-m", "codeparrot.training", "--data", str(corpus),
                "--tokenizer", str(tokenizer), "--output", str(workdir / name), *TRAIN_ARGS]  # fmt: skip
+    if fsdp:
+        return check_fsdp_resume(command, workdir / name, gpus)
     ok, tail = run_command(command, 900)
     return ok and (workdir / name / "checkpoints").is_dir(), tail
+
+
+def check_fsdp_resume(command: list[str], run: Path, gpus: int) -> tuple[bool, str]:
+    """Half the steps, ``--resume`` to the end, the export loaded with tied weights."""
+    adamw = [("adamw" if arg == "muon" else arg) for arg in command]
+    half = 20 * 16 * gpus * 256  # 20 steps of batch 16 x 256 tokens on every process
+    ok, tail = run_command([*adamw, "--max-tokens", str(half)], 900)
+    if not ok:
+        return False, tail
+    ok, tail = run_command([*adamw, "--resume"], 900)
+    if not ok:
+        return False, tail
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(run)
+    tied = model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    step = json.loads((run / "codeparrot_checkpoint.json").read_text())["step"]
+    return step == 40 and tied, f"{tail}\nresumed to step {step}, export tied: {tied}"
 
 
 def check_engine(workdir: Path) -> tuple[bool, str]:

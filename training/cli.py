@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from codeparrot.config import add_config_arguments, config_from_args
 from codeparrot.training.config import DEFAULT_RECIPE, TrainConfig
@@ -59,6 +60,30 @@ def train_config(
     return config_from_args(TrainConfig, args, defaults=recipe.settings())
 
 
+def speed_line(result: Any) -> str:
+    """The run's speed: steady tokens/s and compile time apart, model FLOP/s and MFU against
+    the measured peak, the datasheet's peak beside it."""
+    from codeparrot.training.flops import format_flops
+
+    if result.steady_tokens_per_s is None:
+        speed = f"{result.tokens_per_s:,.0f} tokens/s (too few steps to tell warm-up apart)"
+    else:
+        speed = (
+            f"{result.steady_tokens_per_s:,.0f} tokens/s steady, the first steps "
+            f"{result.compile_seconds:.1f} s longer (compilation, warm-up); "
+            f"{result.tokens_per_s:,.0f} tokens/s over the whole run"
+        )
+    line = f"{result.device_name}: {speed}"
+    if result.mfu is not None and result.peak_flops:
+        line += (
+            f"; {format_flops(result.flops_per_s)}, MFU {result.mfu:.1%} of the measured "
+            f"{format_flops(result.peak_flops)}"
+        )
+        if result.datasheet_peak_flops:
+            line += f" (datasheet {format_flops(result.datasheet_peak_flops)})"
+    return line
+
+
 def run(args: argparse.Namespace) -> int:
     from codeparrot.training.loop import train
 
@@ -79,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{result.output}: step {result.step} ({result.stopped_by}), "
             f"{result.tokens_seen:,} tokens, {result.parameters:,} parameters, "
-            f"eval loss {eval_loss}, perplexity {ppl}, {result.tokens_per_s:,.0f} tokens/s"
+            f"eval loss {eval_loss}, perplexity {ppl}"
         )
+        print(speed_line(result))
         if config.max_minutes is not None and result.designed_tokens:
             from codeparrot.training.plan import undertrained_warning
 

@@ -178,14 +178,24 @@ def save_state(directory: Path, *, accelerator: Any, model: Any, optimizer: Any,
     """Every process writes its generators; the main process writes the rest (DDP keeps
     weights, optimizer and schedule identical on every process)."""
     import torch
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file, save_model
+
+    from codeparrot.training import sharded
 
     directory.mkdir(parents=True, exist_ok=True)
     save_tree(rng_state(), directory, f"rng-{accelerator.process_index}")
+    fsdp = sharded.is_fsdp(accelerator)
+    if fsdp:  # a collective: every process takes part, the main one gets the tensors
+        model_state, optimizer_state = sharded.gather_full_state(model, optimizer)
     if not accelerator.is_main_process:
         return
-    save_model(accelerator.unwrap_model(model), str(directory / MODEL))
-    torch.save(optimizer.state_dict(), directory / OPTIMIZER)
+    if fsdp:
+        weights = sharded.export_state_dict(accelerator.unwrap_model(model), model_state)
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(directory / MODEL))
+        torch.save(optimizer_state, directory / OPTIMIZER)
+    else:
+        save_model(accelerator.unwrap_model(model), str(directory / MODEL))
+        torch.save(optimizer.state_dict(), directory / OPTIMIZER)
     torch.save(scheduler.state_dict(), directory / SCHEDULER)
     if accelerator.scaler is not None:
         torch.save(accelerator.scaler.state_dict(), directory / SCALER)
@@ -200,12 +210,17 @@ def load_state(directory: Path, *, accelerator: Any, model: Any, optimizer: Any,
     import torch
     from safetensors.torch import load_model
 
+    from codeparrot.training import sharded
+
     check_state_files(directory)
     try:
-        load_model(accelerator.unwrap_model(model), str(directory / MODEL), strict=True)
-        optimizer.load_state_dict(
-            torch.load(directory / OPTIMIZER, map_location="cpu", weights_only=True)
-        )
+        if sharded.is_fsdp(accelerator):
+            _load_sharded(directory, accelerator, model, optimizer)
+        else:
+            load_model(accelerator.unwrap_model(model), str(directory / MODEL), strict=True)
+            optimizer.load_state_dict(
+                torch.load(directory / OPTIMIZER, map_location="cpu", weights_only=True)
+            )
         scheduler.load_state_dict(torch.load(directory / SCHEDULER, weights_only=True))
         if accelerator.scaler is not None:
             accelerator.scaler.load_state_dict(torch.load(directory / SCALER, weights_only=True))
@@ -220,3 +235,19 @@ def load_state(directory: Path, *, accelerator: Any, model: Any, optimizer: Any,
             "delete that checkpoint directory to resume from the one before it"
         ) from e
     return train_state
+
+
+def _load_sharded(directory: Path, accelerator: Any, model: Any, optimizer: Any) -> None:
+    """The full state dicts read on the main process and broadcast into every shard."""
+    import torch
+    from safetensors.torch import load_file
+
+    from codeparrot.training import sharded
+
+    model_state: dict[str, Any] = {}
+    optimizer_state: dict[str, Any] = {}
+    if accelerator.is_main_process:
+        weights = load_file(str(directory / MODEL))
+        model_state = sharded.with_tied(accelerator.unwrap_model(model), weights)
+        optimizer_state = torch.load(directory / OPTIMIZER, map_location="cpu", weights_only=True)
+    sharded.load_full_state(model, optimizer, model_state, optimizer_state)

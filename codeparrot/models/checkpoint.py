@@ -453,13 +453,20 @@ def _float_where_bf16_is_slow(model: Any) -> None:
 
 
 def write_checkpoint_files(
-    model: Any, tokenizer: Any, directory: Path, meta: dict[str, Any]
+    model: Any,
+    tokenizer: Any,
+    directory: Path,
+    meta: dict[str, Any],
+    *,
+    state_dict: dict[str, Any] | None = None,
 ) -> None:
     """Write model, tokenizer and metadata into an existing (temporary) directory.
 
     The tokenizer is saved with ``model_max_length`` = the model's context, so that
-    whoever loads the pair is told the real limit (the tokenizer stage cannot know it)."""
-    model.save_pretrained(directory)
+    whoever loads the pair is told the real limit (the tokenizer stage cannot know it).
+    ``state_dict``: the weights to write instead of the model's own (a sharded model's,
+    gathered whole)."""
+    model.save_pretrained(directory, state_dict=state_dict)
     previous = tokenizer.model_max_length
     fit_to_context(tokenizer, context_length(model.config.to_dict()))
     try:

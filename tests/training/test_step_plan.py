@@ -43,14 +43,14 @@ def clock(monkeypatch):
 
         time = staticmethod(real_time.time)
 
-    real_step = loop._train_step
+    real_step = loop.train_step
 
     def step(run):
         FakeTime.now += STEP_S
         return real_step(run)
 
     monkeypatch.setattr(loop, "time", FakeTime)
-    monkeypatch.setattr(loop, "_train_step", step)
+    monkeypatch.setattr(loop, "train_step", step)
     return FakeTime
 
 

@@ -231,7 +231,7 @@ def test_padding_is_not_predicted(fim_checkpoint, tokens):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from codeparrot.training.loop import lm_loss
+    from codeparrot.training.steps import lm_loss
 
     model = AutoModelForCausalLM.from_pretrained(fim_checkpoint)
     ids = torch.tensor([[5, 6, 7, 8, tokens.pad, tokens.pad]])
@@ -346,7 +346,7 @@ def test_fim_is_on_by_default_where_the_tokenizer_has_the_sentinels(
     tmp_path: Path, fim_checkpoint, tiny_checkpoint
 ):
     from codeparrot.options import DEFAULT_FIM_RATE
-    from codeparrot.training.loop import with_defaults
+    from codeparrot.training.rundir import with_defaults
 
     with_sentinels = TrainConfig(data=tmp_path, output=tmp_path / "run", tokenizer=fim_checkpoint)
     assert with_sentinels.fim_rate is None  # "the default", resolved and recorded per run

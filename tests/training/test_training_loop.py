@@ -195,7 +195,7 @@ def test_existing_run_needs_resume_and_same_settings(tmp_path, corpus, tiny_chec
 
 def test_single_process_cpu_launch_is_flagged(monkeypatch):
     """`accelerate launch --cpu --num_processes 2` without MPI silently starts one process."""
-    from codeparrot.training.loop import _warn_single_cpu_process
+    from codeparrot.training.setup_run import _warn_single_cpu_process
 
     for key in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
         monkeypatch.delenv(key, raising=False)
@@ -213,7 +213,7 @@ def test_single_process_cpu_launch_is_flagged(monkeypatch):
 
 def test_learning_rate_defaults_to_the_presets_and_is_recorded(tmp_path, corpus, tiny_checkpoint):
     from codeparrot.models.presets import PRESETS
-    from codeparrot.training.loop import load_run_summary, with_defaults
+    from codeparrot.training.rundir import load_run_summary, with_defaults
 
     fresh = tiny_config(corpus, tiny_checkpoint, tmp_path / "a", init_from=None, learning_rate=None)
     assert with_defaults(fresh).learning_rate == PRESETS["tiny"].learning_rate == 2e-3

@@ -97,7 +97,7 @@ def test_qwen_resume_continues_exactly(tmp_path, corpus, qwen_checkpoint):
 
 def test_dropout_reaches_qwen_attention(tmp_path, corpus, qwen_checkpoint):
     from codeparrot.models.checkpoint import load_tokenizer
-    from codeparrot.training.loop import _build_model
+    from codeparrot.training.setup_run import _build_model
 
     config = tiny_config(corpus, qwen_checkpoint, tmp_path / "run", dropout=0.25)
     model = _build_model(config, load_tokenizer(qwen_checkpoint))

@@ -1,0 +1,103 @@
+"""Bad input only the device reveals: refused before the first step, naming the flag and a
+batch that would fit (the device and its out-of-memory faked: this suite runs on CPUs)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from codeparrot.errors import ConfigError
+from codeparrot.training import memory as memory_module
+from codeparrot.training import train
+from codeparrot.training.memory import (
+    GIB,
+    check_batch_fits,
+    check_fp16_scaler,
+    memory_floor,
+)
+from codeparrot.training.sharded import check_shardable
+
+from .test_training_loop import tiny_config, write_corpus
+
+GPT2_SMALL = dict(parameters=124_000_000, n_layer=12, width=768, vocab_size=50_257)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+def fake_gpu(monkeypatch, name="NVIDIA L4", gib=24):
+    monkeypatch.setattr(memory_module, "device_memory", lambda _device: (name, gib * GIB))
+
+
+def test_a_batch_beyond_the_device_names_the_flag_and_one_that_fits(monkeypatch):
+    fake_gpu(monkeypatch)
+    floor = memory_floor(**GPT2_SMALL, seq_length=1024, optimizer="adamw",
+                         mixed_precision="bf16", gradient_checkpointing=False)  # fmt: skip
+    config = SimpleNamespace(batch_size=256, gradient_accumulation_steps=1, seq_length=1024)
+    with pytest.raises(ConfigError) as caught:
+        check_batch_fits(config, floor, "cuda:0")
+    message = str(caught.value)
+    assert message.startswith("--batch-size 256:") and "NVIDIA L4" in message
+    fits = floor.largest_batch(24 * GIB)
+    assert 1 <= fits < 256 and f"--batch-size {fits} would fit" in message
+    assert floor.total(fits) <= 24 * GIB < floor.total(fits + 1)
+    check_batch_fits(SimpleNamespace(**{**vars(config), "batch_size": fits}), floor, "cuda:0")
+
+
+def test_gradient_checkpointing_and_bf16_lower_the_floor():
+    shape = dict(**GPT2_SMALL, seq_length=1024, optimizer="adamw")
+    fp32 = memory_floor(**shape, mixed_precision="no", gradient_checkpointing=False)
+    bf16 = memory_floor(**shape, mixed_precision="bf16", gradient_checkpointing=False)
+    checkpointed = memory_floor(**shape, mixed_precision="bf16", gradient_checkpointing=True)
+    assert fp32.per_sequence > bf16.per_sequence > checkpointed.per_sequence
+    assert fp32.fixed == bf16.fixed == 124_000_000 * 16  # fp32 weights, grads, two moments
+
+
+def test_a_run_whose_batch_cannot_fit_stops_before_any_step(
+    tmp_path, corpus, tiny_checkpoint, monkeypatch
+):
+    fake_gpu(monkeypatch, gib=0)  # nothing fits beside the weights
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match=r"--batch-size 4: .*no batch fits"):
+        train(tiny_config(corpus, tiny_checkpoint, out))
+    assert not (out / "checkpoints").exists() and not (out / "metrics.jsonl").exists()
+
+
+def test_an_out_of_memory_in_the_first_steps_says_which_batch_would_fit(
+    tmp_path, corpus, tiny_checkpoint, monkeypatch
+):
+    import torch
+
+    import codeparrot.training.loop as loop
+
+    def out_of_memory(run):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(loop, "train_step", out_of_memory)
+    with pytest.raises(ConfigError) as caught:
+        train(tiny_config(corpus, tiny_checkpoint, tmp_path / "run"))
+    message = str(caught.value)
+    assert message.startswith("--batch-size 4:") and "ran out of memory in step 1" in message
+    assert "--batch-size 2 with --gradient-accumulation-steps 2" in message
+    assert isinstance(caught.value.__cause__, torch.OutOfMemoryError)
+
+
+def test_fp16_without_a_gradient_scaler_is_refused():
+    no_scaler = SimpleNamespace(scaler=None, distributed_type="FSDP", device="cuda:0")
+    with pytest.raises(ConfigError, match=r"--mixed-precision fp16: .*bf16"):
+        check_fp16_scaler("fp16", no_scaler)
+    check_fp16_scaler("fp16", SimpleNamespace(scaler=object()))
+    check_fp16_scaler("bf16", no_scaler)
+
+
+def test_muon_under_fsdp_is_refused_before_any_work(tmp_path, corpus, tiny_checkpoint, monkeypatch):
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match=r"--optimizer muon cannot train under FSDP.*adamw"):
+        train(tiny_config(corpus, tiny_checkpoint, out, optimizer="muon"))
+    assert not out.exists()
+    check_shardable("adamw", {"ACCELERATE_USE_FSDP": "true"})
+    check_shardable("muon", {})

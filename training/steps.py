@@ -1,0 +1,89 @@
+"""The train step and the evaluation: one optimizer step over the accumulated micro-batches,
+the mean validation loss, and why a run stops now."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from codeparrot.training.data import Batches
+
+if TYPE_CHECKING:
+    from codeparrot.training.setup_run import Run
+
+
+def lm_loss(model: Any, ids: Any, ignore_id: int | None = None) -> Any:
+    """The mean next-token loss of ``model`` on ``ids`` (the model shifts the labels).
+
+    Tokens equal to ``ignore_id`` (FIM padding) are not predicted. Compiled as a whole with
+    ``--compile``, so that the logits stay inside the graph (see the Accelerator in
+    :func:`setup`)."""
+    labels = ids if ignore_id is None else ids.masked_fill(ids == ignore_id, -100)
+    return model(input_ids=ids, labels=labels).loss
+
+
+def evaluate(run: Run) -> float | None:
+    """Mean loss over ``eval_batches`` validation batches, averaged across processes."""
+    import torch
+
+    acc = run.accelerator
+    batches = Batches(run.valid(), run.config.batch_size, acc.process_index, acc.num_processes)
+    run.model.eval()
+    losses = []
+    with torch.no_grad():
+        for i, batch in enumerate(batches):
+            if i >= run.config.eval_batches:
+                break
+            ids = torch.from_numpy(batch).to(acc.device)
+            losses.append(run.model(input_ids=ids, labels=ids).loss.float().detach())
+    run.model.train()
+    if not losses:
+        import warnings
+
+        warnings.warn(
+            f"no evaluation: the validation split holds fewer than {run.config.batch_size} x "
+            f"{acc.num_processes} sequences of {run.seq_length} tokens",
+            stacklevel=2,
+        )
+        return None
+    mean = acc.gather(torch.stack(losses).mean().reshape(1)).mean()
+    return float(mean)
+
+
+def train_step(run: Run) -> tuple[Any, Any]:
+    """One optimizer step over ``gradient_accumulation_steps`` micro-batches: (loss, grad norm)."""
+    import torch
+
+    acc, cfg = run.accelerator, run.config
+    total = torch.zeros((), device=acc.device)
+    grad_norm = None
+    for _ in range(cfg.gradient_accumulation_steps):
+        ids = torch.from_numpy(run.state.batches.next_batch()).to(acc.device)
+        with acc.accumulate(run.model):
+            loss = run.loss_fn(run.model, ids)
+            acc.backward(loss)
+            if acc.sync_gradients:
+                if cfg.max_grad_norm > 0:
+                    grad_norm = acc.clip_grad_norm_(run.model.parameters(), cfg.max_grad_norm)
+                run.optimizer.step()
+                run.scheduler.step()
+            run.optimizer.zero_grad(set_to_none=True)
+        total += loss.detach().float()
+    return total / cfg.gradient_accumulation_steps, grad_norm
+
+
+def stop_reason(run: Run, seconds: float) -> str | None:
+    """Why to stop now (the same answer on every process), or None."""
+    import torch
+
+    cfg, state = run.config, run.state
+    if state.step >= state.plan.steps:
+        return "max_steps"
+    if cfg.max_tokens is not None and state.tokens_seen >= cfg.max_tokens:
+        return "max_tokens"
+    if cfg.max_minutes is not None:
+        if run.accelerator.num_processes == 1:  # no device round trip (a host sync) a step
+            return "max_minutes" if seconds >= cfg.max_minutes * 60 else None
+        over = torch.tensor(float(seconds >= cfg.max_minutes * 60), device=run.accelerator.device)
+        if float(run.accelerator.reduce(over, "max")) > 0:  # clocks differ between processes
+            return "max_minutes"
+    return None
