@@ -90,11 +90,12 @@ class ExecutionOptions(TaskOptions):
     ks: tuple[int, ...] = option(
         (1, 10, 100), "k values of pass@k (only k <= samples per problem)", ge=1
     )
-    no_feedback: bool = option(
-        False,
-        "no per-call feedback: each problem's test is recorded once against its reference "
-        "solution, and a sample answers all of its calls before any is checked (see "
-        "docs/threat-model.md); a test whose calls depend on the answers runs as before",
+    feedback: bool = option(
+        True,
+        "the sample answers each of its test's calls as the test makes it (--no-feedback: "
+        "each problem's test is recorded once against its reference solution, and a sample "
+        "answers all of its calls before any is checked, see docs/threat-model.md; a test "
+        "whose calls depend on the answers runs as before)",
     )
     sanitize: bool = option(
         False,

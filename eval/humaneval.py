@@ -532,10 +532,10 @@ def score(
         progress=progress,
         secret_dirs=secret,
         time_limits=time_limits,
-        no_feedback=config.no_feedback,
+        no_feedback=not config.feedback,
         stats=replay,
     )
-    if config.no_feedback:
+    if not config.feedback:
         timing = timing | {"no_feedback": replay}
     return rows, isolation, timing
 
