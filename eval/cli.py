@@ -70,7 +70,7 @@ def _print_errors(summary: dict) -> None:
         print(f"skipped {error}")
     if summary.get("verdict_fields_dropped"):
         print(
-            f"ignored the verdict fields (passed, plus_passed, exact_match, ...) of "
+            f"ignored the verdict fields (passed, plus_passed, exact_match, language, ...) of "
             f"{summary['verdict_fields_dropped']} input lines: only the harness writes them"
         )
     if summary.get("sanitize_refused"):

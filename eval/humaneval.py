@@ -524,7 +524,7 @@ def exact_match_by_language(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Mean exact match of each language (bigcode's "py Exact Match", ...)."""
     per: dict[str, list[bool]] = {}
     for r in rows:
-        if "language" in r:
+        if "language" in r and "exact_match" in r:
             per.setdefault(r["language"], []).append(bool(r["exact_match"]))
     return {lang: sum(v) / len(v) for lang, v in per.items()}
 
