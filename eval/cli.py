@@ -85,6 +85,12 @@ def _print_summary(summary: dict, asked: str | None = None) -> None:
     task = summary.get("scoring", {}).get("task")
     if asked is not None and task is not None and task != asked:
         print(f"the problem file is {task}'s (scored as --task {task})")
+    installed = summary.get("scoring", {}).get("installed_base_tests")
+    if installed and summary["scoring"].get("problem_file"):
+        print(
+            f"base tests of {installed} problems: the installed HumanEval's (the problem "
+            "file's own tests scored as their plus tests)"
+        )
     isolation = summary["isolation"]
     if isolation["missing"]:
         print(f"WARNING: weak sandbox ({isolation['mode']}): " + "; ".join(isolation["missing"]))

@@ -535,9 +535,10 @@ def _by_language(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def scoring_settings(
-    config: ExecutionOptions, timing: dict[str, Any] | None = None
+    config: ExecutionOptions, timing: dict[str, Any] | None = None, found: ProblemSet | None = None
 ) -> dict[str, Any]:
-    """How samples were scored (recorded in every summary)."""
+    """How samples were scored (recorded in every summary). ``installed_base_tests``: the
+    HumanEval+ problems whose base test was the installed HumanEval test."""
     return {
         "task": config.task,
         "problem_file": str(config.problem_file) if config.problem_file else None,
@@ -545,6 +546,11 @@ def scoring_settings(
         "timeout": config.timeout,
         "memory_mb": config.memory_mb,
         "time_limit": timing or {"mode": "flat", "seconds": config.timeout},
+        **(
+            {"installed_base_tests": found.installed_tests}
+            if found and found.installed_tests
+            else {}
+        ),
     }
 
 
@@ -572,7 +578,7 @@ def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
         config.ks,
         input_errors=found.errors + samples.errors,
         verdict_fields_dropped=samples.forged_fields,
-        scoring=scoring_settings(config, timing),
+        scoring=scoring_settings(config, timing, found),
         isolation=isolation.to_dict(),
         provenance=provenance(config),
     ) | _by_language(rows)
@@ -613,7 +619,7 @@ def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -
         config.ks,
         input_errors=found.errors,
         generation=generation_settings(config) | {"n": config.n},
-        scoring=scoring_settings(config, timing),
+        scoring=scoring_settings(config, timing, found),
         isolation=isolation.to_dict(),
         provenance=provenance(config),
     ) | _by_language(rows)

@@ -173,6 +173,7 @@ def test_cli_says_what_the_file_was_read_as(plus_file, tmp_path, capsys):
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "the problem file is humanevalplus's" in printed
+    assert "base tests of 4 problems: the installed HumanEval's" in printed
     assert "pass@1: 100.00% (base tests), 100.00% (base + plus)" in printed
 
 
