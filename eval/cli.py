@@ -78,6 +78,14 @@ def _print_errors(summary: dict) -> None:
             f"the sanitiser could not parse {summary['sanitize_refused']} completions (too "
             "deep or too large): each failed, its result says why"
         )
+    if summary.get("sanitize_skipped"):
+        from codeparrot.eval.sanitize import MAX_CHARS, MAX_PARSES
+
+        print(
+            f"the sanitiser left {summary['sanitize_skipped']} completions as written (over "
+            f"{MAX_CHARS:,} characters, or no parsable prefix within {MAX_PARSES} parses "
+            "and its bound on characters parsed): scored unsanitised"
+        )
 
 
 def _print_summary(summary: dict, asked: str | None = None) -> None:
