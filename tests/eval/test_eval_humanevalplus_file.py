@@ -173,4 +173,28 @@ def test_cli_says_what_the_file_was_read_as(plus_file, tmp_path, capsys):
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "the problem file is humanevalplus's" in printed
+    assert "base tests of 4 problems: the installed HumanEval's" in printed
     assert "pass@1: 100.00% (base tests), 100.00% (base + plus)" in printed
+
+
+def test_million_digit_answers_pass_with_the_default_limits(tmp_path):
+    # HumanEval+'s /83 compares 18 * 10 ** (n - 2) for n up to 1,000,002: ints cross the
+    # sandbox in binary (as decimal text, 500,002 digits took seconds each way)
+    p = load_problems()["HumanEval/83"]
+    ref = (signature(p["prompt"]) + p["canonical_solution"]).replace(
+        " starts_one_ends(", " ref_func("
+    )
+    record = {k: p[k] for k in ("task_id", "prompt", "canonical_solution", "entry_point")}
+    record["test"] = cross_test([[1], [2], [5], [500_002]], ref, 0)
+    problems = tmp_path / "data" / "plus.jsonl"
+    problems.parent.mkdir()
+    problems.write_text(json.dumps(record) + "\n")
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({"task_id": p["task_id"], "completion": p["canonical_solution"]}))
+    execute(
+        ExecuteConfig(samples=samples, problem_file=problems, allow_code_execution=True,
+                      ks=(1,), workers=1),
+        progress=False,
+    )  # fmt: skip
+    (row,) = [json.loads(line) for line in (tmp_path / "samples_results.jsonl").open()]
+    assert row["plus_passed"], row["plus_result"]

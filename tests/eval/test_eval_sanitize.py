@@ -59,3 +59,58 @@ def test_execute_sanitizes_when_asked_and_records_it(tmp_path, monkeypatch):
     assert summary["pass_at_k"] == {"pass@1": 1.0} and summary["scoring"]["sanitize"] is True
     row = json.loads(out.read_text())
     assert row["completion"] == completion and "undefined" not in row["sanitized"]
+
+
+# Every prefix of this ends inside an open parenthesis: cutting one line per parse (as
+# the sanitiser did, over every prefix) would take as many parses as there are lines.
+NO_PARSABLE_PREFIX = "f(\n" + ")(\n" * 3000
+
+
+def counting_parses(monkeypatch) -> list[int]:
+    from codeparrot.eval import sanitize as module
+
+    calls = [0]
+    parse = module.ast.parse
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return parse(*args, **kwargs)
+
+    monkeypatch.setattr(module.ast, "parse", counted)
+    return calls
+
+
+def test_a_long_unparsable_completion_costs_a_bounded_number_of_parses(monkeypatch):
+    from codeparrot.eval.sanitize import MAX_PARSES, skipped
+
+    calls = counting_parses(monkeypatch)
+    out = sanitize("def f():\n    return 1\n" + NO_PARSABLE_PREFIX, ["f"])
+    assert calls[0] <= MAX_PARSES
+    assert skipped(out) and out.endswith(NO_PARSABLE_PREFIX)  # run as written
+    # a completion cut mid-statement after thousands of good lines: two parses
+    calls[0] = 0
+    good = "".join(f"def g{i}():\n    return {i}\n" for i in range(2000))
+    out = sanitize(good + "def f():\n    return g7()\nprint(f(", ["f"])
+    assert calls[0] == 2 and out == "def g7():\n    return 7\n\ndef f():\n    return g7()\n"
+    calls[0] = 0
+    assert skipped(sanitize("x = 1\n" * 20_000, ["f"])) and calls[0] == 0  # over the size cap
+
+
+def test_the_run_counts_completions_left_unsanitised(tmp_path, monkeypatch, capsys):
+    from codeparrot.cli import main
+
+    monkeypatch.setenv("CODEPARROT_ALLOW_CODE_EXECUTION", "1")
+    canonical = load_problems()["HumanEval/2"]["canonical_solution"]
+    samples = tmp_path / "s.jsonl"
+    lines = [canonical + "\n" + NO_PARSABLE_PREFIX[:300], canonical + "\nprint(1\n"]
+    samples.write_text(
+        "".join(json.dumps({"task_id": "HumanEval/2", "completion": c}) + "\n" for c in lines)
+    )
+    out = tmp_path / "r.jsonl"
+    argv = ["eval", "execute", str(samples), "--output", str(out), "--ks", "1", "--sanitize"]
+    assert main([*argv, "--workers", "1"]) == 0
+    assert "left 1 completions as written" in capsys.readouterr().out
+    summary = json.loads((tmp_path / "r.summary.json").read_text())
+    assert summary["sanitize_skipped"] == 1 and summary["sanitize_refused"] == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["passed"] for r in rows] == [False, True]  # as written it does not parse

@@ -1,0 +1,116 @@
+"""A problem file's task is read from its tests' syntax trees (``eval/structure.py``).
+
+The text ``import numpy`` inside a string imports nothing and changes no task; evalplus's
+layout of a plus test is what makes a file HumanEval+, and only then does the installed
+HumanEval test stand in as a problem's base test, which the report says.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from codeparrot.cli import main
+from codeparrot.errors import DataError
+from codeparrot.eval.data import load_problems
+from codeparrot.eval.structure import record_shape as shape_of
+from codeparrot.eval.tasks import load_task
+
+PLUS_TEST = """
+import numpy as np
+
+
+def assertion(out, exp, atol):
+    assert out == exp or np.allclose(out, exp, atol=atol)
+
+
+def check(candidate):
+    inputs = [[[1.0, 2.0, 3.0], 0.5], [[1.0, 2.8, 3.0], 0.3]]
+    results = [False, True]
+    for i, (inp, exp) in enumerate(zip(inputs, results)):
+        assertion(candidate(*inp), exp, 0)
+"""
+# A test no completion passes, with the text of an import in a string.
+STRING_IMPORT_TEST = '''
+NOTE = """
+import numpy
+"""
+
+
+def check(candidate):
+    assert candidate([1.0, 2.0], 0.5) == "never"
+'''
+
+
+def problem_file(path: Path, tests: dict[str, str]) -> Path:
+    he = load_problems()
+    keys = ("task_id", "prompt", "canonical_solution", "entry_point")
+    path.write_text(
+        "".join(json.dumps({k: he[t][k] for k in keys} | {"test": test}) + "\n"
+                for t, test in tests.items())
+    )  # fmt: skip
+    return path
+
+
+def test_shapes_come_from_the_syntax_tree():
+    plus = shape_of({"test": PLUS_TEST})
+    assert plus.imports == {"numpy"} and plus.plus_layout
+    text = shape_of({"test": STRING_IMPORT_TEST})
+    assert text.imports == frozenset() and not text.plus_layout
+    base = shape_of({"test": load_problems()["HumanEval/0"]["test"]})
+    assert not base.plus_layout
+    nested = shape_of({"test": "def check(candidate):\n    from numpy.linalg import norm\n"})
+    assert nested.imports == {"numpy"}
+    assert not shape_of({"test": "def check(candidate:\n"}).parsed
+    mbpp = shape_of({"test": "assert f(1) == 2\n", "test_imports": ["import math", "import re"]})
+    assert mbpp.imports == {"math", "re"}
+
+
+def test_a_string_that_reads_import_numpy_changes_no_task(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CODEPARROT_ALLOW_CODE_EXECUTION", "1")
+    path = problem_file(tmp_path / "problems.jsonl", {"HumanEval/0": STRING_IMPORT_TEST})
+    found = load_task("humaneval", path)
+    assert found.task == "humaneval" and found.installed_tests == 0
+    assert found.problems["HumanEval/0"]["test"] == STRING_IMPORT_TEST
+    samples = tmp_path / "s.jsonl"
+    completion = load_problems()["HumanEval/0"]["canonical_solution"]
+    samples.write_text(json.dumps({"task_id": "HumanEval/0", "completion": completion}) + "\n")
+    argv = ["eval", "execute", str(samples), "--problem-file", str(path), "--ks", "1",
+            "--workers", "1"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "pass@1: 0.00%" in printed and "humanevalplus" not in printed
+    assert "installed" not in printed
+
+
+def test_only_records_laid_out_as_plus_tests_get_the_installed_base_test(tmp_path):
+    he = load_problems()
+    path = problem_file(
+        tmp_path / "plus.jsonl", {"HumanEval/0": PLUS_TEST, "HumanEval/2": STRING_IMPORT_TEST}
+    )
+    found = load_task("humanevalplus", path)
+    assert found.installed_tests == 1
+    assert found.problems["HumanEval/0"]["test"] == he["HumanEval/0"]["test"]
+    assert found.problems["HumanEval/0"]["plus_test"] == PLUS_TEST
+    own = found.problems["HumanEval/2"]
+    assert own["test"] == STRING_IMPORT_TEST and "plus_test" not in own
+    # given as HumanEval, a file with one record not in the layout is not HumanEval+: its
+    # numpy import is refused for the checker of HumanEval, with the way round
+    with pytest.raises(DataError, match=r"numpy \(1 problems\).*--task humanevalplus"):
+        load_task("humaneval", path)
+
+
+def test_a_file_laid_out_as_humanevalplus_is_read_as_it(tmp_path):
+    path = problem_file(tmp_path / "plus.jsonl", {"HumanEval/0": PLUS_TEST})
+    found = load_task("humaneval", path)
+    assert found.task == "humanevalplus" and found.installed_tests == 1
+    # a task id that is not HumanEval's has no installed test to stand in
+    record = json.loads(path.read_text()) | {"task_id": "Mine/0"}
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps(record) + "\n")
+    with pytest.raises(DataError, match="--task humanevalplus"):
+        load_task("humaneval", other)
+    found = load_task("humanevalplus", other)
+    assert found.installed_tests == 0 and found.problems["Mine/0"]["test"] == PLUS_TEST
