@@ -151,6 +151,13 @@ class GenerationOptions(TaskOptions):
         ge=0,
         le=20,
     )
+    request_timeout: float = option(
+        600.0,
+        "--backend openai: seconds one request may take in all (the whole answer, not each "
+        "read); a request past it stops the run",
+        gt=0,
+        le=86400,
+    )
     n: int = option(10, "samples per problem (the reference uses 200)", ge=1, le=1000)
     batch_size: int = CANDIDATES.field(10, "samples generated per call of the engine")
     temperature: float = TEMPERATURE.field(

@@ -1024,6 +1024,33 @@ class Engine:
             return _GPT2Steps(self, ids, n, max_new_tokens)
         return _HFSteps(self.model, ids, n, self.device)
 
+    def stream_ids(
+        self,
+        ids: list[int],
+        config: GenerationConfig | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[StreamEvent]:
+        """:meth:`stream` for a prompt given as token ids, taken as they are: no healing,
+        no BOS added; over its budget (context minus ``max_new_tokens``) the prompt keeps
+        its end. Raises :class:`ConfigError` for an empty list or an id out of the
+        vocabulary."""
+        config = config or GenerationConfig()
+        if not ids:
+            raise ConfigError("the prompt is empty")
+        bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
+        if bad is not None:
+            raise ConfigError(
+                f"token id {bad} is not in the vocabulary (0 to {self.vocab_size - 1})"
+            )
+        if config.max_new_tokens >= self.context_length:
+            raise ConfigError(
+                f"--max-new-tokens {config.max_new_tokens} leaves no room for a prompt in the "
+                f"model's context of {self.context_length} tokens"
+            )
+        budget = self.context_length - config.max_new_tokens
+        kept = list(ids[-budget:])
+        return self._stream(kept, len(kept) < len(ids), config, cancel)
+
 
 class _GPT2Steps:
     """Prefill and decode steps over :class:`~codeparrot.generation.gpt2.GPT2Decoder`."""
