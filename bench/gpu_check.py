@@ -18,6 +18,8 @@ a tokenizer trained on it in the first minute:
   per token of a 64-token greedy completion, after one warm-up.
 - ``lsp``: ``bench/lsp.py`` on the trained checkpoint: the language server's latency with
   the model on the GPU.
+- ``plan``: ``codeparrot quickstart --total-minutes 4`` (no code execution): its GPU plan
+  must pick a model of at least 30M parameters, end within its 4 minutes and print MFU.
 - ``quickstart`` (only with ``--quickstart``: some 15 minutes, and pip must reach a package
   index): ``make quickstart TORCH=cuda``.
 
@@ -51,7 +53,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECKS = ("train", "ddp", "fsdp", "engine", "lsp", "quickstart")
+CHECKS = ("train", "ddp", "fsdp", "engine", "lsp", "plan", "quickstart")
 NO_GPU = (
     "bench/gpu_check.py: no CUDA device here (torch.cuda.is_available() is False); this "
     "script checks what only a GPU can (bf16 training with compile, accelerate launch and "
@@ -173,6 +175,29 @@ def check_lsp(workdir: Path) -> tuple[bool, str]:
     return run_command(command, 600)
 
 
+PLAN_MINUTES = 4.0
+
+
+def check_plan(workdir: Path) -> tuple[bool, str]:
+    output = workdir / "plan"
+    command = [sys.executable, "-m", "codeparrot", "quickstart", "--output", str(output),
+               "--total-minutes", str(PLAN_MINUTES), "--max-files", "2000"]  # fmt: skip
+    ok, tail = run_command(command, PLAN_MINUTES * 60 + 180)
+    state_file = output / "quickstart.json"
+    if not state_file.is_file():
+        return False, tail
+    state = json.loads(state_file.read_text())
+    facts = state["steps"].get("train", {}).get("facts", {})
+    parameters, minutes = facts.get("parameters") or 0, state.get("minutes") or 0
+    ok = ok and parameters >= 30e6 and minutes <= PLAN_MINUTES and facts.get("mfu") is not None
+    detail = (
+        f"{facts.get('preset')} {parameters / 1e6:.1f}M, batch {facts.get('batch_size')}, "
+        f"{facts.get('step')} steps, {minutes:.2f} of {PLAN_MINUTES:g} minutes, "
+        f"{facts.get('steady_tokens_per_s') or 0:,.0f} tokens/s, MFU {facts.get('mfu')}"
+    )
+    return ok, detail + "\n" + tail
+
+
 def check_quickstart(workdir: Path) -> tuple[bool, str]:
     return run_command(["make", "quickstart", "TORCH=cuda"], 1800)
 
@@ -209,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             "fsdp": lambda: check_launch(workdir, corpus, tokenizer, len(devices), fsdp=True),
             "engine": lambda: check_engine(workdir),
             "lsp": lambda: check_lsp(workdir),
+            "plan": lambda: check_plan(workdir),
             "quickstart": lambda: check_quickstart(workdir),
         }
         for name in selected:

@@ -23,7 +23,17 @@ CPU without bf16 instructions gets on one that has them, force the probe's answe
 
     .venv/bin/python bench/train.py [--steps 12] [--rounds 3] [--no-compile] [--no-peer]
         [--no-baseline] [--precisions auto,no,bf16] [--optimizers adamw[,muon]]
-        [--preset tiny|tiny-qwen] [--batch-size 8] [--vocab-size 16384]
+        [--preset tiny|tiny-qwen|mini-qwen|small|small-qwen] [--batch-size 8]
+        [--vocab-size 16384] [--device cpu|cuda] [--block 256] [--peer-gelu tanh|none]
+        [--no-check]
+
+On a GPU, the issue's comparison is ``--device cuda --preset small --block 1024
+--batch-size 32 --vocab-size 8192 --precisions bf16 --no-baseline`` (and ``--preset
+small-qwen --optimizers muon``). Before timing, a check runs our model and its peer from
+the same initial weights (dropout off, fp32, the same AdamW and batches) and stops unless
+the first three losses agree within 1e-2, so that speed is not bought with a different
+computation. Each side prints tokens/s, TFLOP/s (6N + 12·L·d·T a token) and MFU against a
+bf16 product measured in the same run (8192^3 on CUDA).
 
 The quickstart's step is ``--preset tiny-qwen --batch-size 16 --vocab-size 8192``.
 """
@@ -40,6 +50,10 @@ import numpy as np
 import torch
 
 VOCAB, BLOCK, BATCH = 16_384, 256, 8
+DEVICE = "cpu"
+# The GPT-2 peer's activation: our GPT-2 presets use transformers' gelu_new (the tanh
+# approximation), so the peer uses it too; nanoGPT's exact GELU is --peer-gelu none.
+PEER_GELU = "tanh"
 
 
 class RandomTokens:
@@ -50,6 +64,11 @@ class RandomTokens:
         self.rng = np.random.default_rng(seed)
         self.pool = self.rng.integers(0, VOCAB - 1, size=(64, seq_length), dtype=np.int64)
         self.i = 0
+
+    def batch(self, n: int) -> torch.Tensor:
+        """``n`` sequences on the benchmark's device."""
+        rows = np.stack([self.next_sequence() for _ in range(n)])
+        return torch.from_numpy(rows).to(DEVICE, non_blocking=True)
 
     def next_sequence(self) -> np.ndarray:
         self.i += 1
@@ -91,14 +110,14 @@ def baseline_step_fn():
         embd_pdrop=0.0,
         attn_pdrop=0.0,
     )
-    model = GPT2LMHeadModel(config)
+    model = GPT2LMHeadModel(config).to(DEVICE)
     model.config._attn_implementation = "eager"
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.1)
     source = RandomTokens(BLOCK)
 
     def step() -> None:
-        ids = torch.from_numpy(np.stack([source.next_sequence() for _ in range(BATCH)]))
+        ids = source.batch(BATCH)
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -108,8 +127,9 @@ def baseline_step_fn():
     return step
 
 
-def peer_step_fn():
-    """nanoGPT's recipe on the same shape: bf16 autocast, the whole model compiled."""
+def gpt_peer(width: int = 256, layers: int = 4, heads: int = 4) -> torch.nn.Module:
+    """nanoGPT's GPT-2: nn.Linear, SDPA causal attention, GELU (:data:`PEER_GELU`), tied
+    head, no dropout; ``forward(ids, targets)`` returns the fp32 loss."""
     import torch.nn.functional as F
     from torch import nn
 
@@ -129,10 +149,10 @@ def peer_step_fn():
             )
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-            return x + self.down(F.gelu(self.up(self.ln_2(x))))
+            return x + self.down(F.gelu(self.up(self.ln_2(x)), approximate=PEER_GELU))
 
     class GPT(nn.Module):
-        def __init__(self, width: int = 256, layers: int = 4, heads: int = 4) -> None:
+        def __init__(self) -> None:
             super().__init__()
             self.tokens, self.positions = nn.Embedding(VOCAB, width), nn.Embedding(BLOCK, width)
             self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
@@ -144,17 +164,37 @@ def peer_step_fn():
                     nn.init.normal_(p, std=0.02)
 
         def forward(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            x = self.tokens(ids) + self.positions(torch.arange(ids.shape[1]))
+            x = self.tokens(ids) + self.positions(torch.arange(ids.shape[1], device=ids.device))
             for block in self.blocks:
                 x = block(x)
             logits = self.head(self.ln_f(x))
-            return F.cross_entropy(logits.view(-1, VOCAB), targets.reshape(-1))
+            return F.cross_entropy(logits.view(-1, VOCAB).float(), targets.reshape(-1))
 
     torch.manual_seed(0)
-    model = GPT()
+    return GPT().to(DEVICE)
+
+
+def peer_step_fn(preset: str = "tiny"):
+    """nanoGPT's recipe at the preset's width, depth and heads: bf16 autocast, the whole
+    model compiled, fused AdamW."""
+    from codeparrot.models.presets import get_preset
+
+    shape = get_preset(preset)
+    model = gpt_peer(shape.n_embd, shape.n_layer, shape.n_head)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.1, fused=True)
-    return compiled_bf16_step(model, [opt])
+    step = compiled_bf16_step(model, [opt])
+    step.flops_per_token = peer_flops_per_token(model, shape.n_layer, shape.n_embd)
+    return step
+
+
+def peer_flops_per_token(model: torch.nn.Module, layers: int, width: int) -> float:
+    """6N + 12·L·d·T, N without a position table (as ours counts)."""
+    n = sum(p.numel() for p in model.parameters())
+    positions = getattr(model, "positions", None)
+    if positions is not None:
+        n -= positions.weight.numel()
+    return 6 * n + 12 * layers * width * BLOCK
 
 
 def compiled_bf16_step(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer]):
@@ -163,9 +203,9 @@ def compiled_bf16_step(model: torch.nn.Module, optimizers: list[torch.optim.Opti
     compiled = torch.compile(model)
     source = RandomTokens(BLOCK + 1)
 
-    def step() -> None:
-        seq = torch.from_numpy(np.stack([source.next_sequence() for _ in range(BATCH)]))
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+    def step() -> None:  # no host synchronisation: tokens/s is timed over whole rounds
+        seq = source.batch(BATCH)
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
             loss = compiled(seq[:, :-1], seq[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -176,12 +216,9 @@ def compiled_bf16_step(model: torch.nn.Module, optimizers: list[torch.optim.Opti
     return step
 
 
-def same_model_peer_step_fn(preset: str, optimizer: str):
-    """The peer written for our model instead of GPT-2's: the preset's blocks in plain
-    PyTorch the modded-nanogpt way (for `tiny-qwen`: RMSNorm, rotary positions, RMS-normed
-    queries and keys, SwiGLU, tied head, no biases), the whole model compiled, bf16 autocast,
-    and our optimizer from torch itself (``torch.optim.Muon`` on the blocks' matrices with
-    fused AdamW on the rest, or fused AdamW on everything)."""
+def qwen_peer(preset: str) -> torch.nn.Module:
+    """The preset's Qwen3 blocks in plain PyTorch the modded-nanogpt way (RMSNorm, rotary
+    positions, RMS-normed queries and keys, SwiGLU, tied head, no biases)."""
     import torch.nn.functional as F
     from torch import nn
 
@@ -241,7 +278,17 @@ def same_model_peer_step_fn(preset: str, optimizer: str):
     if shape.architecture != "qwen3":
         raise SystemExit(f"--preset {preset}: the same-model peer is written for Qwen3 blocks")
     torch.manual_seed(0)
-    model = Model()
+    return Model().to(DEVICE)
+
+
+def same_model_peer_step_fn(preset: str, optimizer: str):
+    """The peer written for our model instead of GPT-2's (:func:`qwen_peer`), the whole
+    model compiled, bf16 autocast, and our optimizer from torch itself
+    (``torch.optim.Muon`` on the blocks' matrices with fused AdamW on the rest, or fused
+    AdamW on everything)."""
+    from codeparrot.models.presets import get_preset
+
+    model = qwen_peer(preset)
     model.train()
     matrices = [p for p in model.blocks.parameters() if p.dim() == 2]
     rest = [p for p in model.parameters() if all(p is not m for m in matrices)]
@@ -252,7 +299,10 @@ def same_model_peer_step_fn(preset: str, optimizer: str):
         ]
     else:
         optimizers = [torch.optim.AdamW(model.parameters(), lr=2e-3, fused=True)]
-    return compiled_bf16_step(model, optimizers)
+    step = compiled_bf16_step(model, optimizers)
+    shape = get_preset(preset)
+    step.flops_per_token = peer_flops_per_token(model, shape.n_layer, shape.n_embd)
+    return step
 
 
 def ours_step_fn(
@@ -275,6 +325,8 @@ def ours_step_fn(
         tokenizer=tokenizer,
         output=workdir / f"run-{mixed_precision}-{optimizer}",
         preset=preset,
+        dropout=0.0,  # the peers have none
+        n_positions=BLOCK if BLOCK > 256 else None,
         seq_length=BLOCK,
         batch_size=BATCH,
         mixed_precision=mixed_precision,
@@ -298,10 +350,99 @@ def ours_step_fn(
 
 
 def tokens_per_s(step, steps: int) -> float:
+    _synchronize()
     start = time.perf_counter()
     for _ in range(steps):
         step()
+    _synchronize()
     return steps * BATCH * BLOCK / (time.perf_counter() - start)
+
+
+def _synchronize() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def _copy_into_peer(ours: torch.nn.Module, peer: torch.nn.Module, architecture: str) -> None:
+    """Our Hugging Face model's weights into the peer's layout (GPT-2's Conv1D weights
+    transposed; Qwen3's q/k/v and gate/up projections concatenated)."""
+    theirs = {k: v.detach() for k, v in ours.state_dict().items()}
+    mapped: dict[str, torch.Tensor] = {}
+    if architecture == "gpt2":
+        mapped["tokens.weight"] = theirs["transformer.wte.weight"]
+        mapped["head.weight"] = mapped["tokens.weight"]  # tied
+        mapped["positions.weight"] = theirs["transformer.wpe.weight"][:BLOCK]
+        mapped["ln_f.weight"], mapped["ln_f.bias"] = (
+            theirs["transformer.ln_f.weight"], theirs["transformer.ln_f.bias"])  # fmt: skip
+        for i in range(len(peer.blocks)):
+            h, b = f"transformer.h.{i}.", f"blocks.{i}."
+            for name, ours_name in (("ln_1", "ln_1"), ("ln_2", "ln_2")):
+                for part in ("weight", "bias"):
+                    mapped[f"{b}{name}.{part}"] = theirs[f"{h}{ours_name}.{part}"]
+            for name, ours_name in (("qkv", "attn.c_attn"), ("proj", "attn.c_proj"),
+                                    ("up", "mlp.c_fc"), ("down", "mlp.c_proj")):  # fmt: skip
+                mapped[f"{b}{name}.weight"] = theirs[f"{h}{ours_name}.weight"].t()
+                mapped[f"{b}{name}.bias"] = theirs[f"{h}{ours_name}.bias"]
+    else:
+        mapped["tokens.weight"] = theirs["model.embed_tokens.weight"]
+        mapped["norm.weight"] = theirs["model.norm.weight"]
+        for i in range(len(peer.blocks)):
+            h, b = f"model.layers.{i}.", f"blocks.{i}."
+            mapped[f"{b}norm_1.weight"] = theirs[f"{h}input_layernorm.weight"]
+            mapped[f"{b}norm_2.weight"] = theirs[f"{h}post_attention_layernorm.weight"]
+            mapped[f"{b}q_norm.weight"] = theirs[f"{h}self_attn.q_norm.weight"]
+            mapped[f"{b}k_norm.weight"] = theirs[f"{h}self_attn.k_norm.weight"]
+            mapped[f"{b}qkv.weight"] = torch.cat(
+                [theirs[f"{h}self_attn.{x}_proj.weight"] for x in "qkv"])  # fmt: skip
+            mapped[f"{b}proj.weight"] = theirs[f"{h}self_attn.o_proj.weight"]
+            mapped[f"{b}gate_up.weight"] = torch.cat(
+                [theirs[f"{h}mlp.{x}_proj.weight"] for x in ("gate", "up")])  # fmt: skip
+            mapped[f"{b}down.weight"] = theirs[f"{h}mlp.down_proj.weight"]
+    missing = set(peer.state_dict()) - set(mapped)
+    if missing:
+        raise SystemExit(f"the peer's weights {sorted(missing)} have no counterpart in ours")
+    peer.load_state_dict({k: v.clone() for k, v in mapped.items()}, strict=True)
+
+
+def same_losses(workdir: Path, preset: str, steps: int = 3, tolerance: float = 1e-2) -> bool:
+    """From the same initial weights, dropout off, the same batches and the same AdamW,
+    the first ``steps`` losses of our model and its peer (the GPT-2 peer for GPT-2
+    presets, the Qwen3 peer for Qwen3 ones), eager fp32: printed, True when they agree
+    within ``tolerance``. This checks the model and its loss, not the loop around them."""
+    from codeparrot.models.checkpoint import load_tokenizer
+    from codeparrot.models.presets import build_model, get_preset
+
+    tokenizer = workdir / "tokenizer"
+    if not tokenizer.is_dir():
+        word_tokenizer(tokenizer)
+    shape = get_preset(preset)
+    ours = build_model(preset, load_tokenizer(tokenizer), n_positions=max(BLOCK, 8)).to(DEVICE)
+    if ours.config.vocab_size != VOCAB:
+        raise SystemExit(f"--vocab-size {VOCAB}: use a multiple of 64 for the loss check")
+    peer = gpt_peer(shape.n_embd, shape.n_layer, shape.n_head) if shape.architecture == "gpt2" \
+        else qwen_peer(preset)  # fmt: skip
+    _copy_into_peer(ours, peer, shape.architecture)
+    ours.eval(), peer.eval()  # dropout off (the peers have none)
+    optims = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (ours, peer)]
+    source = RandomTokens(BLOCK + 1, seed=1)
+    pairs = []
+    for _ in range(steps):
+        seq = source.batch(min(BATCH, 4))
+        logits = ours(input_ids=seq[:, :-1]).logits.float()
+        mine = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), seq[:, 1:].reshape(-1))
+        losses = (mine, peer(seq[:, :-1], seq[:, 1:]))
+        for loss, opt in zip(losses, optims, strict=True):
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        pairs.append(tuple(float(x.detach()) for x in losses))
+    worst = max(abs(a - b) for a, b in pairs)
+    print(
+        f"same computation ({preset} and its peer from the same weights, dropout off, fp32, "
+        f"AdamW): losses {', '.join(f'{a:.4f}/{b:.4f}' for a, b in pairs)}; largest gap "
+        f"{worst:.1e} ({'within' if worst <= tolerance else 'OUTSIDE'} {tolerance:g})"
+    )
+    return worst <= tolerance
 
 
 def _arguments() -> argparse.Namespace:
@@ -325,7 +466,7 @@ def _arguments() -> argparse.Namespace:
     )
     parser.add_argument(
         "--preset",
-        choices=("tiny", "tiny-qwen"),
+        choices=("tiny", "tiny-qwen", "mini-qwen", "small", "small-qwen"),
         default="tiny",
         help="our step's model (tiny-qwen: the quickstart's, Qwen3 blocks at tiny's layers, "
         "width and heads, within 1%% of its parameters); the baseline and the peer keep GPT-2",
@@ -337,6 +478,19 @@ def _arguments() -> argparse.Namespace:
         help="sequences per step (16 and --vocab-size 8192: the quickstart's step)",
     )
     parser.add_argument("--vocab-size", type=int, default=VOCAB, help="the model's vocabulary")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--block", type=int, default=BLOCK, help="tokens a sequence (1024 on a GPU)"
+    )
+    parser.add_argument(
+        "--peer-gelu",
+        choices=("tanh", "none"),
+        default=PEER_GELU,
+        help="the GPT-2 peer's GELU: tanh (GPT-2's gelu_new, as our presets) or none (exact)",
+    )
+    parser.add_argument(
+        "--no-check", dest="check", action="store_false", help="skip the same-losses check"
+    )
     parser.add_argument(
         "--no-peer", dest="peer", action="store_false", help="skip the nanoGPT-style peers"
     )
@@ -366,7 +520,7 @@ def _build_steps(args: argparse.Namespace, workdir: Path) -> tuple[dict, dict]:
     if args.baseline:
         others["baseline"] = baseline_step_fn
     if args.peer:
-        others["peer"] = peer_step_fn
+        others["peer"] = lambda: peer_step_fn(args.preset)
     if args.peer and args.preset != "tiny":
         others["same-model peer"] = lambda: same_model_peer_step_fn(args.preset, args.optimizers[0])
     for name, make in others.items():
@@ -381,6 +535,10 @@ def _build_steps(args: argparse.Namespace, workdir: Path) -> tuple[dict, dict]:
 def _peaks() -> dict[str, float]:
     """fp32 and bf16 matmul FLOP/s of this CPU, whatever CODEPARROT_CPU_BF16 says (an
     emulated bf16 takes seconds here)."""
+    if DEVICE == "cuda":
+        from codeparrot.quickstart.plan import cuda_peak_flops
+
+        return {"no": float("nan"), "bf16": cuda_peak_flops()}
     from codeparrot.training.loop import measure_peak_flops
 
     return {
@@ -389,11 +547,18 @@ def _peaks() -> dict[str, float]:
     }
 
 
-def _report(args: argparse.Namespace, rates: dict, peaks: dict, runs: dict) -> None:
+def _report(args: argparse.Namespace, rates: dict, peaks: dict, runs: dict, steps: dict) -> None:
     med = {name: statistics.median(r) for name, r in rates.items()}
     peak = {k: statistics.median(v) for k, v in peaks.items()}
     fpt = next(iter(runs.values())).flops_per_token
-    print(f"\nshape: {args.preset}, vocab {VOCAB}, block {BLOCK}, batch {BATCH}")
+    print(f"\nshape: {args.preset}, vocab {VOCAB}, block {BLOCK}, batch {BATCH}, on {DEVICE}"
+          f" ({torch.cuda.get_device_name(0) if DEVICE == 'cuda' else 'CPU'}), torch "
+          f"{torch.__version__}")  # fmt: skip
+    print(
+        "settings: dropout 0 on every side (ours set to the peers'); the GPT-2 peer's GELU "
+        f"{'tanh approximation (as GPT-2s gelu_new)' if PEER_GELU == 'tanh' else 'exact'}; "
+        "bf16 autocast, loss in fp32, fused AdamW, clipping at 1.0"
+    )
     print(f"matmul peaks: fp32 {peak['no'] / 1e9:,.0f} GFLOP/s, bf16 {peak['bf16'] / 1e9:,.0f}")
     for name, run in runs.items():
         trains = run.precision.mixed_precision
@@ -425,6 +590,14 @@ def _report(args: argparse.Namespace, rates: dict, peaks: dict, runs: dict) -> N
                 f"of per-round ratios: {', '.join(f'{r:.2f}' for r in ratios)}; target <= 1.2x)"
             )
     ours = f"ours {args.precisions[0]} {args.optimizers[0]}"
+    for other in ("peer", "same-model peer"):
+        per_token = getattr(steps.get(other), "flops_per_token", None)
+        if other in rates and per_token:
+            flops = med[other] * per_token
+            print(
+                f"{other:24s}: {med[other]:8,.0f} tokens/s  {flops / 1e12:6.2f} TFLOP/s, "
+                f"trains bf16: MFU {flops / peak['bf16']:.0%} of the bf16 peak"
+            )
     for other in ("baseline", "peer", "same-model peer"):
         if other in rates:
             ratios = [o / b for o, b in zip(rates[ours], rates[other], strict=True)]
@@ -435,10 +608,15 @@ def _report(args: argparse.Namespace, rates: dict, peaks: dict, runs: dict) -> N
 
 
 def main() -> None:
-    global BATCH, VOCAB  # the shape every step of this one run uses
+    global BATCH, VOCAB, BLOCK, DEVICE, PEER_GELU  # the shape every step of this run uses
     args = _arguments()
-    BATCH, VOCAB = args.batch_size, args.vocab_size
+    BATCH, VOCAB, BLOCK, DEVICE = args.batch_size, args.vocab_size, args.block, args.device
+    PEER_GELU = args.peer_gelu
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device is visible to torch")
     with tempfile.TemporaryDirectory() as tmp:
+        if args.check and not same_losses(Path(tmp), args.preset):
+            raise SystemExit("ours and the peer compute different losses: speed not compared")
         steps, runs = _build_steps(args, Path(tmp))
         for name, run in runs.items():
             print(f"{name}: {run.precision.describe()}")
@@ -456,7 +634,7 @@ def main() -> None:
                 " GFLOP/s",
                 flush=True,
             )
-        _report(args, rates, peaks, runs)
+        _report(args, rates, peaks, runs, steps)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ from codeparrot.config import Declaration
 # -- choices -------------------------------------------------------------------------------
 
 # Model shapes of codeparrot.models.presets.PRESETS (a test keeps the two equal).
-PRESET_NAMES = ("tiny", "small", "large", "tiny-qwen", "tiny-qwen-untied", "small-qwen")
+PRESET_NAMES = (
+    "tiny", "small", "large", "tiny-qwen", "tiny-qwen-untied", "mini-qwen", "small-qwen",
+)  # fmt: skip
 # Experiment trackers of a training run (Accelerate's log_with; "none": metrics file only).
 TRACKERS = ("tensorboard", "wandb", "trackio", "none")
 # Autocast dtype of training (Accelerate's mixed_precision, or "auto": codeparrot.precision).

@@ -91,16 +91,19 @@ def training_budget(
     tokenizer_s: float | None,
     humaneval_samples: int,
     infill_tasks: int,
+    floor_minutes: float = MIN_TRAINING_MINUTES,
 ) -> TrainingBudget:
-    """The minutes training gets out of ``total_minutes`` when ``elapsed_s`` are spent."""
+    """The minutes training gets out of ``total_minutes`` when ``elapsed_s`` are spent
+    (at least ``floor_minutes``: a GPU, which compiles and times its steps in seconds,
+    passes a lower floor than a CPU's)."""
     factor = slowness(tokenizer_s)
     reserve = reserve_seconds(
         slowness=factor, humaneval_samples=humaneval_samples, infill_tasks=infill_tasks
     )
     minutes = (total_minutes * 60 - max(0.0, elapsed_s) - reserve) / 60
-    over = minutes < MIN_TRAINING_MINUTES
+    over = minutes < floor_minutes
     return TrainingBudget(
-        minutes=MIN_TRAINING_MINUTES if over else math.floor(minutes * 100) / 100,
+        minutes=floor_minutes if over else math.floor(minutes * 100) / 100,
         total_minutes=total_minutes,
         elapsed_s=elapsed_s,
         reserve_s=reserve,

@@ -81,7 +81,11 @@ class QuickstartConfig(Config):
         "token)",
         choices=PRE_TOKENIZERS,
     )
-    max_steps: int = MAX_STEPS.field(help="training steps (the learning-rate schedule ends here)")
+    max_steps: int | None = MAX_STEPS.field(
+        None,
+        "training steps, a cap (default: the recipe's 1,000, or more where the budget holds "
+        "more, up to 4 epochs of the corpus; the learning-rate schedule spans those trained)",
+    )
     batch_size: int = BATCH_SIZE.field(QUICKSTART_RECIPE.batch_size, "sequences per training step")
     total_minutes: float = option(
         15.0,
@@ -98,6 +102,12 @@ class QuickstartConfig(Config):
     )
     max_minutes: float | None = MAX_MINUTES.field(
         help="training minutes, planned over (default: what --total-minutes leaves)"
+    )
+    gpu_plan: bool = option(
+        True,
+        "on a CUDA device, train a model, batch and context sized to it (mini-qwen or "
+        "small-qwen by the measured step time, context 1,024, the batch its memory holds); "
+        "--no-gpu-plan trains the CPU recipe there too",
     )
     mixed_precision: str = MIXED_PRECISION.field()
     compile: bool = option(
@@ -224,20 +234,26 @@ def step_tokenizer(cfg: QuickstartConfig, interrupted: bool = False) -> dict[str
 
 
 def _train_config(
-    cfg: QuickstartConfig, resume: bool = False, max_minutes: float | None = None
+    cfg: QuickstartConfig,
+    resume: bool = False,
+    max_minutes: float | None = None,
+    plan: Any = None,
 ) -> Any:
-    """The training run's config; ``max_minutes`` the budget derived at run time (the
-    recorded config keeps ``--max-minutes`` as given, so that a re-run reuses the model)."""
+    """The training run's config; ``max_minutes`` the budget derived at run time and
+    ``plan`` the quickstart's plan for the device (quickstart.plan; the recorded config
+    keeps ``--max-minutes`` and ``--max-steps`` as given, so that a re-run reuses the
+    model)."""
+    from codeparrot.quickstart.plan import RECIPE_STEPS
     from codeparrot.training.config import TrainConfig
 
     return TrainConfig(
         data=cfg.corpus_dir,
         tokenizer=cfg.tokenizer_dir,
         output=cfg.model_dir,
-        preset=cfg.preset,
-        n_positions=cfg.n_positions,
-        max_steps=cfg.max_steps,
-        batch_size=cfg.batch_size,
+        preset=plan.preset if plan else cfg.preset,
+        n_positions=plan.n_positions if plan else cfg.n_positions,
+        max_steps=plan.max_steps if plan else cfg.max_steps or RECIPE_STEPS,
+        batch_size=plan.batch_size if plan else cfg.batch_size,
         max_minutes=cfg.max_minutes if max_minutes is None else max_minutes,
         mixed_precision=cfg.mixed_precision,
         compile=cfg.compile,
@@ -258,6 +274,7 @@ def step_train(
     interrupted: bool = False,
     log: Any = None,
     max_minutes: float | None = None,
+    plan: Any = None,
 ) -> dict[str, Any]:
     import shutil
 
@@ -270,7 +287,8 @@ def step_train(
     resume = interrupted and checkpoints.is_dir() and any(checkpoints.iterdir())
     if not resume and cfg.model_dir.exists():
         shutil.rmtree(cfg.model_dir)
-    result = train(_train_config(cfg, resume=resume, max_minutes=max_minutes), log=log)
+    train_cfg = _train_config(cfg, resume=resume, max_minutes=max_minutes, plan=plan)
+    result = train(train_cfg, log=log)
     # how likely the model finds HumanEval's reference solutions: a HumanEval signal that
     # moves long before pass@k of a model trained for minutes does (no code is run)
     solutions = evaluate_loss(LossConfig(checkpoints=(cfg.model_dir,), task="humaneval"))
@@ -289,9 +307,48 @@ def step_train(
         "precision": result.precision,
         "planned_steps": result.planned_steps,
         "max_steps": cfg.max_steps,
-        "designed_tokens": result.designed_tokens,
         "budget_minutes": max_minutes if max_minutes is not None else cfg.max_minutes,
+        "preset": train_cfg.preset,
+        "batch_size": train_cfg.batch_size,
+        **_recipe_facts(cfg, plan, result),
+        **_device_facts(plan, result, cfg.model_dir),
     }
+
+
+def _recipe_facts(cfg: QuickstartConfig, plan: Any, result: Any) -> dict[str, Any]:
+    """The recipe's steps and tokens beside the run's: what a filled budget is measured
+    against (the run's own ``--max-steps`` is then only a ceiling)."""
+    from codeparrot.quickstart.plan import RECIPE_STEPS
+
+    if plan is None or not plan.fills:
+        return {"designed_tokens": result.designed_tokens}
+    return {
+        "recipe_steps": RECIPE_STEPS,
+        "recipe_tokens": plan.recipe_tokens,
+        # the warning of a model that saw too little measures against the recipe's tokens
+        "designed_tokens": plan.recipe_tokens,
+    }
+
+
+def _device_facts(plan: Any, result: Any, model_dir: Path) -> dict[str, Any]:
+    """The device, steady tokens/s and MFU (against a large bf16 product measured on the
+    device) for the summary."""
+    if plan is None:
+        return {}
+    from codeparrot.models.presets import get_preset
+    from codeparrot.quickstart.plan import steady_tokens_per_s
+
+    facts: dict[str, Any] = {"device": plan.device.describe()}
+    steady = steady_tokens_per_s(model_dir / "metrics.jsonl")
+    if steady is not None:
+        facts["steady_tokens_per_s"] = steady
+    if plan.peak_flops and steady:
+        shape = get_preset(plan.preset)
+        per_token = 6 * result.parameters + 12 * shape.n_layer * shape.n_embd * plan.seq_length
+        facts["flops_per_s"] = steady * per_token
+        facts["peak_flops"] = plan.peak_flops
+        facts["mfu"] = steady * per_token / plan.peak_flops
+    return facts
 
 
 def _eval_config(cfg: QuickstartConfig) -> Any:
@@ -404,11 +461,15 @@ def check_fits(cfg: QuickstartConfig) -> None:
 
 
 def training_minutes(
-    cfg: QuickstartConfig, elapsed_s: float, steps: dict[str, Any], log: Any
+    cfg: QuickstartConfig,
+    elapsed_s: float,
+    steps: dict[str, Any],
+    log: Any,
+    floor_minutes: float | None = None,
 ) -> float:
     """``--max-minutes``, or what ``--total-minutes`` leaves for training once
     ``elapsed_s`` are spent (quickstart.budget), said in one line."""
-    from codeparrot.quickstart.budget import training_budget
+    from codeparrot.quickstart.budget import MIN_TRAINING_MINUTES, training_budget
 
     if cfg.max_minutes is not None:
         return cfg.max_minutes
@@ -420,20 +481,69 @@ def training_minutes(
         tokenizer_s=(steps.get("tokenizer") or {}).get("seconds"),
         humaneval_samples=problems * cfg.eval_n if executes else 0,
         infill_tasks=cfg.infill_sample if executes else 0,
+        floor_minutes=floor_minutes or MIN_TRAINING_MINUTES,
     )
     log(budget.describe())
     return budget.minutes
+
+
+def plan_training(
+    cfg: QuickstartConfig,
+    began: float,
+    steps: dict[str, Any],
+    log: Any,
+    clock: Callable[[], float],
+    device: Any,
+    measure: Any,
+    peak: Callable[[], float] | None,
+) -> tuple[float, Any]:
+    """The training minutes and the plan for ``device`` (quickstart.plan): on CUDA (unless
+    --no-gpu-plan) a model, batch and context sized to it, its measurement paid from the
+    minutes; elsewhere the recipe, its steps filling the budget unless --max-steps caps
+    them."""
+    from codeparrot.quickstart import plan as plans
+
+    facts = {name: (step or {}).get("facts") or {} for name, step in steps.items()}
+    corpus_tokens = plans.corpus_train_tokens(facts)
+    on_gpu = device.kind == "cuda" and cfg.gpu_plan
+    floor = plans.GPU_MIN_TRAINING_MINUTES if on_gpu else None
+    minutes = training_minutes(cfg, clock() - began, steps, log, floor_minutes=floor)
+    if not on_gpu:
+        plan = plans.cpu_plan(
+            device, preset=cfg.preset, batch_size=cfg.batch_size, n_positions=cfg.n_positions,
+            given_steps=cfg.max_steps, corpus_tokens=corpus_tokens,
+        )  # fmt: skip
+    else:
+        started = clock()
+        plan = plans.gpu_plan(
+            device, minutes=minutes, vocab_size=cfg.vocab_size, given_steps=cfg.max_steps,
+            corpus_tokens=corpus_tokens, measure=measure or plans.cuda_measure(cfg.tokenizer_dir),
+            peak_flops=(peak or plans.cuda_peak_flops)(),
+        )  # fmt: skip
+        if cfg.max_minutes is None:  # the measurement came out of training's minutes
+            minutes = max(plans.GPU_MIN_TRAINING_MINUTES, minutes - (clock() - started) / 60)
+    for line in plan.describe():
+        log(line)
+    return minutes, plan
 
 
 HUMANEVAL_PROBLEMS = 164
 
 
 def run_quickstart(
-    cfg: QuickstartConfig, log: Any = print, clock: Callable[[], float] = time.time
+    cfg: QuickstartConfig,
+    log: Any = print,
+    clock: Callable[[], float] = time.time,
+    device: Any = None,
+    measure: Any = None,
+    peak: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
     """Run (or reuse) every step; returns the recorded state with each step's facts.
 
-    ``clock`` tells the time (Unix seconds) for ``--total-minutes`` and ``--started-at``."""
+    ``clock`` tells the time (Unix seconds) for ``--total-minutes`` and ``--started-at``;
+    ``device`` (quickstart.plan.Device; default: the one found), ``measure`` and ``peak``
+    (a preset's step time and the device's bf16 FLOP/s; default: measured on CUDA) decide
+    the training plan."""
     from codeparrot.io import provenance, write_json
 
     check_fits(cfg)
@@ -459,6 +569,8 @@ def run_quickstart(
             steps.pop(name, None)
             continue
         step_config = config_of(cfg).to_dict()
+        if name == "train":  # as given: None lets the budget decide
+            step_config |= {"max_steps": cfg.max_steps, "gpu_plan": cfg.gpu_plan}
         previous = steps.get(name) or {}
         same = previous.get("config") == step_config
         if not redo_rest and same and previous.get("status") == "done":
@@ -472,8 +584,12 @@ def run_quickstart(
         steps[name] = {"config": step_config, "output": output, "status": "running"}
         write_json(cfg.state_file, {"steps": steps, "provenance": provenance(cfg)})
         if name == "train":
-            minutes = training_minutes(cfg, clock() - began, steps, log)
-            facts = step_train(cfg, interrupted, log, max_minutes=minutes)
+            if device is None:
+                from codeparrot.quickstart.plan import detect_device
+
+                device = detect_device()
+            minutes, plan = plan_training(cfg, began, steps, log, clock, device, measure, peak)
+            facts = step_train(cfg, interrupted, log, max_minutes=minutes, plan=plan)
         else:
             facts = func(cfg, interrupted)
         steps[name] = {
@@ -536,10 +652,11 @@ def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
         loss = "n/a" if f["eval_loss"] is None else f"{f['eval_loss']:.3f}"
         ppl = "n/a" if f["perplexity"] is None else f"{f['perplexity']:.1f}"
         lines.append(
-            f"model       {cfg.preset}: {f['parameters'] / 1e6:.1f}M parameters, "
-            f"{_steps_reached(f)}, {f['tokens_seen'] / 1e6:.2f}M tokens in "
-            f"{f['minutes']:.1f} min ({f['tokens_per_s']:,.0f} tokens/s, {_precision_name(f)})"
+            f"model       {f.get('preset', cfg.preset)}: {f['parameters'] / 1e6:.1f}M parameters, "
+            f"{_steps_reached(f)}, {f['tokens_seen'] / 1e6:.2f}M tokens{_against_recipe(f)} "
+            f"in {f['minutes']:.1f} min ({f['tokens_per_s']:,.0f} tokens/s, {_precision_name(f)})"
         )
+        lines += _device_lines(f)
         per_char = ""
         chars = steps.get("tokenizer", {}).get("facts", {}).get("chars_per_token")
         if f["eval_loss"] is not None and chars:
@@ -597,14 +714,41 @@ def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
 
 
 def _steps_reached(facts: dict[str, Any]) -> str:
-    """The steps reached of those planned, and the recipe's count where the budget cut it."""
-    planned, designed = facts.get("planned_steps"), facts.get("max_steps")
+    """The steps reached of those planned, and the recipe's count where the budget cut or
+    lengthened it."""
+    planned = facts.get("planned_steps")
+    designed = facts.get("recipe_steps") or facts.get("max_steps")
     if planned is None:
         return f"{facts['step']:,} steps"
     text = f"{facts['step']:,} of {planned:,} planned steps"
     if designed and planned < designed:
         text += f" (the recipe's {designed:,}, shortened to fit --max-minutes)"
+    elif facts.get("recipe_steps") and planned > designed:
+        text += f" (the recipe's {designed:,}, lengthened to fill the budget)"
     return text
+
+
+def _against_recipe(facts: dict[str, Any]) -> str:
+    """`` (1.9x the recipe's 4.10M)`` where the budget decided the steps."""
+    recipe = facts.get("recipe_tokens")
+    if not recipe:
+        return ""
+    return f" ({facts['tokens_seen'] / recipe:.1f}x the recipe's {recipe / 1e6:.2f}M)"
+
+
+def _device_lines(facts: dict[str, Any]) -> list[str]:
+    """The device, steady tokens/s and MFU of a planned run."""
+    if not facts.get("device"):
+        return []
+    line = f"            device {facts['device']}"
+    if facts.get("steady_tokens_per_s"):
+        line += f": {facts['steady_tokens_per_s']:,.0f} tokens/s steady (compilation apart)"
+    if facts.get("mfu") is not None:
+        line += (
+            f", {facts['flops_per_s'] / 1e12:.1f} TFLOP/s, MFU {100 * facts['mfu']:.1f}% of "
+            f"{facts['peak_flops'] / 1e12:.0f} TFLOP/s (an 8192^3 bf16 product measured)"
+        )
+    return [line]
 
 
 def _precision_name(facts: dict[str, Any]) -> str:

@@ -182,6 +182,37 @@ def replan(
     return True
 
 
+# A budget that holds more than the recipe's steps trains more, up to this many passes
+# over the training split: repeated data is worth almost as much as fresh data for up to
+# about four epochs (Muennighoff et al. 2023, "Scaling Data-Constrained Language Models"),
+# and little beyond.
+MAX_FILL_EPOCHS = 4.0
+# Where the corpus's size is not known, the budget may stretch the recipe this many times.
+MAX_FILL_FACTOR = 10
+
+
+def fill_ceiling(
+    *,
+    recipe_steps: int,
+    given_steps: int | None,
+    tokens_per_step: int,
+    corpus_tokens: float | None,
+) -> int:
+    """The ``--max-steps`` a budgeted run is planned under: ``given_steps`` where the user
+    gave them (a cap), else room for the budget to fill: the steps of
+    :data:`MAX_FILL_EPOCHS` passes over ``corpus_tokens`` (at least ``recipe_steps``), or
+    :data:`MAX_FILL_FACTOR` times the recipe where the corpus's size is unknown. The
+    planner (:func:`decide`) lays the schedule over what the budget holds, up to it."""
+    if recipe_steps < 1 or tokens_per_step < 1:
+        raise ValueError(f"recipe_steps and tokens_per_step must be positive, got "
+                         f"{recipe_steps} and {tokens_per_step}")  # fmt: skip
+    if given_steps is not None:
+        return given_steps
+    if not corpus_tokens or corpus_tokens <= 0:
+        return recipe_steps * MAX_FILL_FACTOR
+    return max(recipe_steps, math.floor(MAX_FILL_EPOCHS * corpus_tokens / tokens_per_step))
+
+
 def undertrained_warning(
     *, tokens_seen: int, designed_tokens: int, tokens_per_s: float, what: str
 ) -> str | None:
@@ -201,10 +232,13 @@ def undertrained_warning(
 
 
 __all__ = [
+    "MAX_FILL_EPOCHS",
+    "MAX_FILL_FACTOR",
     "MEASURE_STEPS",
     "SKIP_STEPS",
     "StepPlan",
     "decide",
+    "fill_ceiling",
     "replan",
     "steps_within",
     "undertrained_warning",

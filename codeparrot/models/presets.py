@@ -123,6 +123,20 @@ PRESETS: dict[str, ModelPreset] = {
         "tiny-qwen with an untied output head",
         tied=False,
     ),
+    # ~36M with an 8k vocabulary: the quickstart's model on a GPU that a budget of minutes
+    # trains to a few tokens a parameter (quickstart/plan.py). 2.75x SwiGLU as tiny-qwen;
+    # head width 64. Peak learning rates between tiny's and small's, not tuned.
+    "mini-qwen": _qwen(
+        "mini-qwen",
+        10,
+        8,
+        512,
+        1024,
+        1408,
+        1e-3,
+        "10 layers, 512 wide, context 1024, Qwen3 blocks, tied head",
+        muon_learning_rate=2e-3,
+    ),
     # The gpt2 shape in Qwen3 blocks: SwiGLU width 2048 (2.67x) matches GPT-2's MLP.
     "small-qwen": _qwen(
         "small-qwen", 12, 12, 768, 1024, 2048, 5e-4, "the gpt2 shape in Qwen3 blocks, tied head"

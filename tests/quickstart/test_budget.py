@@ -55,7 +55,7 @@ def fake_steps(monkeypatch, clock: FakeClock, seconds: dict[str, float]) -> dict
     seen: dict[str, Any] = {}
 
     def step(name: str):
-        def run(cfg, interrupted=False, log=None, max_minutes=None):
+        def run(cfg, interrupted=False, log=None, max_minutes=None, plan=None):
             seen[name] = max_minutes
             clock.now += seconds[name] if name != "train" else max_minutes * 60
             return {}

@@ -13,6 +13,7 @@ from codeparrot.training import train
 from codeparrot.training.plan import (
     StepPlan,
     decide,
+    fill_ceiling,
     replan,
     steps_within,
     undertrained_warning,
@@ -179,3 +180,34 @@ def test_no_plan_keeps_the_schedule_over_max_steps_and_the_clock_stops_it(
     lr = lrs(run)
     assert lr[10] == pytest.approx(3e-3)  # still at the peak: WSD decays over steps 32-40
     assert json.loads((run / "codeparrot_checkpoint.json").read_text())["plan"]["planned"] is False
+
+
+def test_the_fill_ceiling_is_the_given_cap_or_a_few_epochs_of_the_corpus():
+    # --max-steps given by hand: a cap, kept
+    assert fill_ceiling(recipe_steps=1000, given_steps=300, tokens_per_step=4096,
+                        corpus_tokens=1e9) == 300  # fmt: skip
+    # 4 epochs of a 12.3M-token corpus at 4,096 tokens a step
+    assert fill_ceiling(recipe_steps=1000, given_steps=None, tokens_per_step=4096,
+                        corpus_tokens=12_288_000) == 12_000  # fmt: skip
+    # never below the recipe; 10x it where the corpus's size is unknown
+    assert fill_ceiling(recipe_steps=1000, given_steps=None, tokens_per_step=4096,
+                        corpus_tokens=4096) == 1000  # fmt: skip
+    assert fill_ceiling(recipe_steps=1000, given_steps=None, tokens_per_step=4096,
+                        corpus_tokens=None) == 10_000  # fmt: skip
+
+
+def test_a_machine_that_would_finish_the_recipe_early_trains_more_steps(
+    tmp_path, corpus, tiny_checkpoint, clock
+):
+    """A recipe of 10 steps, a budget of 15 s at 1 s a step: the run trains the 14 the
+    budget holds, annealed at 14; with --max-steps 10 by hand it stops at 10."""
+    lines: list[str] = []
+    ceiling = fill_ceiling(recipe_steps=10, given_steps=None, tokens_per_step=4 * 64,
+                           corpus_tokens=None)  # fmt: skip
+    run = tmp_path / "filled"
+    result = train(budgeted(corpus, tiny_checkpoint, run, max_steps=ceiling), log=lines.append)
+    assert result.step == result.planned_steps == 14 and result.stopped_by == "max_steps"
+    lr = lrs(run)
+    assert lr[14] == pytest.approx(0.1 * 3e-3) and lr[11] == pytest.approx(3e-3)
+    capped = train(budgeted(corpus, tiny_checkpoint, tmp_path / "capped", max_steps=10))
+    assert capped.step == capped.planned_steps == 10

