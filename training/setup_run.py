@@ -26,6 +26,7 @@ from codeparrot.training.data import (
     shard_files,
 )
 from codeparrot.training.flops import Peaks, flops_per_token, peak_flops
+from codeparrot.training.kernels import apply_fused_kernels
 from codeparrot.training.memory import MemoryFloor, check_device_fit
 from codeparrot.training.optim import lr_factor
 from codeparrot.training.plan import StepPlan
@@ -193,6 +194,8 @@ def setup(
     memory = check_device_fit(config, model, seq_length, choice, accelerator)
     set_seed(config.seed)
     _ready_for_training(model, config, seq_length, accelerator.device)
+    on_gpu = accelerator.device.type == "cuda"  # Liger's kernels where installed (say why not)
+    apply_fused_kernels(model, accelerator.device, say if on_gpu else None)
     plan = StepPlan(steps=config.max_steps, max_steps=config.max_steps)
     optimizer, scheduler = _optimizer_and_schedule(model, config, plan, choice)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)

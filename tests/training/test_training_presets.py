@@ -129,9 +129,16 @@ def test_bad_checkpoints_are_rejected_before_loading(tmp_path, tiny_checkpoint):
     truncated = tmp_path / "truncated"
     shutil.copytree(tiny_checkpoint, truncated)
     weights = truncated / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:1000])
-    with pytest.raises(CheckpointError, match="weights cannot be loaded"):
+    weights.write_bytes(weights.read_bytes()[:1000])  # inside the header
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: not a safetensors file"):
         load_checkpoint(truncated)
+    cut = tmp_path / "cut_weights"
+    shutil.copytree(tiny_checkpoint, cut)
+    data = (cut / "model.safetensors").read_bytes()
+    header = 8 + int.from_bytes(data[:8], "little")
+    (cut / "model.safetensors").write_bytes(data[: header + 100])  # whole header, weights cut
+    with pytest.raises(CheckpointError, match="weights cannot be loaded"):
+        load_checkpoint(cut)
 
     small_vocab = tmp_path / "small_vocab"
     shutil.copytree(tiny_checkpoint, small_vocab)
