@@ -9,40 +9,20 @@ forward. It owns the thread policy: how many intra-op threads a prompt and a ste
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from codeparrot.errors import ConfigError
 from codeparrot.generation.config import QUANTIZE
+from codeparrot.generation.threads import intra_op_threads
 
 logger = logging.getLogger(__name__)
 
 # Prompt chunks at least this long are prefilled with bf16 matrix products on a CPU
 # that has them natively (shorter ones do not pay for the casts).
 BF16_PREFILL_MIN_TOKENS = 64
-
-
-@contextlib.contextmanager
-def intra_op_threads(n: int | None) -> Iterator[None]:
-    """Run the block with ``n`` intra-op threads (OpenMP's setting is per calling thread)."""
-    if n is None:
-        yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    if before == n:
-        yield
-        return
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 class Decoder:

@@ -26,7 +26,7 @@ from typing import Any
 
 from codeparrot.errors import ConfigError
 from codeparrot.generation.config import GenerationConfig
-from codeparrot.generation.decoder import Decoder, intra_op_threads
+from codeparrot.generation.decoder import Decoder
 from codeparrot.generation.detokenize import Candidate, Detokenizer
 from codeparrot.generation.healing import Healer
 from codeparrot.generation.prompt import Healed, PromptBuilder
@@ -37,6 +37,7 @@ from codeparrot.generation.sampling import sample_nucleus_sorted as _sample_nucl
 from codeparrot.generation.stopping import HUMANEVAL_STOP_SEQUENCES as HUMANEVAL_STOP_SEQUENCES
 from codeparrot.generation.stopping import StopStrings
 from codeparrot.generation.stopping import first_block as first_block
+from codeparrot.generation.threads import intra_op_threads
 
 # The names above imported "as" something were this module's before the engine was split
 # by job; they stay importable from here (the sampling tests use the private ones).

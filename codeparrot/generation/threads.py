@@ -17,8 +17,10 @@ instead: the first calls' own step timings, with nothing run for the measurement
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +66,25 @@ class ThreadChoice:
         return f"decoding steps on {self.threads} thread(s) ({why}); prompts on {self.cores}"
 
 
+@contextlib.contextmanager
+def intra_op_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``n`` intra-op threads (OpenMP's setting is per calling thread)."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    if before == n:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def decoder_of(engine: Any) -> Any:
     """The :class:`~codeparrot.generation.decoder.Decoder` of an engine (or the decoder)."""
     return getattr(engine, "decoder", engine)
@@ -73,8 +94,6 @@ def time_steps(engine: Any, threads: int) -> float:
     """Milliseconds of one one-token step of ``engine`` (an Engine or its Decoder) on
     ``threads`` threads (mean)."""
     import torch
-
-    from codeparrot.generation.decoder import intra_op_threads
 
     engine = decoder_of(engine)
     vocab = max(1, engine.vocab_size - 1)
@@ -117,8 +136,6 @@ def time_prompt(engine: Any, threads: int | None = None) -> float:
     A short prompt attends to few positions, so a suffix read again after hundreds of
     cached positions costs a little more a token (measured ~1.2x at 768 positions)."""
     import torch
-
-    from codeparrot.generation.decoder import intra_op_threads
 
     engine = decoder_of(engine)
     vocab = max(1, engine.vocab_size - 1)
