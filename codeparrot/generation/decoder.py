@@ -28,9 +28,25 @@ BF16_PREFILL_MIN_TOKENS = 64
 class Decoder:
     """A loaded model's forward passes: prefill and one-token steps, on its threads.
 
-    See :class:`~codeparrot.generation.engine.Engine` for ``bf16_prefill``,
-    ``prompt_cache_entries``, ``lean_gpt2``, ``decode_threads``, ``quantize``,
-    ``int8_rows_cache`` and ``kept_speeds``.
+    ``bf16_prefill``: run long prompts' matrix products in bf16 (CPU autocast), and
+    the output projection of every step from a bf16 copy (lean path).
+    ``prompt_cache_entries``: recent prompts whose keys/values are kept for reuse.
+    ``lean_gpt2``: use the lean decoder (:mod:`codeparrot.generation.lean`) for the
+    models it covers (``False``: the ``transformers`` forward, as for others).
+    ``decode_threads``: intra-op threads for the one-token steps (``None``: torch's
+    setting). Prompts use :attr:`prompt_threads` (``None``: torch's setting). A step is
+    a few dozen small kernels; on a busy machine a second thread mostly waits for its
+    turn (:func:`codeparrot.generation.threads.tune_decode_threads` measures both).
+    ``quantize``: ``"int8"`` runs the one-token steps on int8 copies of the matrices
+    (the lean decoder's models, on a CPU), through whichever of torch's two int8 kernels
+    a probe finds faster (:mod:`codeparrot.generation.int8`): 2-4x faster steps than
+    float32, logits within ~2% of their spread; prompts read them too where a second
+    probe finds that faster than bf16. ``"none"``: the model's own weights.
+    ``int8_rows_cache``: a :class:`~codeparrot.generation.int8_cache.RowsCache` that
+    keeps the int8 rows of these weights from one start to the next.
+    ``kept_speeds``: a :class:`~codeparrot.generation.speeds_cache.KeptSpeeds` whose
+    answers of an earlier start here replace the probes; answers measured now are
+    kept in it for the next.
     """
 
     def __init__(

@@ -28,8 +28,10 @@ from codeparrot.errors import ConfigError
 from codeparrot.generation.config import GenerationConfig
 from codeparrot.generation.decoder import Decoder
 from codeparrot.generation.detokenize import Candidate, Detokenizer
+from codeparrot.generation.events import Completion as Completion
+from codeparrot.generation.events import StreamEvent as StreamEvent
 from codeparrot.generation.healing import Healer
-from codeparrot.generation.prompt import Healed, PromptBuilder
+from codeparrot.generation.prompt import Healed, PromptBuilder, end_ids_of, special_ids
 from codeparrot.generation.sampling import draw as _draw  # noqa: F401 (see below)
 from codeparrot.generation.sampling import sample_next
 from codeparrot.generation.sampling import sample_next as _sample  # noqa: F401
@@ -41,38 +43,6 @@ from codeparrot.generation.threads import intra_op_threads
 
 # The names above imported "as" something were this module's before the engine was split
 # by job; they stay importable from here (the sampling tests use the private ones).
-
-
-@dataclass
-class Completion:
-    """One finished candidate."""
-
-    text: str
-    finish_reason: str  # "stop" | "eos" | "length" | "cancelled"
-    prompt_tokens: int
-    new_tokens: int
-    seconds: float
-    seed: int | None = None
-    prompt_truncated: bool = False
-    prompt_cached_tokens: int = 0  # prompt tokens whose keys/values came from an earlier call
-    prompt_seconds: float = 0.0  # of ``seconds``: reading the prompt (its tokens not cached)
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
-
-
-@dataclass
-class StreamEvent:
-    """New text for candidate ``index``; the last event of a candidate has ``completion``."""
-
-    index: int
-    delta: str
-    completion: Completion | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.completion is not None
 
 
 @dataclass
@@ -125,26 +95,9 @@ class Engine:
         ``own_checkpoint``: trained here (FIM order ``auto`` is then SPM, see
         :func:`codeparrot.fim.resolve_order`).
 
-        ``decoding``: the :class:`~codeparrot.generation.decoder.Decoder`'s options.
-        ``bf16_prefill``: run long prompts' matrix products in bf16 (CPU autocast), and
-        the output projection of every step from a bf16 copy (lean path).
-        ``prompt_cache_entries``: recent prompts whose keys/values are kept for reuse.
-        ``lean_gpt2``: use the lean decoder (:mod:`codeparrot.generation.lean`) for the
-        models it covers (``False``: the ``transformers`` forward, as for others).
-        ``decode_threads``: intra-op threads for the one-token steps (``None``: torch's
-        setting). Prompts use :attr:`prompt_threads` (``None``: torch's setting). A step is
-        a few dozen small kernels; on a busy machine a second thread mostly waits for its
-        turn (:func:`codeparrot.generation.threads.tune_decode_threads` measures both).
-        ``quantize``: ``"int8"`` runs the one-token steps on int8 copies of the matrices
-        (the lean decoder's models, on a CPU), through whichever of torch's two int8 kernels
-        a probe finds faster (:mod:`codeparrot.generation.int8`): 2-4x faster steps than
-        float32, logits within ~2% of their spread; prompts read them too where a second
-        probe finds that faster than bf16. ``"none"``: the model's own weights.
-        ``int8_rows_cache``: a :class:`~codeparrot.generation.int8_cache.RowsCache` that
-        keeps the int8 rows of these weights from one start to the next.
-        ``kept_speeds``: a :class:`~codeparrot.generation.speeds_cache.KeptSpeeds` whose
-        answers of an earlier start here replace the probes; answers measured now are
-        kept in it for the next.
+        ``decoding``: the :class:`~codeparrot.generation.decoder.Decoder`'s options
+        (``bf16_prefill``, ``prompt_cache_entries``, ``lean_gpt2``, ``decode_threads``,
+        ``quantize``, ``int8_rows_cache``, ``kept_speeds``).
         """
         self.model = model
         self.tokenizer = tokenizer
@@ -166,8 +119,8 @@ class Engine:
         )
         # ids that end a completion: every end id of generation_config.json, and every
         # special token (a special token's text is never a completion's)
-        self.end_ids: frozenset[int] = _end_ids_of(model, self.eos_token_id)
-        self.special_ids: frozenset[int] = _special_ids(tokenizer) | self.end_ids
+        self.end_ids: frozenset[int] = end_ids_of(model, self.eos_token_id)
+        self.special_ids: frozenset[int] = special_ids(tokenizer) | self.end_ids
         self.detok = Detokenizer(tokenizer)
         self.healer = Healer(self.prompts, self.detok, self.special_ids, self.vocab_size)
         self.decoder = Decoder(model, vocab_size=self.vocab_size, path=path, **decoding)
@@ -194,18 +147,10 @@ class Engine:
     steps_compiled = _on("decoder", "steps_compiled", "set once a compile has finished")
     compile_error = _on("decoder", "compile_error", "the exception of a failed compile")
 
-    @property
-    def can_compile_steps(self) -> bool:
-        """Does :meth:`compile_steps` apply (a model on the lean decode path)?"""
-        return self.decoder.can_compile_steps
-
-    def compile_steps(self, *, background: bool = True) -> threading.Thread | None:
-        """See :meth:`codeparrot.generation.decoder.Decoder.compile_steps`."""
-        return self.decoder.compile_steps(background=background)
-
-    def compile_steps_if_possible(self) -> bool:
-        """See :meth:`codeparrot.generation.decoder.Decoder.compile_steps_if_possible`."""
-        return self.decoder.compile_steps_if_possible()
+    can_compile_steps = _on("decoder", "can_compile_steps", "does compile_steps apply?")
+    # Decoder.compile_steps(background=True) and Decoder.compile_steps_if_possible()
+    compile_steps = _on("decoder", "compile_steps", "compile the one-token step")
+    compile_steps_if_possible = _on("decoder", "compile_steps_if_possible", "the same, or why not")
 
     # -- loading ---------------------------------------------------------------------
     @classmethod
@@ -222,49 +167,21 @@ class Engine:
         compile: bool = False,
     ) -> Engine:
         """Load a checkpoint directory (ours, or any local Hugging Face causal LM), prepared
-        for ``profile``: ``"batch"``, ``"editor"`` or ``"server"``
-        (:mod:`codeparrot.generation.loading` says what each prepares).
-
-        ``quantize="int8"``: one-token steps read int8 copies of the weights (CPU, models
-        of the lean decoder); ``"auto"`` does so where that applies; None: the profile's
-        own (``"none"`` for a batch, ``"auto"`` for an editor or a server, where latency
-        matters more than the last digit of a logit).
-
-        ``dtype``: ``"auto"`` is bfloat16 on a GPU; on a CPU it keeps float32 weights (one
-        token at a time, bf16 kernels are slower there) and prefills long prompts with
-        bf16 matrix products when the CPU has them natively and fast
-        (:func:`codeparrot.precision.cpu_has_fast_bf16`), which halves their cost.
-
-        ``lean_load``: on a CPU, a checkpoint of the lean decoder's families (not an
-        adapter, safetensors weights, a variant the decoder computes) is read straight into
-        a parameter tree for the decoder (:mod:`codeparrot.models.lean_load`);
-        :attr:`model` then has no transformers forward. ``False`` (or the environment's
-        ``CODEPARROT_LEAN_LOAD=0``) always loads transformers' model class.
-
-        ``threads`` (editor and server): intra-op threads of prompts and steps (0: every
-        core, the steps' count measured). ``compile``: compile the one-token step in the
-        background (:meth:`compile_steps`).
-        """
+        for ``profile``: ``"batch"``, ``"editor"`` or ``"server"``; see
+        :func:`codeparrot.generation.loading.load` for every option."""
         from codeparrot.generation import loading
 
-        quantize = loading.PROFILE_QUANTIZE.get(profile, "none") if quantize is None else quantize
-        loading.check_load_options(dtype, quantize, profile)
-        if profile != "batch":
-            import torch
-
-            from codeparrot.generation.threads import cpu_cores
-
-            torch.set_num_threads(threads or cpu_cores())
-
-        def load(quantize: str) -> Engine:
-            model, tokenizer, options = loading.engine_options(
-                Path(path), device, dtype, quantize, lean_load
-            )
-            return cls(model, tokenizer, **options)
-
-        engine = loading.load_with_fallback(load, quantize, profile)
-        loading.prepare(engine, profile, threads, compile)
-        return engine
+        return loading.load(
+            cls,
+            path,
+            device=device,
+            dtype=dtype,
+            quantize=quantize,
+            lean_load=lean_load,
+            profile=profile,
+            threads=threads,
+            compile=compile,
+        )
 
     # -- prompts ---------------------------------------------------------------------
     def encode_prompt(
@@ -352,22 +269,8 @@ class Engine:
         prompt does; ``config.heal`` backs up its last token as for text.
         """
         config = config or GenerationConfig()
-        if not isinstance(ids, (list, tuple)) or not ids:
-            raise ConfigError("the prompt's token ids are empty (or not a list)")
-        bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
-        bad += [i for i in ids if isinstance(i, int) and not 0 <= i < self.vocab_size]
-        if bad:
-            raise ConfigError(
-                f"the prompt's token ids must be integers in [0, {self.vocab_size}), got {bad[0]!r}"
-            )
-        budget = self.context_length - config.max_new_tokens
-        if budget < 1:
-            raise ConfigError(
-                f"--max-new-tokens {config.max_new_tokens} leaves no room for a prompt in the "
-                f"model's context of {self.context_length} tokens"
-            )
-        truncated = len(ids) > budget
-        return self._stream_healed([int(i) for i in ids[-budget:]], truncated, config, cancel)
+        ids, truncated = self.prompts.fit_ids(ids, config.max_new_tokens, self.vocab_size)
+        return self._stream_healed(ids, truncated, config, cancel)
 
     def _stream_healed(
         self,
@@ -513,22 +416,3 @@ class Engine:
         if not config.stop_at_eos:
             ends -= self.end_ids
         return frozenset(ends)
-
-
-def _special_ids(tokenizer: Any) -> frozenset[int]:
-    """Ids of every special token of ``tokenizer`` (named ones and added ones marked special)."""
-    ids = {int(i) for i in tokenizer.all_special_ids}
-    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    ids |= {int(i) for i, token in added.items() if getattr(token, "special", False)}
-    return frozenset(ids)
-
-
-def _end_ids_of(model: Any, eos: int | None) -> frozenset[int]:
-    """End-of-text ids: the tokenizer's, and every one of the model's generation config
-    (``eos_token_id`` of generation_config.json may be a list) and config."""
-    ids = {eos} if eos is not None else set()
-    for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
-        value = getattr(source, "eos_token_id", None)
-        values = value if isinstance(value, (list, tuple)) else [value]
-        ids |= {int(v) for v in values if isinstance(v, int) and not isinstance(v, bool)}
-    return frozenset(ids)

@@ -34,6 +34,59 @@ PROFILES = ("batch", "editor", "server")
 PROFILE_QUANTIZE = {"batch": "none", "editor": "auto", "server": "auto"}
 
 
+def load(
+    cls: Any,
+    path: str | Path,
+    *,
+    device: str | None = None,
+    dtype: str = "auto",
+    quantize: str | None = None,
+    lean_load: bool | None = None,
+    profile: str = "batch",
+    threads: int = 0,
+    compile: bool = False,
+) -> Any:
+    """:meth:`Engine.load <codeparrot.generation.engine.Engine.load>`: ``cls`` (the Engine
+    class) of the checkpoint at ``path``, prepared for ``profile``.
+
+    ``quantize="int8"``: one-token steps read int8 copies of the weights (CPU, models
+    of the lean decoder); ``"auto"`` does so where that applies; None: the profile's
+    own (``"none"`` for a batch, ``"auto"`` for an editor or a server, where latency
+    matters more than the last digit of a logit).
+
+    ``dtype``: ``"auto"`` is bfloat16 on a GPU; on a CPU it keeps float32 weights (one
+    token at a time, bf16 kernels are slower there) and prefills long prompts with
+    bf16 matrix products when the CPU has them natively and fast
+    (:func:`codeparrot.precision.cpu_has_fast_bf16`), which halves their cost.
+
+    ``lean_load``: on a CPU, a checkpoint of the lean decoder's families (not an
+    adapter, safetensors weights, a variant the decoder computes) is read straight into
+    a parameter tree for the decoder (:mod:`codeparrot.models.lean_load`); the model
+    then has no transformers forward. ``False`` (or the environment's
+    ``CODEPARROT_LEAN_LOAD=0``) always loads transformers' model class.
+
+    ``threads`` (editor and server): intra-op threads of prompts and steps (0: every
+    core, the steps' count measured). ``compile``: compile the one-token step in the
+    background (``Engine.compile_steps``).
+    """
+    quantize = PROFILE_QUANTIZE.get(profile, "none") if quantize is None else quantize
+    check_load_options(dtype, quantize, profile)
+    if profile != "batch":
+        import torch
+
+        from codeparrot.generation.threads import cpu_cores
+
+        torch.set_num_threads(threads or cpu_cores())
+
+    def load_as(quantize: str) -> Any:
+        model, tokenizer, options = engine_options(Path(path), device, dtype, quantize, lean_load)
+        return cls(model, tokenizer, **options)
+
+    engine = load_with_fallback(load_as, quantize, profile)
+    prepare(engine, profile, threads, compile)
+    return engine
+
+
 def check_load_options(dtype: str, quantize: str, profile: str) -> None:
     if profile not in PROFILES:
         raise ConfigError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")

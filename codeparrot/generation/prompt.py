@@ -100,6 +100,27 @@ class PromptBuilder:
             cut = -(-cut // stride) * stride
         return [*bos, *ids[cut:]], True
 
+    def fit_ids(
+        self, ids: list[int], max_new_tokens: int, vocab_size: int
+    ) -> tuple[list[int], bool]:
+        """A prompt given as token ids, checked (each ``0 <= id < vocab_size``) and fitted to
+        the context: keeps its end. Returns (ids, truncated)."""
+        if not isinstance(ids, (list, tuple)) or not ids:
+            raise ConfigError("the prompt's token ids are empty (or not a list)")
+        bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
+        bad += [i for i in ids if isinstance(i, int) and not 0 <= i < vocab_size]
+        if bad:
+            raise ConfigError(
+                f"the prompt's token ids must be integers in [0, {vocab_size}), got {bad[0]!r}"
+            )
+        budget = self.context_length - max_new_tokens
+        if budget < 1:
+            raise ConfigError(
+                f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in the "
+                f"model's context of {self.context_length} tokens"
+            )
+        return [int(i) for i in ids[-budget:]], len(ids) > budget
+
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
@@ -284,3 +305,22 @@ class PromptBuilder:
         if lo > 0:
             return self.encode_text(text[: ends[lo - 1]], bare=bare)
         return self.encode_text(text, bare=bare)[:room]  # the first line alone is over the room
+
+
+def special_ids(tokenizer: Any) -> frozenset[int]:
+    """Ids of every special token of ``tokenizer`` (named ones and added ones marked special)."""
+    ids = {int(i) for i in tokenizer.all_special_ids}
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    ids |= {int(i) for i, token in added.items() if getattr(token, "special", False)}
+    return frozenset(ids)
+
+
+def end_ids_of(model: Any, eos: int | None) -> frozenset[int]:
+    """End-of-text ids: the tokenizer's, and every one of the model's generation config
+    (``eos_token_id`` of generation_config.json may be a list) and config."""
+    ids = {eos} if eos is not None else set()
+    for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        value = getattr(source, "eos_token_id", None)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        ids |= {int(v) for v in values if isinstance(v, int) and not isinstance(v, bool)}
+    return frozenset(ids)
