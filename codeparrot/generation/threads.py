@@ -199,7 +199,7 @@ class LiveTuning:
     """
 
     def __init__(self, engine: Any, cores: int | None = None) -> None:
-        self.engine = engine = decoder_of(engine)
+        self.engine = engine
         self.cores = cores or cpu_cores()
         self.choice: ThreadChoice | None = None  # set once the steps' threads are chosen
         self._seen = 0  # calls that decoded enough tokens

@@ -60,7 +60,7 @@ def test_a_second_start_runs_no_probe_and_decides_alike(
     )
     assert len(list(kept.glob("*.json"))) == 1
     probes.clear()
-    with caplog.at_level(logging.INFO, logger="codeparrot.generation.engine"):
+    with caplog.at_level(logging.INFO, logger="codeparrot.generation.decoder"):
         second = _load(tiny_checkpoint)
     assert probes == []
     assert (second.decoder.lean.int8_kernel, second.decoder.lean.int8_prompts) == (
