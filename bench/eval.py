@@ -127,6 +127,7 @@ def run_ours(
     timeout: float = 3.0,
     zygote: Path | None = None,
     eval_dir: Path | None = None,
+    flags: tuple[str, ...] = (),
 ) -> tuple[float, float, list[dict]]:
     """``codeparrot eval execute``, as a user runs it (the file alone, no --task; with
     ``zygote`` or a whole ``eval_dir`` swapped in if given)."""
@@ -139,6 +140,7 @@ def run_ours(
     command += ["--allow-code-execution", "--output", str(out), "--timeout", str(timeout)]
     command += ["--workers", str(workers)] if workers else []
     command += ["--problem-file", str(problem_file)] if problem_file else []
+    command += list(flags)
     seconds, cpu = _timed(command)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     for row in rows:  # a plus task: the verdict is the base + plus tests'
@@ -170,6 +172,12 @@ def main() -> None:
         default=[],
         metavar="LABEL=DIR",
         help="also time ours with the eval/ folder DIR of another version (repeatable)",
+    )
+    parser.add_argument(
+        "--no-feedback-cost",
+        action="store_true",
+        help="also time ours with --no-feedback (each test recorded against its reference, "
+        "every call answered at once)",
     )
     args = parser.parse_args()
     befores = [tuple(item.split("=", 1)) for item in args.eval_before]
@@ -204,6 +212,10 @@ def main() -> None:
         labels[f"codeparrot eval execute, {ours_workers} workers, zygote before"] = lambda p: (
             run_ours(p, args.workers, **extra, zygote=args.zygote_before)
         )
+    if args.no_feedback_cost:
+        labels[f"codeparrot eval execute, {ours_workers} workers, --no-feedback"] = lambda p: (
+            run_ours(p, args.workers, **extra, flags=("--no-feedback",))
+        )
     for name, folder in befores:
         labels[f"codeparrot eval execute, {ours_workers} workers, {name}"] = (
             lambda p, folder=folder: run_ours(p, args.workers, **extra, eval_dir=Path(folder))
@@ -236,6 +248,11 @@ def main() -> None:
                 f"({base_seconds / seconds:.2f}x); CPU {cpu:.2f} s ({base_cpu / cpu:.2f}x less)"
             )
     report_agreement(samples, runs[next(iter(list(labels)[1:]))][-1][2], runs[base_label][-1][2])
+    if args.no_feedback_cost:
+        ours = runs[list(labels)[1]][-1][2]
+        replayed = runs[next(k for k in labels if k.endswith("--no-feedback"))][-1][2]
+        changed = sum(a["passed"] != b["passed"] for a, b in zip(ours, replayed, strict=True))
+        print(f"verdicts changed by --no-feedback: {changed} of {n}")
 
 
 def report_agreement(samples: list[dict], ours_rows: list[dict], base_rows: list[dict]) -> None:

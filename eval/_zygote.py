@@ -209,7 +209,12 @@ def _decode(text, pos, depth):
 # later samples (mincore, cachestat, fadvise, process_madvise; madvise's MADV_COLD and
 # MADV_PAGEOUT below), a channel across samples and runs; sendmsg and sendmmsg, the only
 # way to put a descriptor "in flight" (SCM_RIGHTS), where a socket and its abstract name
-# outlive every process of the sample (send and sendto remain).
+# outlive every process of the sample (send and sendto remain). And every kernel-global
+# counter a sample could both advance and read, which would carry "which answer did I try
+# last" to the next sample, the next worker, the next run: sockets (SO_COOKIE, their inode
+# numbers), pipes and POSIX message queues (inode numbers from the one counter of pseudo
+# files), memfds and pidfds (their file systems' counters), inotify, and file locks (flock,
+# fcntl's record and OFD locks below), which reach the runtime copy every worker shares.
 DENIED = {
     "x86_64": {
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
@@ -226,6 +231,11 @@ DENIED = {
         "io_cancel": 210, "io_pgetevents": 333, "sync": 162, "syncfs": 306,
         "mincore": 27, "cachestat": 451, "fadvise64": 221, "process_madvise": 440,
         "sendmsg": 46, "sendmmsg": 307,
+        "socket": 41, "socketpair": 53, "getsockopt": 55, "setsockopt": 54,
+        "pipe": 22, "pipe2": 293, "memfd_create": 319, "memfd_secret": 447, "mq_open": 240,
+        "pidfd_open": 434, "pidfd_getfd": 438, "pidfd_send_signal": 424, "flock": 73,
+        "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254,
+        "fanotify_init": 300,
     },
     "aarch64": {
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
@@ -242,17 +252,24 @@ DENIED = {
         "io_pgetevents": 292, "sync": 81, "syncfs": 267,
         "mincore": 232, "cachestat": 451, "fadvise64": 223, "process_madvise": 440,
         "sendmsg": 211, "sendmmsg": 269,
+        "socket": 198, "socketpair": 199, "getsockopt": 209, "setsockopt": 208,
+        "pipe2": 59, "memfd_create": 279, "memfd_secret": 447, "mq_open": 180,
+        "pidfd_open": 434, "pidfd_getfd": 438, "pidfd_send_signal": 424, "flock": 32,
+        "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262,
     },
 }  # fmt: skip
-# (audit arch, socket, socketpair, clone, clone3, madvise)
+# (audit arch, fcntl, clone, clone3, madvise)
 ARCH = {
-    "x86_64": (0xC000003E, 41, 53, 56, 435, 28),
-    "aarch64": (0xC00000B7, 198, 199, 220, 435, 233),
+    "x86_64": (0xC000003E, 72, 56, 435, 28),
+    "aarch64": (0xC00000B7, 25, 220, 435, 233),
 }
 MADV_COLD = 20
 MADV_PAGEOUT = 21
-AF_UNIX = 1
-CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
+# fcntl commands: F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW,
+# F_SETLEASE, F_GETLEASE, F_NOTIFY
+FCNTL_DENIED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
+# CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET, and CLONE_PIDFD
+CLONE_DENIED = 0x7E020000 | 0x1000
 X32_BIT = 0x40000000
 EPERM = 1
 ENOSYS = 38
@@ -276,7 +293,7 @@ def seccomp_program(machine):
     """
     if machine not in ARCH:
         return None
-    audit_arch, socket, socketpair, clone, clone3, madvise = ARCH[machine]
+    audit_arch, fcntl, clone, clone3, madvise = ARCH[machine]
     deny = (RET, 0, 0, RET_ERRNO | EPERM)
     program = [(LD_ABS_W, 0, 0, 4), (JEQ, 1, 0, audit_arch), (RET, 0, 0, RET_KILL_PROCESS)]
     program.append((LD_ABS_W, 0, 0, 0))  # the system call number
@@ -285,10 +302,11 @@ def seccomp_program(machine):
     for number in sorted(DENIED[machine].values()):
         program += [(JEQ, 0, 1, number), deny]
     program += [(JEQ, 0, 1, clone3), (RET, 0, 0, RET_ERRNO | ENOSYS)]
-    for number in (socket, socketpair):  # arg 0: the address family
-        program += [(JEQ, 0, 4, number), (LD_ABS_W, 0, 0, 16), (JEQ, 0, 1, AF_UNIX)]
-        program += [(RET, 0, 0, RET_ALLOW), deny]
-    program += [(JEQ, 0, 4, clone), (LD_ABS_W, 0, 0, 16), (JSET, 0, 1, CLONE_NAMESPACES)]
+    locks = len(FCNTL_DENIED)
+    program += [(JEQ, 0, locks + 3, fcntl), (LD_ABS_W, 0, 0, 24)]  # arg 1: the command
+    program += [(JEQ, locks - i, 0, cmd) for i, cmd in enumerate(FCNTL_DENIED)]
+    program += [(RET, 0, 0, RET_ALLOW), deny]
+    program += [(JEQ, 0, 4, clone), (LD_ABS_W, 0, 0, 16), (JSET, 0, 1, CLONE_DENIED)]
     program += [deny, (RET, 0, 0, RET_ALLOW)]
     program += [(JEQ, 0, 5, madvise), (LD_ABS_W, 0, 0, 32)]  # arg 2: the advice
     program += [(JEQ, 1, 0, MADV_COLD), (JEQ, 0, 1, MADV_PAGEOUT), deny, (RET, 0, 0, RET_ALLOW)]
@@ -374,9 +392,17 @@ def drop_privileges(mode, slot, libc):
             raise RuntimeError("capset failed")
 
 
-def hide_checker(libc):
-    """The checker's packages are not the sample's: detach them in a mount namespace of its own."""
-    if libc.unshare(CLONE_NEWNS) != 0 or libc.umount2(b"/checker", MNT_DETACH) != 0:
+def hide_from_sample(libc, checker):
+    """In a mount namespace of its own: detach the checker's packages (not the sample's),
+    and cover /proc with an empty read-only tmpfs. The sample needs nothing there, and it
+    shows machine-wide counters a sample could advance and a later one read (the forks in
+    /proc/stat, the inode numbers of shared memory in /proc/self/maps)."""
+    if libc.unshare(CLONE_NEWNS) != 0:
+        os._exit(74)
+    if checker and libc.umount2(b"/checker", MNT_DETACH) != 0:
+        os._exit(74)
+    flags = MS_READ_ONLY | MS_NOEXEC
+    if libc.mount(b"tmpfs", b"/proc", b"tmpfs", flags, b"size=4k,mode=555") != 0:
         os._exit(74)
 
 
@@ -388,8 +414,8 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.closerange(5, 65536)
-    if limits["checker"] and mode != "none":
-        hide_checker(libc)
+    if mode != "none":
+        hide_from_sample(libc, limits["checker"])
     set_limits(limits)
     drop_privileges(mode, slot, libc)
     install_seccomp(libc, limits["seccomp"])
@@ -411,6 +437,8 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
             if request[0] == "names":
                 found = [n for n in request[1] if callable(namespace.get(n))]
                 reply = ("ok", found)
+            elif request[0] == "calls":
+                reply = ("ok", answer_calls(namespace[request[1]], request[2]))
             else:
                 _, name, args, kwargs = request
                 reply = ("ok", namespace[name](*args, **kwargs))
@@ -421,6 +449,22 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
             except BaseException:
                 payload = encode(("err", "unprintable exception"))
         write_frame(4, payload)
+
+
+def answer_calls(function, calls):
+    """B's answers to every call of a recorded test, in order, before any is checked: per
+    call ("ok", result, the arguments if it changed them in place, else None) or ("err",
+    message)."""
+    outcomes = []
+    for args, kwargs in calls:
+        before = encode(args)
+        try:
+            result = function(*args, **kwargs)
+        except Exception as e:
+            outcomes.append(("err", f"{type(e).__name__}: {e}"[:500]))
+            continue
+        outcomes.append(("ok", result, None if encode(args) == before else args))
+    return outcomes
 
 
 # -- A: the checker ---------------------------------------------------------------------
@@ -466,6 +510,104 @@ class Channel:
         return candidate
 
 
+class NotRecorded(BaseException):
+    """The test made a call the reference's run did not: it depends on the answers.
+    (Not an Exception: a test's ``except Exception`` must not swallow it.)"""
+
+
+RECORD = b"record"
+REPLAY = b"replay"
+RECORDING = "\n\0recording:"  # between a record job's verdict and its recording
+
+
+def _outcome(reply):
+    """One call's outcome as B sent it, checked: ("ok", result, after) or ("err", text)."""
+    ok = type(reply) is tuple and len(reply) == 3 and reply[0] == "ok"
+    if ok and (reply[2] is None or type(reply[2]) is tuple):
+        return reply
+    if type(reply) is tuple and len(reply) == 2 and reply[0] == "err":
+        return ("err", str(reply[1]))
+    raise SampleFailed("malformed reply from the sample")
+
+
+def _write_back(args, after):
+    """Apply the sample's in-place changes of the arguments to the test's own objects."""
+    if type(after) is not tuple or len(after) != len(args):
+        raise SampleFailed("malformed reply from the sample")
+    for arg, new in zip(args, after, strict=True):
+        if type(arg) is list and type(new) is list:
+            arg[:] = new
+        elif type(arg) in (dict, set) and type(new) is type(arg):
+            arg.clear()
+            arg.update(new)
+
+
+def _answer(outcome, args):
+    if outcome[0] == "err":
+        raise SampleFailed(outcome[1])
+    if outcome[2] is not None:
+        _write_back(args, outcome[2])
+    return outcome[1]
+
+
+def recorder(channel, name, record):
+    """The candidate of a record job (B runs the reference): each call's arguments, as
+    encoded before the call, and its outcome are appended to ``record``."""
+
+    def candidate(*args, **kwargs):
+        channel.calls += 1
+        key = encode((args, kwargs))
+        replies = channel.ask(("calls", name, [(args, kwargs)]))
+        if type(replies) is not list or len(replies) != 1:
+            raise SampleFailed("malformed reply from the sample")
+        outcome = _outcome(replies[0])
+        record.append((key, outcome))
+        return _answer(outcome, args)
+
+    return candidate
+
+
+def replayer(channel, name, plan, sample):
+    """The candidate of a replayed test: B answers every recorded call in one go, within
+    the plan's size cap; B is then killed, and the test meets only these answers, so
+    whether a call happens never depends on an earlier answer."""
+    cap = int(plan[len(REPLAY) : len(REPLAY) + 10])
+    keys = [key for key, _ in decode(plan[len(REPLAY) + 10 :])]
+    calls = [decode(key) for key in keys]
+    try:
+        write_frame(channel.req_fd, encode(("calls", name, calls)))
+        head = read_exact(channel.resp_fd, 10)
+        if not head.isdigit() or int(head) > cap:
+            raise SampleFailed(f"answers larger than the cap of {cap} bytes")
+        reply = decode(read_exact(channel.resp_fd, int(head)))
+    except (EOFError, BrokenPipeError):
+        raise SampleFailed("the sample process exited") from None
+    except (ValueError, TypeError, IndexError, OverflowError, UnicodeError) as e:
+        raise SampleFailed(f"malformed reply from the sample ({type(e).__name__})") from None
+    finally:
+        os.kill(sample, signal.SIGKILL)
+    if type(reply) is tuple and len(reply) == 2 and reply[0] == "err":
+        raise SampleFailed(str(reply[1]))
+    if type(reply) is not tuple or len(reply) != 2 or reply[0] != "ok":
+        raise SampleFailed("malformed reply from the sample")
+    if type(reply[1]) is not list or len(reply[1]) != len(keys):
+        raise SampleFailed("malformed reply from the sample")
+    outcomes = [_outcome(r) for r in reply[1]]
+
+    def candidate(*args, **kwargs):
+        j = channel.calls
+        channel.calls += 1
+        try:
+            key = encode((args, kwargs))
+        except (ValueError, TypeError, OverflowError) as e:
+            raise NotRecorded(f"call {j}: {type(e).__name__}") from None
+        if j >= len(keys) or key != keys[j]:
+            raise NotRecorded(f"call {j} was not recorded")
+        return _answer(outcomes[j], args)
+
+    return candidate
+
+
 def referenced_names(code):
     names = set(code.co_names)
     for const in code.co_consts:
@@ -474,8 +616,12 @@ def referenced_names(code):
     return names
 
 
-def check(prompt, test, entry_point, channel):
-    """A's verdict: "passed" only if the test code ran to its end on proxied values."""
+def check(prompt, test, entry_point, channel, plan=b"", sample=0, record=None):
+    """A's verdict: "passed" only if the test code ran to its end on proxied values.
+
+    ``plan``: empty for calls answered one by one; RECORD to record each call and its
+    outcome in ``record``; REPLAY + cap + recording to have B (pid ``sample``) answer all
+    recorded calls at once and the test replay them."""
     import builtins
 
     try:
@@ -488,7 +634,13 @@ def check(prompt, test, entry_point, channel):
     namespace = {}
     exec(compile(prompt, "<prompt>", "exec"), namespace)
     code = compile(test, "<test>", "exec")
-    if entry_point:
+    if entry_point and plan.startswith(REPLAY):
+        proxied = set()
+        namespace[entry_point] = replayer(channel, entry_point, plan, sample)
+    elif entry_point and plan == RECORD:
+        proxied = set()
+        namespace[entry_point] = recorder(channel, entry_point, record)
+    elif entry_point:
         proxied = {entry_point}
     else:  # free-form tests (the code_eval metric): proxy the sample's functions they use
         wanted = sorted(
@@ -545,20 +697,29 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     verdict = "failed: checker error"
+    record = []
     try:
         prompt = read_frame(job_fd).decode("utf-8", "surrogatepass")
         test = read_frame(job_fd).decode("utf-8", "surrogatepass")
         entry_point = read_frame(job_fd).decode("utf-8", "surrogatepass")
+        plan = read_frame(job_fd)
         os.close(job_fd)
-        verdict = check(prompt, test, entry_point, Channel(req_w, resp_r))
+        verdict = check(prompt, test, entry_point, Channel(req_w, resp_r), plan, b, record)
+    except NotRecorded as e:
+        verdict = f"not recorded: {e}"
     except SampleFailed as e:
         verdict = f"failed: {e}"
     except AssertionError as e:
         verdict = f"failed: AssertionError {e}".rstrip()
     except BaseException as e:
         verdict = f"failed: {type(e).__name__}: {e}"
+    verdict = verdict[:1000]
+    if record:  # a record job: the reference's calls follow its verdict
+        import base64
+
+        verdict += RECORDING + base64.b64encode(encode(record)).decode()
     try:
-        write_frame(res_fd, verdict[:1000].encode("utf-8", "replace"))
+        write_frame(res_fd, verdict.encode("utf-8", "replace"))
     finally:
         if mode == "none":
             for kill in (os.killpg, os.kill):
@@ -1041,7 +1202,7 @@ def run_one(header, program, libc, mode, slot, context):
     os.close(job_r)
     os.close(res_w)
     deadline = start + limits["timeout"]
-    rest = [read_frame(0), read_frame(0), read_frame(0)]  # prompt, test, entry point
+    rest = [read_frame(0) for _ in range(4)]  # prompt, test, entry point, plan
     verdict = _exchange(job_w, res_r, b"".join(b"%010d" % len(p) + p for p in rest), deadline)
     if verdict is None:
         verdict = "timed out"

@@ -9,17 +9,23 @@ keeps at most ``concurrency`` in flight. Refused or dropped requests (429, 5xx, 
 connection reset) are retried with exponential backoff; a server that is still refusing
 after the retries stops the run with an error naming ``--retries`` (what was written
 stays for the resume).
+
+The server is not trusted (docs/threat-model.md): each request has one deadline for the
+whole exchange (``--request-timeout``, not per read), the bytes read of an answer are
+capped (from ``n`` x ``max_tokens``), redirects are followed on the same host only, and
+each choice's ``index`` and ``finish_reason`` are type-checked before they are recorded.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import random
+import socket
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +35,15 @@ from codeparrot.errors import CodeparrotError, ConfigError
 logger = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+# What a finish_reason may say (OpenAI's, vLLM's, llama.cpp's and ours); anything else is
+# recorded as "unknown".
+FINISH_REASONS = frozenset(
+    {"stop", "length", "eos", "repetition", "content_filter", "abort", "tool_calls", "limit"}
+)
+MIN_ANSWER_BYTES = 1 << 20  # the cap's floor: a /v1/models listing, an error page
+BYTES_PER_TOKEN = 64  # a token's text in JSON, escapes included, with room to spare
+MAX_REDIRECTS = 3
+_CHUNK = 1 << 16
 # a probe that costs the server one token: enough to hear whether it takes a suffix
 _PROBE = {"prompt": "def f():\n", "max_tokens": 1, "temperature": 0}
 
@@ -89,6 +104,7 @@ class ServedEngine:
         self.request_timeout = request_timeout
         self.sleep = sleep
         self.fim: bool | None = None  # set by check(infill=True)
+        self.server_info: dict[str, Any] = {}  # quantization, max_model_len when listed
 
     # -- checks before any work ------------------------------------------------------
 
@@ -102,13 +118,16 @@ class ServedEngine:
                 f"--base-url {self.base_url}: no OpenAI-compatible server answered "
                 f"GET {self.api}/models ({e.reason})"
             ) from None
-        ids = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict)]
+        data = listing.get("data")
+        entries = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+        ids = [m.get("id") for m in entries]
         if self.model not in ids:
             known = ", ".join(str(i) for i in ids[:20]) or "none"
             raise ConfigError(
                 f"--model {self.model!r}: the server at {self.base_url} does not serve it "
                 f"(its /v1/models lists: {known})"
             )
+        self.server_info = _server_info(entries[ids.index(self.model)])
         if infill:
             refusal = self._suffix_refusal()
             self.fim = refusal is None
@@ -120,19 +139,37 @@ class ServedEngine:
                 )
 
     def _suffix_refusal(self) -> str | None:
-        """Why the server refused a one-token request with a suffix (None: it took it)."""
+        """Why the server refused a one-token request with a suffix (None: it took it).
+
+        A server that takes the field and ignores it reads as many prompt tokens with a
+        suffix as without one (``usage.prompt_tokens``): that is a refusal too."""
+        suffix = "    return 1\n" * 4
         try:
-            self.complete(
-                _PROBE["prompt"],
-                suffix="    return 1\n",
-                max_tokens=_PROBE["max_tokens"],
-                temperature=_PROBE["temperature"],
-            )
+            with_suffix = self._probe(suffix)
+            without = self._probe(None)
         except BackendError as e:
             if "HTTP 4" in str(e):
                 return str(e)
             raise ConfigError(f"--base-url {self.base_url}: {e}") from None
+        if with_suffix is None or without is None:
+            logger.warning(
+                "%s reports no usage.prompt_tokens: cannot tell whether it reads the suffix",
+                self.base_url,
+            )
+        elif with_suffix <= without:
+            return (
+                f"it read {with_suffix} prompt tokens with a suffix and {without} without: "
+                "the suffix was ignored"
+            )
         return None
+
+    def _probe(self, suffix: str | None) -> int | None:
+        """``usage.prompt_tokens`` of a one-token request (None: not reported)."""
+        body = {"model": self.model, **_PROBE, **({"suffix": suffix} if suffix else {})}
+        answer = self._request("POST", "/completions", body, max_bytes=MIN_ANSWER_BYTES)
+        usage = answer.get("usage")
+        tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
 
     # -- the engine's interface ------------------------------------------------------
 
@@ -187,7 +224,8 @@ class ServedEngine:
             body["seed"] = seed
         if suffix:
             body["suffix"] = suffix
-        answer = self._request("POST", "/completions", body)
+        cap = max(MIN_ANSWER_BYTES, n * max_tokens * BYTES_PER_TOKEN)
+        answer = self._request("POST", "/completions", body, max_bytes=cap)
         return _choices(answer, n, seed)
 
     # -- HTTP ------------------------------------------------------------------------
@@ -200,13 +238,14 @@ class ServedEngine:
         *,
         timeout: float | None = None,
         retries: int | None = None,
+        max_bytes: int = MIN_ANSWER_BYTES,
     ) -> dict[str, Any]:
         """The JSON answer of one request, retried on 429/5xx and dropped connections."""
         last = ""
         retries = self.retries if retries is None else min(retries, self.retries)
         for attempt in range(retries + 1):
             try:
-                return self._once(method, path, body, timeout or self.request_timeout)
+                return self._once(method, path, body, timeout or self.request_timeout, max_bytes)
             except _Retryable as e:
                 last = e.reason
                 if attempt == retries:
@@ -226,33 +265,141 @@ class ServedEngine:
         )
 
     def _once(
-        self, method: str, path: str, body: dict[str, Any] | None, timeout: float
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        timeout: float,
+        max_bytes: int = MIN_ANSWER_BYTES,
     ) -> dict[str, Any]:
+        """One exchange (redirects on the same host included) within ``timeout`` seconds."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.api + path,
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as e:
-            detail = _error_message(e.read())
-            if e.code in RETRY_STATUSES:
-                raise _Retryable(f"HTTP {e.code}: {detail}", _retry_after(e.headers)) from None
-            raise BackendError(f"HTTP {e.code} from {self.api}{path}: {detail}") from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise _Retryable(f"cannot reach {self.api}{path}: {reason}") from None
+        url = self.api + path
+        deadline = time.monotonic() + timeout
+        for _ in range(MAX_REDIRECTS + 1):
+            status, headers, raw = _exchange(method, url, data, deadline, max_bytes)
+            if status in (301, 302, 303, 307, 308):
+                url = _same_host_redirect(url, headers.get("Location"))
+                continue
+            break
+        else:
+            raise BackendError(f"{self.api}{path}: more than {MAX_REDIRECTS} redirects")
+        if status >= 400:
+            detail = _error_message(raw)
+            if status in RETRY_STATUSES:
+                raise _Retryable(f"HTTP {status}: {detail}", _retry_after(headers))
+            raise BackendError(f"HTTP {status} from {self.api}{path}: {detail}")
         try:
             answer = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise BackendError(f"{self.api}{path} did not answer JSON: {raw[:200]!r}") from None
         if not isinstance(answer, dict):
             raise BackendError(f"{self.api}{path} answered {type(answer).__name__}, not an object")
         return answer
+
+
+def _exchange(
+    method: str, url: str, data: bytes | None, deadline: float, max_bytes: int
+) -> tuple[int, Any, bytes]:
+    """(status, headers, body) of one HTTP request that ends by ``deadline``, whatever the
+    server does: a watchdog shuts the socket then, and reads stop at ``max_bytes``."""
+    parts = urllib.parse.urlsplit(url)
+    kind = {"http": http.client.HTTPConnection, "https": http.client.HTTPSConnection}
+    if parts.scheme not in kind or not parts.hostname:
+        raise BackendError(f"{url}: not an http:// or https:// URL")
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise BackendError(f"{url}: no answer within --request-timeout")
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    conn = kind[parts.scheme](parts.hostname, parts.port, timeout=remaining)
+    expired = threading.Event()
+
+    def watchdog() -> None:
+        expired.set()
+        sock = conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    timer = threading.Timer(remaining, watchdog)
+    timer.daemon = True
+    timer.start()
+    try:
+        conn.request(method, target or "/", body=data, headers=_HEADERS)
+        response = conn.getresponse()
+        declared = response.getheader("Content-Length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > max_bytes:
+            raise BackendError(_too_large(url, f"{int(declared):,} bytes declared", max_bytes))
+        raw = _read_capped(response, url, max_bytes, expired)
+        return response.status, response.headers, raw
+    except (http.client.HTTPException, OSError) as e:
+        if expired.is_set():
+            raise _timed_out(url) from None
+        raise _Retryable(f"cannot reach {url}: {e}") from None
+    finally:
+        timer.cancel()
+        conn.close()
+
+
+_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+
+
+def _read_capped(response: Any, url: str, max_bytes: int, expired: threading.Event) -> bytes:
+    buffer = bytearray()
+    while True:
+        chunk = response.read1(_CHUNK)
+        if expired.is_set():
+            raise _timed_out(url)
+        if not chunk:
+            return bytes(buffer)
+        buffer += chunk
+        if len(buffer) > max_bytes:
+            raise BackendError(
+                _too_large(url, f"{len(buffer):,} bytes read and more coming", max_bytes)
+            )
+
+
+def _too_large(url: str, what: str, max_bytes: int) -> str:
+    return (
+        f"{url}: the answer is too large ({what}; at most {max_bytes:,} bytes are read, "
+        "from n x max_tokens); the server is broken or hostile"
+    )
+
+
+def _timed_out(url: str) -> BackendError:
+    return BackendError(
+        f"{url}: no complete answer within --request-timeout (the whole request, not one "
+        "read); raise --request-timeout for a slow server",
+        "timed out",
+    )
+
+
+def _same_host_redirect(url: str, location: Any) -> str:
+    """The redirect's target when it stays on the scheme, host and port of ``url``."""
+    if not isinstance(location, str) or not location:
+        raise BackendError(f"{url}: a redirect without a Location")
+    target = urllib.parse.urljoin(url, location)
+    a, b = urllib.parse.urlsplit(url), urllib.parse.urlsplit(target)
+    if (a.scheme, a.hostname, a.port) != (b.scheme, b.hostname, b.port):
+        raise BackendError(
+            f"{url}: redirected to another host ({target[:200]}); not followed, give that "
+            "server's --base-url if it is the one meant"
+        )
+    return target
+
+
+def _server_info(entry: dict[str, Any]) -> dict[str, Any]:
+    """What ``/v1/models`` says of the model that changes samples (vLLM reports these)."""
+    info: dict[str, Any] = {}
+    quantization = entry.get("quantization")
+    if isinstance(quantization, str) and len(quantization) <= 64:
+        info["quantization"] = quantization
+    length = entry.get("max_model_len")
+    if isinstance(length, int) and not isinstance(length, bool) and 0 < length < 2**40:
+        info["max_model_len"] = length
+    return info
 
 
 def _choices(answer: dict[str, Any], n: int, seed: int | None) -> list[ServedCompletion]:
@@ -263,23 +410,39 @@ def _choices(answer: dict[str, Any], n: int, seed: int | None) -> list[ServedCom
             f"asked for n={n} completions, the server returned {got} choices"
             + ("; a server that answers one per request needs --batch-size 1" if got == 1 else "")
         )
+    if not all(isinstance(c, dict) for c in choices):
+        raise BackendError("a choice that is not an object")
+    indexes = [c.get("index") for c in choices]
+    if all(i is None for i in indexes):
+        indexes = list(range(n))
+    elif sorted(i for i in indexes if type(i) is int) != list(range(n)):
+        shown = ", ".join(repr(i)[:20] for i in indexes[:5])
+        raise BackendError(
+            f"the choices' index fields must be the integers 0..{n - 1}, once each (got {shown})"
+        )
     out = []
-    for choice in sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0):
-        text = choice.get("text") if isinstance(choice, dict) else None
+    for _, choice in sorted(zip(indexes, choices, strict=True), key=lambda pair: pair[0]):
+        text = choice.get("text")
         if not isinstance(text, str):
             raise BackendError(f"a choice without text: {str(choice)[:200]}")
-        out.append(ServedCompletion(text, str(choice.get("finish_reason") or "stop"), seed))
+        out.append(ServedCompletion(text, _finish_reason(choice.get("finish_reason")), seed))
     return out
+
+
+def _finish_reason(value: Any) -> str:
+    if value is None:
+        return "stop"
+    return value if isinstance(value, str) and value in FINISH_REASONS else "unknown"
 
 
 def _error_message(raw: bytes) -> str:
     try:
-        error = json.loads(raw).get("error")
+        error = json.loads(raw[:65536]).get("error")
         if isinstance(error, dict):
             return str(error.get("message", error))[:500]
         if error is not None:
             return str(error)[:500]
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         pass
     return raw[:500].decode("utf-8", "replace")
 

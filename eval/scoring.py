@@ -35,10 +35,20 @@ def program_text(problem: dict[str, Any], completion: str, *, sanitize: bool = F
 
 
 def check_program(
-    problem: dict[str, Any], program: str, test: str, timeout: float | None = None
+    problem: dict[str, Any],
+    program: str,
+    test: str,
+    timeout: float | None = None,
+    *,
+    reference: bool = False,
 ) -> Program:
-    """``program`` checked by ``test``; with an entry point the test's ``check`` is called on it."""
+    """``program`` checked by ``test``; with an entry point the test's ``check`` is called on it.
+
+    ``reference``: the problem's prompt and canonical solution record the test's calls
+    (:mod:`codeparrot.eval.replay`), where it has both and is no infilling problem.
+    """
     entry = problem["entry_point"]
+    recorded = reference and entry and problem.get("canonical_solution") and "suffix" not in problem
     call = f"\n\ncheck({entry})\n" if entry else ""
     return Program(
         program=program,
@@ -46,6 +56,7 @@ def check_program(
         entry_point=entry,
         prompt=problem.get("setup", ""),
         timeout=timeout,
+        reference=problem["prompt"] + problem["canonical_solution"] if recorded else "",
     )
 
 
@@ -60,8 +71,12 @@ def score_samples(
     progress: bool = False,
     secret_dirs: tuple[str, ...] | None = None,
     time_limits: dict[tuple[str, str], float] | None = None,
+    no_feedback: bool = False,
+    stats: dict[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """One result row per sample, in order. Needs permission checked by the caller.
+
+    ``no_feedback``, ``stats``: see :func:`~codeparrot.eval.execution.run_programs`.
 
     ``time_limits``: seconds per (task id, ``"base"`` or ``"plus"``) test set, where a
     limit of its own replaces ``limits.timeout`` (see :mod:`codeparrot.eval.timing`).
@@ -70,7 +85,11 @@ def score_samples(
     texts = [program_text(problems[s.task_id], s.completion, sanitize=sanitize) for s in samples]
     programs = [
         check_program(
-            problems[s.task_id], text, problems[s.task_id]["test"], limit((s.task_id, "base"))
+            problems[s.task_id],
+            text,
+            problems[s.task_id]["test"],
+            limit((s.task_id, "base")),
+            reference=no_feedback,
         )
         for s, text in zip(samples, texts, strict=True)
     ]
@@ -80,7 +99,13 @@ def score_samples(
         if problem.get("plus_test"):
             plus_index[i] = len(programs)
             programs.append(
-                check_program(problem, text, problem["plus_test"], limit((s.task_id, "plus")))
+                check_program(
+                    problem,
+                    text,
+                    problem["plus_test"],
+                    limit((s.task_id, "plus")),
+                    reference=no_feedback,
+                )
             )
     verdicts = run_programs(
         programs,
@@ -89,6 +114,8 @@ def score_samples(
         isolation=isolation,
         progress=progress,
         secret_dirs=secret_dirs,
+        no_feedback=no_feedback,
+        stats=stats,
     )
     rows = []
     for i, s in enumerate(samples):

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from codeparrot import prompting
 from codeparrot.fim import PSM
@@ -93,29 +93,9 @@ def suggest(
         fim_order=config.fim_order,
         fim_tokens=config.fim_tokens,
     )
-    raw = ""
-    finish = "length"
-    prompt_tokens = new_tokens = cached = 0
-    timing = None
-    if suffix is None:
-        stream = engine.stream(prompt, gen, cancel=cancel)
-    else:
-        stream = engine.stream(prompt, gen, cancel=cancel, suffix=suffix)
-    try:
-        for event in stream:
-            raw += event.delta
-            if event.completion is not None:
-                finish = event.completion.finish_reason
-                prompt_tokens = event.completion.prompt_tokens
-                new_tokens = event.completion.new_tokens
-                cached = getattr(event.completion, "prompt_cached_tokens", 0)
-                timing = event.completion
-                break
-            if multiline and _block_ended(raw, base_indent):
-                finish = "block"
-                break
-    finally:
-        stream.close()
+    raw, finish, prompt_tokens, new_tokens, cached, timing = _draw(
+        engine, prompt, suffix, gen, cancel, base_indent
+    )
     if cancel.is_set():
         return None
     text = postprocess(raw, window, base_indent)
@@ -135,6 +115,42 @@ def suggest(
     return Outcome(
         text, raw, finish, prompt_tokens, new_tokens, cached, failed, redrawn, cut, timing
     )
+
+
+def _draw(
+    engine: Engine,
+    prompt: str,
+    suffix: str | None,
+    gen: Any,
+    cancel: threading.Event,
+    base_indent: int | None,
+) -> tuple[str, str, int, int, int, Any]:
+    """Stream one suggestion: (text, finish reason, prompt tokens, new tokens, prompt tokens
+    reused, the finished completion for its timings or None). A multi-line suggestion ends
+    where its block does (finish ``"block"``)."""
+    raw, finish = "", "length"
+    prompt_tokens = new_tokens = cached = 0
+    timing = None
+    if suffix is None:
+        stream = engine.stream(prompt, gen, cancel=cancel)
+    else:
+        stream = engine.stream(prompt, gen, cancel=cancel, suffix=suffix)
+    try:
+        for event in stream:
+            raw += event.delta
+            if event.completion is not None:
+                finish = event.completion.finish_reason
+                prompt_tokens = event.completion.prompt_tokens
+                new_tokens = event.completion.new_tokens
+                cached = getattr(event.completion, "prompt_cached_tokens", 0)
+                timing = event.completion
+                break
+            if base_indent is not None and _block_ended(raw, base_indent):
+                finish = "block"
+                break
+    finally:
+        stream.close()
+    return raw, finish, prompt_tokens, new_tokens, cached, timing
 
 
 def _redraw(

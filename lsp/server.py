@@ -620,6 +620,8 @@ def serve(config: LspConfig) -> None:
     server.load_engine()  # start loading at once; initializationOptions may replace it
     address = config.address
     if address is None:
-        server.start_io()
+        from codeparrot.lsp.framing import start_io_guarded
+
+        start_io_guarded(server)  # pygls' start_io, with a bounded Content-Length
     else:
         server.start_tcp(*address)

@@ -454,3 +454,56 @@ def test_results_rows_carry_date_and_commit() -> None:
         if not DATE.match(r["date"]) or not COMMIT.search(r["commit"])
     ]
     assert not problems, "\n".join(problems)
+
+
+# --- The README's figures -----------------------------------------------------------
+
+README_FIGURE = re.compile(r"\[([^\]]*\d[^\]]*)\]\(RESULTS\.md#([\w-]+)\)")
+# a figure: 4.49, 5,936 (not the 50 of p50)
+NUMBER = re.compile(r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?")
+
+
+def results_sections(text: str) -> dict[str, str]:
+    """RESULTS.md's text under each heading, by the heading's anchor (a section runs to
+    the next heading of any level)."""
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for line in text.splitlines():
+        m = HEADING.match(line)
+        if m:
+            current = slug(m.group(2))
+            sections.setdefault(current, [])
+        else:
+            sections.setdefault(current, []).append(line)
+    return {k: "\n".join(v) for k, v in sections.items()}
+
+
+def figure_problems(readme: str, results: str) -> list[str]:
+    """Each number in a README link into RESULTS.md that is missing from that section."""
+    sections = results_sections(results)
+    problems = []
+    for text, anchor in README_FIGURE.findall(readme):
+        section = sections.get(anchor, "")
+        for number in NUMBER.findall(text):
+            if not re.search(rf"(?<![\d.,]){re.escape(number)}(?![\d]|\.\d)", section):
+                problems.append(f"[{text}](RESULTS.md#{anchor}): {number} is not in that section")
+    return problems
+
+
+def test_readme_figures_equal_their_results_rows() -> None:
+    """A figure the README links into RESULTS.md is written in the section it links to, so
+    that the README cannot drift from the current row."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    results = (REPO / "RESULTS.md").read_text(encoding="utf-8")
+    assert README_FIGURE.search(readme), "the README links no figure into RESULTS.md"
+    problems = figure_problems(readme, results)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_drifted_figure_is_caught() -> None:
+    results = "## Speed (`bench/x.py`)\n\n| a | **2.69x** |\n\n## Other\n\n3.35x\n"
+    assert figure_problems("[2.69x](RESULTS.md#speed-benchxpy)", results) == []
+    assert figure_problems("[3.35x](RESULTS.md#speed-benchxpy)", results) == [
+        "[3.35x](RESULTS.md#speed-benchxpy): 3.35 is not in that section"
+    ]
+    assert figure_problems("[83.4 ms p95](RESULTS.md#speed-benchxpy)", results)

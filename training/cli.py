@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from collections.abc import Callable
 
 from codeparrot.config import add_config_arguments, config_from_args
-from codeparrot.training.config import DEFAULT_RECIPE, RECIPES, TrainConfig
+from codeparrot.training.config import DEFAULT_RECIPE, TrainConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,29 +24,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "accelerate launch -m codeparrot.training ... after accelerate config."
         ),
     )
-    recipes = "; ".join(f"{name}: {recipe.describe()}" for name, recipe in RECIPES.items())
+    from codeparrot.training.recipes import recipe_names
+
     parser.add_argument(
         "--recipe",
-        choices=tuple(RECIPES),
         default=DEFAULT_RECIPE,
-        help=f"the settings a run starts from; flags given override them ({recipes}; "
-        "codeparrot is CodeParrot's 2021 recipe; the defaults shown below are quickstart's; "
-        f"--resume needs the run's own; default: {DEFAULT_RECIPE})",
+        metavar="NAME|FILE",
+        help="the settings a run starts from, flags given override them: a commented YAML "
+        f"file, or one that ships ({', '.join(recipe_names())}: training/recipes/; "
+        "codeparrot is CodeParrot's 2021 recipe, scale-up CodeParrot-small's for GPUs; the "
+        "defaults shown below are quickstart's; --resume needs the run's own; "
+        f"default: {DEFAULT_RECIPE})",
     )
     add_config_arguments(parser, TrainConfig)
     parser.set_defaults(func=run)
 
 
-def train_config(args: argparse.Namespace) -> TrainConfig:
-    """The run's config: ``--recipe``'s settings, the flags given over them."""
-    recipe = RECIPES[getattr(args, "recipe", DEFAULT_RECIPE)]
+def train_config(
+    args: argparse.Namespace, warn: Callable[[str], None] | None = None
+) -> TrainConfig:
+    """The run's config: ``--recipe``'s settings, the flags given over them; ``warn`` is
+    told of each flag that does not fit the recipe it overrides."""
+    from codeparrot.training.recipes import load_recipe, recipe_conflicts
+
+    recipe = load_recipe(getattr(args, "recipe", DEFAULT_RECIPE))
+    given = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(TrainConfig)
+        if hasattr(args, f.name)
+    }
+    if warn is not None:
+        for line in recipe_conflicts(recipe, given):
+            warn(f"note: {line}")
     return config_from_args(TrainConfig, args, defaults=recipe.settings())
 
 
 def run(args: argparse.Namespace) -> int:
     from codeparrot.training.loop import train
 
-    config = train_config(args)
+    config = train_config(args, warn=lambda line: print(line, flush=True))
     target = None
     if config.push_to_hub:
         from codeparrot.hub import preflight

@@ -566,23 +566,8 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
 
     steps = planned_steps(config, train_tokens, seq_length)
     say(f"fine-tuning for up to {steps} steps or {config.max_minutes:g} minutes")
-    if config.peft == "lora":
-        from codeparrot.training.lora import finetune_lora
-
-        if fim["transform"] is not None:
-            every_train_token = _fim_train_tokens(config.corpus_dir, fim["transform"], tokenizer)
-        adapter, precision = finetune_lora(
-            config, base, every_train_token, steps=steps, seq_length=seq_length, log=say,
-            fim_trained=fim["trained"],
-        )  # fmt: skip
-        step, stopped_by = adapter.steps, adapter.stopped_by
-        planned = steps  # the adapter's loop checks --max-minutes before each step
-        warning = undertrained(config, adapter)
-    else:
-        trained = _train_full(config, base, steps, seq_length, train_tokens, tokenizer, fim, say)
-        step, stopped_by = trained.step, trained.stopped_by
-        precision, planned = trained.precision, trained.planned_steps
-        warning = undertrained(config, trained)
+    run = _train(config, base, every_train_token, steps, seq_length, tokenizer, fim, say)
+    step, stopped_by, precision, planned, warning = run
     del every_train_token
     after = checkpoint_losses(config.model_dir, splits, seq_length)
 
@@ -612,18 +597,41 @@ def finetune(config: FinetuneConfig, log: Any = None) -> FinetuneResult:
         pushed=pushed,
         warning=warning,
     )
+    record = {"seq_length": seq_length, "precision": precision, "planned_steps": planned}
     write_json(
         config.output / RESULT_FILE,
-        {
-            **result.to_dict(),
-            "seq_length": seq_length,
-            "precision": precision,
-            "planned_steps": planned,
-            "fim": _fim_record(fim),
-            "provenance": provenance(config),
-        },
+        {**result.to_dict(), **record, "fim": _fim_record(fim), "provenance": provenance(config)},
     )
     return result
+
+
+def _train(
+    config: FinetuneConfig,
+    base: Path,
+    every_train_token: list[int],
+    steps: int,
+    seq_length: int,
+    tokenizer: Any,
+    fim: dict[str, Any],
+    say: Any,
+) -> tuple[int, str, Any, int, str | None]:
+    """Train an adapter (``--peft lora``) or every weight: (steps done, what stopped the
+    run, the precision chosen, the steps planned, the under-training warning or None)."""
+    if config.peft == "lora":
+        from codeparrot.training.lora import finetune_lora
+
+        if fim["transform"] is not None:
+            every_train_token = _fim_train_tokens(config.corpus_dir, fim["transform"], tokenizer)
+        adapter, precision = finetune_lora(
+            config, base, every_train_token, steps=steps, seq_length=seq_length, log=say,
+            fim_trained=fim["trained"],
+        )  # fmt: skip
+        # the adapter's loop checks --max-minutes before each step: it plans `steps`
+        return adapter.steps, adapter.stopped_by, precision, steps, undertrained(config, adapter)
+    train_tokens = len(every_train_token)
+    trained = _train_full(config, base, steps, seq_length, train_tokens, tokenizer, fim, say)
+    warning = undertrained(config, trained)
+    return trained.step, trained.stopped_by, trained.precision, trained.planned_steps, warning
 
 
 __all__ = [

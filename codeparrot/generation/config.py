@@ -39,6 +39,12 @@ class GenerationConfig(Config):
     temperature: float = TEMPERATURE.field()
     top_p: float = TOP_P.field()
     top_k: int = TOP_K.field()
+    min_p: float = option(
+        0.0,
+        "drop tokens less likely than this share of the most likely one's probability (0: off)",
+        ge=0,
+        le=1,
+    )
     n: int = CANDIDATES.field()
     seed: int | None = option(None, "random seed (None: a fresh seed, recorded in the result)")
     stop: tuple[str, ...] = option(

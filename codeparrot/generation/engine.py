@@ -262,15 +262,13 @@ class Engine:
         config: GenerationConfig | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[StreamEvent]:
-        """:meth:`stream` for a prompt given as token ids (used as they are: no BOS added).
-
-        Each id must be one the tokenizer can write (``0 <= id < vocab_size``). A prompt
-        over its budget (context minus ``config.max_new_tokens``) keeps its end, as a text
-        prompt does; ``config.heal`` backs up its last token as for text.
-        """
+        """:meth:`stream` for a prompt given as token ids, taken as they are: no healing,
+        no BOS added. Each id must be one the tokenizer can write (``0 <= id <
+        vocab_size``); over its budget (context minus ``config.max_new_tokens``) the
+        prompt keeps its end. Raises :class:`ConfigError` naming what is wrong."""
         config = config or GenerationConfig()
         ids, truncated = self.prompts.fit_ids(ids, config.max_new_tokens, self.vocab_size)
-        return self._stream_healed(ids, truncated, config, cancel)
+        return self._stream(ids, truncated, config, cancel)
 
     def _stream_healed(
         self,

@@ -1,4 +1,4 @@
-"""Sampling maths: the next token of each row from its logits (greedy, top-k, top-p)."""
+"""Sampling maths: the next token of each row from its logits (greedy, top-k, min-p, top-p)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ if TYPE_CHECKING:
 
 
 def sample_next(logits: Any, config: GenerationConfig, generator: Any) -> Any:
-    """Next token of each row (B, V) -> (B,): greedy, or a draw from the top-k / top-p law.
+    """Next token of each row (B, V) -> (B,): greedy, or a draw from the top-k / min-p /
+    top-p law (min-p: tokens under ``min_p`` times the top token's probability dropped).
 
     Nucleus sampling without sorting the vocabulary (a sort of every row was the most
     expensive part of a step at n = 20): draw from the whole distribution and accept
@@ -28,6 +29,10 @@ def sample_next(logits: Any, config: GenerationConfig, generator: Any) -> Any:
         kth = torch.topk(logits, config.top_k, dim=-1).values[:, -1, None]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
+    if config.min_p > 0:
+        floor = config.min_p * probs.max(dim=-1, keepdim=True).values  # (B, 1)
+        probs = probs.masked_fill(probs < floor, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
     tokens = draw(probs, generator)
     if config.top_p >= 1.0:
         return tokens

@@ -8,7 +8,8 @@ loads the base with every check, applies the adapter and merges it, so the engin
 plain model of the base's architecture (its fast paths included).
 
 The adapter's own config is checked like a checkpoint's: no ``auto_map``, and its weights
-must be safetensors (``peft`` would unpickle an ``adapter_model.bin``).
+must be safetensors (``peft`` would unpickle an ``adapter_model.bin``) of floats. What it
+asks of ``peft`` is checked first too (:mod:`codeparrot.models.adapter_bounds`).
 """
 
 from __future__ import annotations
@@ -93,9 +94,18 @@ def apply_adapter(model: Any, path: Path, *, merge: bool = True) -> Any:
     """The base ``model`` with the adapter at ``path`` applied (merged into its weights)."""
     from peft import PeftModel
 
-    read_adapter_config(path)
+    from codeparrot.models.adapter_bounds import checked_lora_config
+    from codeparrot.models.bounds import safetensors_dtypes
+
+    lora = checked_lora_config(path, read_adapter_config(path), model)
+    for name, dtype in safetensors_dtypes(path / ADAPTER_WEIGHTS).items():
+        if dtype not in ("F16", "BF16", "F32", "F64"):
+            raise CheckpointError(
+                f"adapter {path}: tensor {name[:200]!r} of {ADAPTER_WEIGHTS} is stored as "
+                f"{dtype[:20]}; an adapter's weights must be floats"
+            )
     try:
-        peft_model = PeftModel.from_pretrained(model, str(path), is_trainable=False)
+        peft_model = PeftModel.from_pretrained(model, str(path), is_trainable=False, config=lora)
     except Exception as e:  # peft raises many types for a mismatched adapter
         raise CheckpointError(
             f"adapter {path}: does not fit its base model ({type(e).__name__}: {e})"

@@ -12,7 +12,9 @@ are refused in milliseconds with a message naming the file and the value:
 - :func:`check_weight_index`: every file a ``*.index.json`` names is a plain relative
   path inside the checkpoint (no absolute path, no ``..``);
 - :func:`check_torch_archive`: a ``torch.save`` zip whose records are stored, not
-  compressed, and together no larger than the file.
+  compressed, and together no larger than the file;
+- :func:`check_weight_dtypes`: every weight in the safetensors headers is a float (an int8
+  or bool weight loaded, then failed at generation with a raw error).
 
 Standard library only (``transformers`` is imported inside :func:`family_defaults`).
 """
@@ -259,6 +261,59 @@ def check_torch_archive(file: Path, what: str) -> None:
             )
 
 
+# What a weight may be stored as (safetensors' names): the floats torch computes in.
+FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
+# Buffers some checkpoints carry as integers or booleans, which transformers does not load
+# into the model (causal masks, position ids).
+_INTEGER_BUFFERS = ("position_ids", "attn.bias", "attn.masked_bias")
+MAX_SAFETENSORS_HEADER = 100_000_000  # safetensors' own limit
+
+
+def safetensors_files(directory: Path) -> list[Path]:
+    """The safetensors weight files transformers would read: the single file or the
+    shards of its index (already checked by :func:`check_weight_index`)."""
+    if (directory / "model.safetensors").is_file():
+        return [directory / "model.safetensors"]
+    index = directory / INDEX_FILES[0]
+    if index.is_file():
+        return [directory / name for name in sorted(set(_weight_map(index).values()))]
+    return []
+
+
+def safetensors_dtypes(file: Path) -> dict[str, str]:
+    """Tensor name -> dtype, from the file's header only (no weights read)."""
+    try:
+        with open(file, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 2 <= size <= MAX_SAFETENSORS_HEADER:
+                raise CheckpointError(
+                    f"{file}: a safetensors header of {size:,} bytes; the file is damaged"
+                )
+            header = json.loads(f.read(size))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{file}: not a safetensors file (its header: {e})") from e
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{file}: not a safetensors file (its header is no object)")
+    return {
+        str(name): str(entry.get("dtype"))
+        for name, entry in header.items()
+        if name != "__metadata__" and isinstance(entry, dict)
+    }
+
+
+def check_weight_dtypes(directory: Path) -> None:
+    """Every weight of the checkpoint's safetensors files is stored as a float."""
+    for file in safetensors_files(directory):
+        for name, dtype in safetensors_dtypes(file).items():
+            if dtype in FLOAT_DTYPES or name.endswith(_INTEGER_BUFFERS):
+                continue
+            raise CheckpointError(
+                f"{file}: tensor {name[:200]!r} is stored as {dtype[:20]}; a weight must be "
+                f"a float ({', '.join(sorted(FLOAT_DTYPES))}). Quantised checkpoints are not "
+                "loaded: use the float weights (`--quantize int8` quantises them at load)"
+            )
+
+
 def check_checkpoint_bounds(
     directory: Path,
     config_file: Path,
@@ -270,5 +325,6 @@ def check_checkpoint_bounds(
     (``defaults``: the family's sizes where known, else :func:`family_defaults`)."""
     check_config_sizes(config_file, config, defaults=defaults)
     check_weight_index(directory)
+    check_weight_dtypes(directory)
     for weights in torch_weight_files(directory):
         check_torch_archive(weights, f"checkpoint {directory}")

@@ -203,3 +203,46 @@ def test_archive_whose_records_claim_more_than_the_file_is_refused(tmp_path):
     (tmp_path / "legacy.bin").write_bytes(b"\x80\x02" + b"\x00" * 100)  # not a zip
     with pytest.raises(CheckpointError, match=r"not a torch\.save archive"):
         check_torch_archive(tmp_path / "legacy.bin", "test")
+
+
+# -- weight dtypes -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["int8", "bool", "int32"])
+def test_a_weight_that_is_no_float_is_refused_naming_the_tensor(tiny_checkpoint, tmp_path, dtype):
+    """An int8 or bool weight passed the checks and failed at generation (raw RuntimeError)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from codeparrot.generation import Engine
+
+    checkpoint = copy(tiny_checkpoint, tmp_path)
+    weights = load_file(checkpoint / "model.safetensors")
+    name = next(k for k in sorted(weights) if k.endswith("mlp.c_fc.weight"))
+    weights[name] = weights[name].to(getattr(torch, dtype))
+    save_file(weights, checkpoint / "model.safetensors", metadata={"format": "pt"})
+    for load in (validate_checkpoint, load_checkpoint, Engine.load):
+        with pytest.raises(CheckpointError) as info:
+            load(checkpoint)
+        assert name in str(info.value) and "must be a float" in str(info.value)
+
+
+def test_a_shard_with_an_integer_weight_is_refused(sharded, tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    checkpoint = copy(sharded, tmp_path)
+    index = json.loads((checkpoint / "model.safetensors.index.json").read_text())
+    name, shard = sorted(index["weight_map"].items())[-1]
+    weights = load_file(checkpoint / shard)
+    weights[name] = weights[name].to(torch.uint8)
+    save_file(weights, checkpoint / shard, metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=f"tensor '{name}' is stored as U8"):
+        validate_checkpoint(checkpoint)
+
+
+def test_a_damaged_safetensors_header_is_refused(tiny_checkpoint, tmp_path):
+    checkpoint = copy(tiny_checkpoint, tmp_path)
+    (checkpoint / "model.safetensors").write_bytes((2**62).to_bytes(8, "little") + b"{}")
+    with pytest.raises(CheckpointError, match="safetensors header"):
+        validate_checkpoint(checkpoint)

@@ -59,6 +59,7 @@ def parse(*argv: str) -> argparse.Namespace:
 # The commands that load a model, and whether they compare several.
 TAKE_A_CHECKPOINT = {
     "complete": False,
+    "export": False,
     "finetune": False,
     "eval humaneval": False,
     "eval infill": False,
@@ -106,7 +107,6 @@ def test_the_walk_sees_every_command():
         (["eval", "loss", "a", "b"], ("a", "b")),
         (["eval", "loss", "--checkpoint", "a", "b"], ("a", "b")),
         (["eval", "lines", "--checkpoint", "a"], "a"),
-        (["eval", "lines", "a"], "a"),  # the earlier positional form
         (["lsp", "--checkpoint", "a"], "a"),
         (["serve", "--checkpoint", "a"], "a"),
         (["complete", "--checkpoint", "a", "x = "], "a"),
@@ -176,23 +176,25 @@ def test_recipe_codeparrot_gives_codeparrots_and_flags_override_it():
 
 def test_the_library_offers_the_same_recipes():
     from codeparrot.errors import ConfigError
-    from codeparrot.training.config import CODEPARROT_RECIPE, TrainConfig
+    from codeparrot.training.config import QUICKSTART_RECIPE, TrainConfig
+    from codeparrot.training.recipes import load_recipe
 
     config = TrainConfig.from_recipe(
         "codeparrot", data=Path("d"), output=Path("o"), tokenizer=Path("t")
     )
-    assert {k: config.to_dict()[k] for k in CODEPARROT_RECIPE.settings()} == (
-        CODEPARROT_RECIPE.settings()
-    )
-    with pytest.raises(ConfigError, match="--recipe must be one of quickstart, codeparrot"):
+    recipe = load_recipe("codeparrot").settings()
+    assert {k: config.to_dict()[k] for k in recipe} == recipe
+    # TrainConfig's defaults are the quickstart recipe's file
+    assert load_recipe("quickstart").settings() == QUICKSTART_RECIPE.settings()
+    with pytest.raises(ConfigError, match="--recipe must be one of codeparrot, quickstart"):
         TrainConfig.from_recipe("nanogpt", data=Path("d"), output=Path("o"), tokenizer=Path("t"))
 
 
 def test_train_help_names_the_recipes():
     parser = dict(commands())["train"]
     text = " ".join(parser.format_help().split())
-    assert "--recipe {quickstart,codeparrot}" in text
-    assert "codeparrot: tiny, adamw, cosine" in text and "default: quickstart" in text
+    assert "--recipe NAME|FILE" in text
+    assert "codeparrot, quickstart, scale-up" in text and "default: quickstart" in text
 
 
 # -- --help: defaults, names, the eval commands -----------------------------------------------
@@ -237,7 +239,7 @@ def test_eval_help_describes_every_eval_command():
 
 
 def test_serve_help_says_how_it_samples_by_default():
-    from codeparrot.lsp.serve_request import DEFAULT_TEMPERATURE
+    from codeparrot.serve.request import DEFAULT_TEMPERATURE
 
     text = " ".join(dict(commands())["serve"].format_help().split())
     assert f"temperature {DEFAULT_TEMPERATURE}" in text

@@ -169,7 +169,6 @@ SHARED_BY_NAME = {
     "seq_length": "SEQ_LENGTH",
     "context_tokens": "CONTEXT_TOKENS",
     "fim_suffix_share": "FIM_SUFFIX_SHARE",
-    "suffix_share": "FIM_SUFFIX_SHARE",
     "workspace_share": "WORKSPACE_SHARE",
 }
 # Of those, the ones no stage may narrow: a value valid in one stage is valid in all.
@@ -201,9 +200,10 @@ def stage_configs() -> list[type]:
     from codeparrot.eval.loss import LossConfig
     from codeparrot.generation.config import CompleteConfig, GenerationConfig
     from codeparrot.lsp.config import LspConfig
-    from codeparrot.lsp.serve_config import ServeConfig
+    from codeparrot.models.gguf_export import ExportConfig
     from codeparrot.models.presets import InitConfig
     from codeparrot.quickstart import QuickstartConfig
+    from codeparrot.serve.config import ServeConfig
     from codeparrot.tokenizer.config import TokenizerConfig, TokenizerReportConfig
     from codeparrot.training.config import TrainConfig
     from codeparrot.training.finetune import FinetuneConfig
@@ -214,6 +214,7 @@ def stage_configs() -> list[type]:
         DataConfig,
         ExecuteConfig,
         ExecutionOptions,
+        ExportConfig,
         FinetuneConfig,
         GenerateConfig,
         GenerationConfig,

@@ -102,3 +102,16 @@ def test_zero_weight_tokens_are_never_drawn_even_at_the_edges_of_the_draw():
     # unnormalised weights are drawn in proportion
     tokens = _draw(torch.tensor([[2.0, 6.0]]).expand(ROWS, -1), torch.Generator().manual_seed(4))
     assert abs(law(tokens, 2)[1].item() - 0.75) < 0.01
+
+
+def test_min_p_drops_tokens_under_its_share_of_the_top_one():
+    # min_p 0.3: tokens under 0.3 * 0.40 = 0.12 go; the law is the rest renormalised
+    got = law(draw(GenerationConfig(temperature=1.0, top_p=1.0, min_p=0.3)), len(PROBS))
+    expected = torch.where(PROBS >= 0.12, PROBS, 0.0)
+    assert torch.allclose(got, expected / expected.sum(), atol=0.015)
+
+
+def test_min_p_and_top_p_together_keep_the_nucleus_of_what_min_p_left():
+    # min_p 0.2 keeps [.40, .25, .15, .10] (renormalised .444 .278 .167 .111); top_p 0.7: two
+    got = law(draw(GenerationConfig(temperature=1.0, top_p=0.7, min_p=0.2)), len(PROBS))
+    assert set(got.nonzero().flatten().tolist()) == {0, 1}

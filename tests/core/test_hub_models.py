@@ -209,3 +209,25 @@ def test_hub_id_spelling_and_revisions():
 def test_outputs_inside_the_cache_are_recognised(hub_cache, tmp_path):
     assert in_hub_cache(hub_cache / "models--a--b" / "snapshots" / SHA / "out")
     assert not in_hub_cache(tmp_path / "runs" / "out")
+
+
+@pytest.mark.parametrize("ref", ["../../../elsewhere", "../../models--other--repo/snapshots/x"])
+def test_a_cached_ref_that_is_no_commit_is_refused(hub_cache, tiny_checkpoint, tmp_path, ref):
+    """A ``refs/main`` reading ``../../..`` must not load a model from outside the cache."""
+    cache_model(hub_cache, "someorg/tiny-coder", tiny_checkpoint)
+    outside = hub_cache / "models--someorg--tiny-coder" / "snapshots" / ref
+    outside.mkdir(parents=True, exist_ok=True)
+    for f in tiny_checkpoint.iterdir():
+        if f.is_file():
+            shutil.copy(f, outside / f.name)
+    (hub_cache / "models--someorg--tiny-coder" / "refs" / "main").write_text(ref)
+    with pytest.raises(CheckpointError, match=r"refs/main does not hold a 40-hex commit"):
+        resolve_model("someorg/tiny-coder")
+    with pytest.raises(CheckpointError, match="40-hex"):
+        load_checkpoint("someorg/tiny-coder")
+
+
+def test_a_revision_with_dot_dot_is_refused(hub_cache, tiny_checkpoint):
+    cache_model(hub_cache, "someorg/tiny-coder", tiny_checkpoint)
+    with pytest.raises(CheckpointError, match="not a branch, tag or commit"):
+        resolve_model("someorg/tiny-coder@main/../../..")

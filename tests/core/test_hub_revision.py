@@ -63,8 +63,8 @@ def test_complete_takes_revision(two_revisions):
 
 
 def test_serve_takes_revision(two_revisions):
-    from codeparrot.lsp.serve import load_engine
-    from codeparrot.lsp.serve_config import ServeConfig
+    from codeparrot.serve.config import ServeConfig
+    from codeparrot.serve.server import load_engine
 
     engine = load_engine(ServeConfig(checkpoint=Path(ID), revision="v1"))
     assert engine.context_length == 256

@@ -17,11 +17,11 @@ def test_the_distribution_installs_only_the_codeparrot_package():
 
 
 def test_stages_import_from_a_directory_full_of_same_named_folders(tmp_path):
-    for name in ("eval", "app", "lsp", "training"):
+    for name in ("eval", "app", "lsp", "serve", "training"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text("raise ImportError('the user package')\n")
     probe = (
-        "import codeparrot.training, codeparrot.eval, codeparrot.app, codeparrot.lsp\n"
+        "import codeparrot.training, codeparrot.eval, codeparrot.app, codeparrot.lsp, codeparrot.serve\n"
         "print(codeparrot.eval.__name__)"
     )
     done = subprocess.run(
@@ -33,7 +33,7 @@ def test_stages_import_from_a_directory_full_of_same_named_folders(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert helped.returncode == 0, helped.stderr
-    for command in ("train", "eval", "app", "lsp"):
+    for command in ("train", "eval", "app", "lsp", "serve"):
         assert f"\n    {command}" in helped.stdout
 
 

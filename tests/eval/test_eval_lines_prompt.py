@@ -65,7 +65,9 @@ def test_eval_lines_builds_the_language_servers_prompt(suffix_share, workspace_s
     engine = FakeEngine()
     task = task_in_main(8)
     others = workspace_documents(FILES, task.file)
-    lines = LinesConfig(checkpoint=CKPT, suffix_share=suffix_share, workspace_share=workspace_share)
+    lines = LinesConfig(
+        checkpoint=CKPT, fim_suffix_share=suffix_share, workspace_share=workspace_share
+    )
     lsp = LspConfig(fim_suffix_share=suffix_share, workspace_share=workspace_share)
     # the server: the document without the rest of the line, the cursor at its end
     doc = Document("file:///w/pkg/main.py", task.prefix + task.suffix)
@@ -83,7 +85,7 @@ def test_eval_lines_builds_the_language_servers_prompt(suffix_share, workspace_s
     assert engine.count_tokens(prompt) + engine.count_tokens(suffix) <= budget
     # the defaults agree: the same budget for the same checkpoint
     default_lsp, default_lines = LspConfig(), LinesConfig(checkpoint=CKPT)
-    assert (default_lines.suffix_share, default_lines.workspace_share) == (
+    assert (default_lines.fim_suffix_share, default_lines.workspace_share) == (
         default_lsp.fim_suffix_share,
         default_lsp.workspace_share,
     )

@@ -23,17 +23,14 @@ from codeparrot.eval.sandbox import RUNTIME_PREFIX, RuntimeCopy, detect_isolatio
 
 # The sample's view of its standard library: identity, file system, and a write attempt.
 IDENTITY = """
-import os
+import ctypes, os
 def f(x):
     folder = os.path.dirname(os.__file__)
     st = os.stat(folder)
-    best, kind = '', None
-    with open('/proc/self/mountinfo') as table:
-        for line in table:
-            fields = line.split()
-            point, fs = fields[4], fields[fields.index('-') + 1]
-            if folder.startswith(point.rstrip('/') + '/') and len(point) >= len(best):
-                best, kind = point, fs
+    buffer = ctypes.create_string_buffer(256)  # struct statfs: f_type first (the sample's
+    ctypes.CDLL(None).statfs(folder.encode(), buffer)  # /proc is empty: no mountinfo)
+    magic = int.from_bytes(buffer.raw[:8], 'little')
+    kind = 'tmpfs' if magic == 0x01021994 else hex(magic)
     try:
         open(os.path.join(folder, 'left-by-a-sample'), 'w').close()
         wrote = 'wrote'

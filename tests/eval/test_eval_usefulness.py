@@ -159,7 +159,7 @@ def test_lines_through_the_cli_with_a_checkpoint(tiny_checkpoint, heldout, tmp_p
         "4",
         "--output",
         str(out),
-        "--suffix-share",
+        "--fim-suffix-share",
         "0.1",
         "--workspace-share",
         "0.2",
@@ -168,7 +168,7 @@ def test_lines_through_the_cli_with_a_checkpoint(tiny_checkpoint, heldout, tmp_p
     assert main(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["scores"]["all"]["n"] == 4 and summary["fim"] is False
-    assert summary["prompt"]["suffix_share"] == 0.1
+    assert summary["prompt"]["fim_suffix_share"] == 0.1
     assert summary["prompt"]["workspace_share"] == 0.2
     assert summary["prompt"]["repetition_filter"] is False
     # the language server's budget for this 256-token checkpoint: 256 - 32 new - 1

@@ -1,4 +1,4 @@
-"""``Engine.stream_ids``: a prompt given as token ids completes as its text does."""
+"""``Engine.stream_ids``: a prompt given as token ids completes as its text does unhealed."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def engine(tiny_checkpoint) -> Engine:
 
 def test_ids_stream_what_their_text_streams(engine) -> None:
     prompt = "def add(a, b):\n    return"
-    config = GenerationConfig(n=2, seed=1, temperature=0.8, max_new_tokens=10)
+    config = GenerationConfig(n=2, seed=1, temperature=0.8, max_new_tokens=10, heal=False)
     ids, _ = engine.encode_prompt(prompt, config.max_new_tokens)
     by_text = list(engine.stream(prompt, config))
     by_ids = list(engine.stream_ids(ids, config))
@@ -27,7 +27,7 @@ def test_ids_stream_what_their_text_streams(engine) -> None:
 
 
 def test_a_long_id_prompt_keeps_its_end(engine) -> None:
-    config = GenerationConfig(max_new_tokens=4, seed=0, heal=False)
+    config = GenerationConfig(max_new_tokens=4, seed=0)
     ids = [5] * (engine.context_length + 10)
     [done] = [e.completion for e in engine.stream_ids(ids, config) if e.done]
     assert done.prompt_truncated and done.prompt_tokens == engine.context_length - 4

@@ -16,8 +16,8 @@ import pytest
 from codeparrot.generation import Engine
 from codeparrot.lsp.config import LspConfig
 from codeparrot.lsp.documents import Document, cursor_window
-from codeparrot.lsp.serve import make_server
-from codeparrot.lsp.serve_config import ServeConfig
+from codeparrot.serve.config import ServeConfig
+from codeparrot.serve.server import make_server
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from families import ScriptedHead, build_family

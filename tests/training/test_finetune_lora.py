@@ -226,3 +226,59 @@ def test_output_inside_the_hub_cache_is_refused(repository, tiny_checkpoint, tmp
     config = tiny_finetune(repository, tiny_checkpoint, tmp_path / "cache" / "models--a--b" / "ft")
     with pytest.raises(CheckpointError, match="inside the Hugging Face cache"):
         finetune(config)
+
+
+# -- what an adapter_config.json may ask of peft ------------------------------------------
+
+
+def edited_adapter(result, tmp_path: Path, **changes) -> Path:
+    moved = tmp_path / "adapter"
+    shutil.copytree(result.model, moved, dirs_exist_ok=True)
+    config = json.loads((moved / "adapter_config.json").read_text())
+    config.update(changes)
+    (moved / "adapter_config.json").write_text(json.dumps(config))
+    return moved
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"target_modules": "(.*)*(attn|proj)"}, "target_modules"),
+        ({"target_modules": ["c_attn", "(a+)+$"]}, "target_modules"),
+        ({"rank_pattern": {"(.*)*(.*)*(.*)*x": 2}}, "rank_pattern"),
+        ({"alpha_pattern": {".*": 2}}, "alpha_pattern"),
+        ({"r": 262144}, "r"),
+        ({"r": 0}, "r"),
+        ({"rank_pattern": {"TARGET": 10**6}}, "rank_pattern"),
+        ({"layer_replication": [[0, 2], [0, 2]]}, "layer_replication"),
+        ({"peft_type": "BOFT"}, "peft_type"),
+        ({"target_modules": ["no_such_layer"]}, "target_modules"),
+    ],
+)
+def test_a_hostile_adapter_config_is_refused_naming_the_field(
+    adapter_run, tmp_path, changes, field
+):
+    """Regexes hung peft's load, a huge r allocated GiBs: refused before peft builds."""
+    import time
+
+    _base, _config, result = adapter_run
+    if "TARGET" in changes.get("rank_pattern", {}):  # a huge rank on one of the targets
+        saved = json.loads((result.model / "adapter_config.json").read_text())
+        changes = {"rank_pattern": {saved["target_modules"][0]: 10**6}}
+    adapter = edited_adapter(result, tmp_path, **changes)
+    start = time.monotonic()
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(adapter)
+    assert time.monotonic() - start < 30
+    assert f"adapter_config.json: {field}" in str(info.value)
+
+
+def test_an_adapter_asking_for_pissa_init_leaves_the_base_weights_alone(adapter_run, tmp_path):
+    """peft's PiSSA init rewrote the base weights and silently changed the output."""
+    import torch
+
+    _base, _config, result = adapter_run
+    honest = logits(result.model)
+    for init in ("pissa", "olora", "gaussian"):
+        pissa = edited_adapter(result, tmp_path / init, init_lora_weights=init)
+        assert torch.equal(logits(pissa), honest), init

@@ -1,4 +1,4 @@
-"""``codeparrot serve``: an OpenAI-compatible completion endpoint over a checkpoint.
+"""``codeparrot serve``: OpenAI's and llama.cpp's completion APIs over a checkpoint.
 
 Standard library and config only at module level; torch loads in :func:`main`.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 
 from codeparrot.config import add_config_arguments, config_from_args
-from codeparrot.lsp.serve_config import ServeConfig
-from codeparrot.lsp.serve_request import (
+from codeparrot.serve.config import ServeConfig
+from codeparrot.serve.request import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_P,
@@ -19,15 +19,17 @@ from codeparrot.lsp.serve_request import (
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve",
-        help="HTTP completion endpoint speaking OpenAI's completions API",
+        help="HTTP server speaking OpenAI's and llama.cpp's completion APIs",
         description=(
-            "Serve POST /v1/completions (prompt, suffix, max_tokens, temperature, top_p, n, "
-            "stop, stream, seed) and GET /v1/models over one checkpoint, for clients that "
-            "speak OpenAI's API instead of LSP (Continue, llm.nvim, curl). Listens on "
+            "Serve one checkpoint over HTTP: OpenAI's POST /v1/completions, POST "
+            "/v1/chat/completions and GET /v1/models, and llama.cpp's POST /infill, POST "
+            "/completion and GET /health, for clients that speak those APIs instead of LSP "
+            "(Continue, llm.nvim, llama.vim, llama.vscode, evalplus, curl). The answer is "
+            "what the model wrote (--cut-repetition opts into the editor's cut). Listens on "
             "127.0.0.1 unless --host says otherwise, and answers only requests addressed to "
             "it by a loopback name, --host or --allow-host, with JSON bodies, and from web "
-            "pages only of the origins given with --allow-origin. Set-up: docs/editors.md; "
-            "what is checked: docs/threat-model.md."
+            "pages only of the origins given with --allow-origin. Endpoints and fields: "
+            "docs/serve.md; what is checked: docs/threat-model.md."
         ),
         epilog=(
             f"Sampling settings a request leaves out take OpenAI's defaults: max_tokens "
@@ -47,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
 
     pause_collections()  # while importing and loading (codeparrot.generation.heap)
     try:
-        from codeparrot.lsp.serve import load_engine, make_server
+        from codeparrot.serve.server import load_engine, make_server
 
         config = config_from_args(ServeConfig, args)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

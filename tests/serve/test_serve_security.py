@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from codeparrot.lsp.serve import make_server
-from codeparrot.lsp.serve_config import ServeConfig
-from codeparrot.lsp.serve_request import ApiError, check_sender, host_name
+from codeparrot.serve.config import ServeConfig
+from codeparrot.serve.request import ApiError, check_sender, host_name
+from codeparrot.serve.server import make_server
 
 GREEDY = {"prompt": "def fibonacci(n):\n", "max_tokens": 4, "temperature": 0, "seed": 0}
 
@@ -303,10 +303,15 @@ BAD_VALUES = [
     ("n fractional", {"n": 1.5}, "n"),
     ("max_tokens negative", {"max_tokens": -1}, "max_tokens"),
     ("max_tokens fractional", {"max_tokens": 2.5}, "max_tokens"),
-    ("max_tokens 2**70", {"max_tokens": 2**70}, "max_tokens"),
+    ("max_tokens 0", {"max_tokens": 0}, "max_tokens"),
     ("stop a number", {"stop": 3}, "stop"),
     ("stop holding a number", {"stop": [3]}, "stop"),
-    ("prompt a list of a number", {"prompt": [3]}, "prompt"),
+    ("prompt a list of a boolean", {"prompt": [True]}, "prompt"),
+    ("prompt a negative token id", {"prompt": [-1]}, "prompt"),
+    ("prompt a token id out of the vocabulary", {"prompt": [10**9]}, "prompt"),
+    ("an unknown field", {"best_effort": True}, "best_effort"),
+    ("a suffix after token ids", {"prompt": [1, 2], "suffix": "x"}, "suffix"),
+    ("a penalty asked for", {"repetition_penalty": 1.3}, "repetition_penalty"),
     ("prompt an object", {"prompt": {"a": 1}}, "prompt"),
     ("stream_options a list", {"stream_options": []}, "stream_options"),
     ("echo asked for", {"echo": True}, "echo"),

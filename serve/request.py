@@ -23,7 +23,7 @@ from typing import Any
 
 from codeparrot.errors import CodeparrotError, ConfigError
 from codeparrot.generation.config import GenerationConfig
-from codeparrot.lsp.serve_config import ServeConfig
+from codeparrot.serve.config import ServeConfig
 
 # OpenAI's defaults for the completions API (not the harness's): a client that sends
 # nothing gets what it would get from OpenAI.
@@ -40,21 +40,55 @@ _PARAMS = {
     "--max-new-tokens": "max_tokens",
     "--temperature": "temperature",
     "--top-p": "top_p",
+    "--top-k": "top_k",
+    "--min-p": "min_p",
     "--n": "n",
     "--seed": "seed",
     "--stop": "stop",
 }
 
-# Parameters whose effect this server does not have: refused rather than ignored, when
-# given a value that asks for that effect.
-_NEUTRAL = {
+# Fields that would change what is generated and that this server cannot honour: refused
+# (400 naming the field) unless given the value that asks for nothing.
+NEUTRAL_FIELDS: dict[str, tuple[Any, ...]] = {
     "echo": (None, False),
-    "logprobs": (None, 0),
+    "logprobs": (None, 0, False),
+    "top_logprobs": (None, 0),
     "best_of": (None, 1),
     "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
+    "repeat_penalty": (None, 1, 1.0),
+    "repetition_penalty": (None, 1, 1.0),
     "logit_bias": (None, {}),
+    "typical_p": (None, 1, 1.0),
+    "mirostat": (None, 0),
+    "grammar": (None, ""),
+    "json_schema": (None, {}),
+    "response_format": (None, {"type": "text"}),
+    "tools": (None, []),
+    "n_probs": (None, 0),
+    "n_cmpl": (None, 1),
+    "lora": (None, []),
 }
+
+# Fields clients send that do not change what this server generates: accepted by name and
+# ignored (docs/serve.md lists them with these reasons). Any other unknown field is a 400.
+IGNORED_FIELDS: dict[str, str] = {
+    "model": "one model is served; any name is accepted",
+    "user": "OpenAI's end-user id, for abuse tracking",
+    "cache_prompt": "llama.cpp's switch for its prompt cache; the engine reuses what it can",
+    "samplers": "llama.cpp's sampler order; here it is fixed: top_k, min_p, top_p",
+    "t_max_prompt_ms": "llama.cpp's prompt time budget (llama.cpp does not apply it either)",
+    "id_slot": "llama.cpp's slot; one generation runs at a time here",
+    "stream_options": "read for include_usage",
+    "parallel_tool_calls": "no tools are called",
+    "tool_choice": "no tools are called",
+}
+
+# Fields every endpoint reads itself.
+SAMPLING_FIELDS = frozenset(
+    {"temperature", "top_p", "top_k", "min_p", "n", "seed", "stop", "stream", "t_max_predict_ms"}
+)
+COMPLETION_FIELDS = SAMPLING_FIELDS | {"prompt", "suffix", "max_tokens", "cut_repetition"}
 
 
 class ApiError(CodeparrotError):
@@ -185,13 +219,28 @@ def check_json_content_type(value: str | None) -> None:
 
 @dataclass(frozen=True)
 class CompletionRequest:
-    """What a checked request asks for."""
+    """What a checked request asks for.
 
-    prompt: str
+    ``prompt`` is text, or token ids taken as they are. ``max_tokens`` is what the
+    client asked for; ``generation.max_new_tokens`` what the server will generate once
+    the request is fitted to the context. ``cut_repetition`` None leaves it to the server.
+    """
+
+    prompt: str | tuple[int, ...]
     suffix: str | None
     generation: GenerationConfig
     stream: bool
     include_usage: bool
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    cut_repetition: bool | None = None
+    time_limit: float | None = None  # seconds (t_max_predict_ms), see :mod:`serve.service`
+    min_indent: int = 0  # llama.cpp's n_indent (0: off), see :class:`serve.service.IndentCut`
+    response_fields: tuple[str, ...] = ()  # llama.cpp's: the answer's fields to send
+    open_ended: bool = False  # llama.cpp's n_predict -1: as many as fit, never refused
+    # the request's own names of the prompt, the suffix and max_tokens, for its errors
+    prompt_field: str = "prompt"
+    suffix_field: str = "suffix"
+    budget_field: str = "max_tokens"
 
 
 def parse_body(body: bytes) -> dict[str, Any]:
@@ -210,55 +259,129 @@ def parse_body(body: bytes) -> dict[str, Any]:
 def parse_completion_request(
     data: dict[str, Any], config: ServeConfig, context_length: int
 ) -> CompletionRequest:
-    """Check ``data`` against the server's limits and the declared bounds.
+    """Check an OpenAI completions request against the server's limits and the declared
+    bounds; ``max_tokens`` is fitted to the context later, once the prompt's tokens are
+    counted (:meth:`~codeparrot.serve.server.CompletionService.fit`).
 
-    ``context_length`` is the model's: ``max_tokens`` must leave room for a prompt.
-    Raises :class:`ApiError` (400) naming the first parameter that is wrong.
+    Raises :class:`ApiError` (400) naming the first field that is wrong.
     """
+    check_fields(data, COMPLETION_FIELDS)
     prompt = _prompt(data.get("prompt"), config)
     suffix = data.get("suffix")
     if suffix is not None:
         _text("suffix", suffix, config.max_prompt_chars)
         suffix = suffix or None  # an empty suffix asks for plain completion
+    if suffix is not None and isinstance(prompt, tuple):
+        raise bad(
+            "suffix: a prompt of token ids is completed as it is; send the prompt as text "
+            "to fill in the middle.",
+            "suffix",
+        )
+    cut = data.get("cut_repetition")
+    if cut is not None and not isinstance(cut, bool):
+        raise bad(f"cut_repetition must be true or false, got {json_type(cut)}.", "cut_repetition")
+    max_tokens = data.get("max_tokens")
+    return sampling_request(
+        data, config, context_length, prompt, suffix, max_tokens, OPENAI_DEFAULTS, cut=cut
+    )
+
+
+# Sampling settings a request leaves out: OpenAI's (not the harness's), so a client that
+# sends nothing gets what it would get from OpenAI; llama.cpp's endpoints take llama.cpp's.
+OPENAI_DEFAULTS = {"temperature": DEFAULT_TEMPERATURE, "top_p": DEFAULT_TOP_P, "top_k": 0}
+OPENAI_DEFAULTS |= {"min_p": 0.0}
+
+
+def sampling_request(
+    data: dict[str, Any],
+    config: ServeConfig,
+    context_length: int,
+    prompt: str | tuple[int, ...],
+    suffix: str | None,
+    max_tokens: Any,
+    defaults: dict[str, Any],
+    *,
+    cut: bool | None = None,
+    max_tokens_name: str = "max_tokens",
+) -> CompletionRequest:
+    """The sampling fields every endpoint shares, checked; ``max_tokens`` is the request's
+    own (None: :data:`DEFAULT_MAX_TOKENS`), named ``max_tokens_name`` in errors."""
     stop = _stop(data.get("stop"), config)
-    _check_neutral(data)
     stream = _flag(data, "stream")
     options = data.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise bad("stream_options must be an object.", "stream_options")
     include_usage = _flag(options or {}, "include_usage", "stream_options.include_usage")
     n = data.get("n", 1)
-    max_tokens = data.get("max_tokens", DEFAULT_MAX_TOKENS)
-    for name, value, limit in (
-        ("n", n, config.max_candidates),
-        ("max_tokens", max_tokens, min(config.max_tokens_limit, context_length - 1)),
-    ):
-        if _is_number(value) and value > limit:
-            raise bad(f"{name} is {value}; this server accepts at most {limit}.", name)
+    if _is_number(n) and n > config.max_candidates:
+        raise bad(f"n is {n}; this server accepts at most {config.max_candidates}.", "n")
+    asked = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    if not isinstance(asked, int) or isinstance(asked, bool) or asked < 1:
+        raise bad(
+            f"{max_tokens_name} must be a whole number of at least 1, got "
+            f"{json.dumps(asked)[:40]}.",
+            max_tokens_name,
+        )
+    if config.over_context == "refuse" and asked > config.max_tokens_limit:
+        raise bad(
+            f"{max_tokens_name} is {asked}; this server accepts at most {config.max_tokens_limit}.",
+            max_tokens_name,
+        )
     seed = data.get("seed")
     if isinstance(seed, int) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
         raise bad(f"seed is {seed}; it must be an integer from -2**63 to 2**64 - 1.", "seed")
     generation = _generation_config(
-        max_new_tokens=max_tokens,
-        temperature=_or(data.get("temperature"), DEFAULT_TEMPERATURE),
-        top_p=_or(data.get("top_p"), DEFAULT_TOP_P),
+        max_new_tokens=max(1, min(asked, config.max_tokens_limit, context_length - 1)),
+        temperature=_or(data.get("temperature"), defaults["temperature"]),
+        top_p=_or(data.get("top_p"), defaults["top_p"]),
+        top_k=_or(data.get("top_k"), defaults["top_k"]),
+        min_p=_or(data.get("min_p"), defaults["min_p"]),
         n=n,
         seed=seed,
         stop=stop,
     )
-    return CompletionRequest(prompt, suffix, generation, stream, include_usage)
+    limit = _time_limit(data.get("t_max_predict_ms"))
+    return CompletionRequest(
+        prompt, suffix, generation, stream, include_usage, asked, cut, limit,
+        budget_field=max_tokens_name,
+    )  # fmt: skip
 
 
-def _prompt(value: Any, config: ServeConfig) -> str:
-    # OpenAI also takes a list of prompts; one is what an editor sends
-    if isinstance(value, list):
-        if len(value) != 1:
+def _time_limit(value: Any) -> float | None:
+    """``t_max_predict_ms`` (llama.cpp's): seconds, or None for none (0 or absent)."""
+    if value is None:
+        return None
+    if not _is_number(value) or value < 0:
+        raise bad(
+            f"t_max_predict_ms must be a number of milliseconds >= 0, got {json_type(value)}.",
+            "t_max_predict_ms",
+        )
+    return value / 1000 if value > 0 else None
+
+
+def check_fields(data: dict[str, Any], known: frozenset[str] | set[str]) -> None:
+    """Refuse an unknown field, or a known one asking for an effect this server lacks."""
+    for name, value in data.items():
+        if name in known or name in IGNORED_FIELDS:
+            continue
+        neutral = NEUTRAL_FIELDS.get(name)
+        if neutral is None:
             raise bad(
-                f"prompt is a list of {len(value)} items; this server completes one prompt "
-                "per request.",
-                "prompt",
+                f"{name[:60]} is not a field this server knows; it refuses what it would "
+                "otherwise silently ignore (docs/serve.md lists the fields it accepts).",
+                name[:60],
             )
+        if not any(value == v and type(value) is type(v) for v in neutral):
+            raise bad(f"{name}={json.dumps(value)[:40]} is not supported by this server.", name)
+
+
+def _prompt(value: Any, config: ServeConfig) -> str | tuple[int, ...]:
+    """Text, or token ids: OpenAI's prompt may be a string, a list of token ids, or a
+    list of one of either (a list of several prompts is refused: one per request)."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str | list):
         value = value[0]
+    if isinstance(value, list):
+        return token_ids("prompt", value, config.max_prompt_chars)
     if value is None:
         raise bad("prompt is required.", "prompt")
     _text("prompt", value, config.max_prompt_chars)
@@ -267,9 +390,27 @@ def _prompt(value: Any, config: ServeConfig) -> str:
     return value
 
 
+def token_ids(name: str, value: list[Any], limit: int) -> tuple[int, ...]:
+    """A prompt of token ids: whole numbers >= 0 (the vocabulary is checked by the engine)."""
+    if not value:
+        raise bad(f"{name} is an empty list.", name)
+    if len(value) > limit:
+        raise bad(
+            f"{name} has {len(value):,} token ids; this server accepts at most {limit:,}.", name
+        )
+    for item in value:
+        if not isinstance(item, int) or isinstance(item, bool) or item < 0:
+            raise bad(
+                f"{name} is a list, so it must hold token ids (whole numbers >= 0) or be one "
+                f"string; it holds {json_type(item)}.",
+                name,
+            )
+    return tuple(value)
+
+
 def _text(name: str, value: Any, limit: int) -> None:
     if not isinstance(value, str):
-        raise bad(f"{name} must be a string, got {_json_type(value)}.", name)
+        raise bad(f"{name} must be a string, got {json_type(value)}.", name)
     if len(value) > limit:
         raise bad(
             f"{name} is {len(value):,} characters; this server accepts at most {limit:,}.", name
@@ -293,7 +434,7 @@ def _stop(value: Any, config: ServeConfig) -> tuple[str, ...]:
         return ()
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list):
-        raise bad(f"stop must be a string or a list of strings, got {_json_type(value)}.", "stop")
+        raise bad(f"stop must be a string or a list of strings, got {json_type(value)}.", "stop")
     if len(stops) > config.max_stop_sequences:
         raise bad(
             f"stop has {len(stops)} strings; this server accepts at most "
@@ -302,7 +443,7 @@ def _stop(value: Any, config: ServeConfig) -> tuple[str, ...]:
         )
     for s in stops:
         if not isinstance(s, str):
-            raise bad(f"stop must hold strings, got {_json_type(s)}.", "stop")
+            raise bad(f"stop must hold strings, got {json_type(s)}.", "stop")
         if len(s) > config.max_stop_chars:
             raise bad(
                 f"a stop string is {len(s):,} characters; this server accepts at most "
@@ -313,19 +454,12 @@ def _stop(value: Any, config: ServeConfig) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _check_neutral(data: dict[str, Any]) -> None:
-    for name, neutral in _NEUTRAL.items():
-        value = data.get(name)
-        if not any(value == v and type(value) is type(v) for v in neutral):
-            raise bad(f"{name}={json.dumps(value)[:40]} is not supported by this server.", name)
-
-
 def _flag(data: dict[str, Any], name: str, param: str | None = None) -> bool:
     value = data.get(name, False)
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise bad(f"{param or name} must be true or false, got {_json_type(value)}.", param or name)
+        raise bad(f"{param or name} must be true or false, got {json_type(value)}.", param or name)
     return value
 
 
@@ -350,7 +484,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     names = {bool: "a boolean", int: "a number", float: "a number", str: "a string"}
     names |= {list: "an array", dict: "an object", type(None): "null"}
     return names.get(type(value), type(value).__name__)

@@ -1,4 +1,4 @@
-"""``codeparrot serve`` cuts a unit repeated at a line end, whole or streamed.
+"""``codeparrot serve --cut-repetition`` cuts a unit repeated at a line end, whole or streamed.
 
 A scripted engine stands for a model that fell into a loop (the suggestions an
 undertrained model showed in the editor); the tiny checkpoint shows that a stream and a
@@ -15,8 +15,8 @@ import urllib.request
 import pytest
 
 from codeparrot.generation.repetition import LineEndRepetitionStream, cut_line_end_repetition
-from codeparrot.lsp.serve import make_server
-from codeparrot.lsp.serve_config import ServeConfig
+from codeparrot.serve.config import ServeConfig
+from codeparrot.serve.server import make_server
 
 
 class ScriptedEngine:
@@ -30,6 +30,9 @@ class ScriptedEngine:
 
     def infill_template(self, fim_tokens: str = ""):
         return None
+
+    def count_tokens(self, text: str) -> int:
+        return len(text)
 
     def stream(self, prompt, generation, cancel, **extra):
         from codeparrot.generation.engine import Completion, StreamEvent
@@ -77,7 +80,7 @@ DEGENERATE = [
 @pytest.mark.parametrize(("prompt", "raw", "expected"), DEGENERATE)
 @pytest.mark.parametrize("stream", [False, True])
 def test_degenerate_suggestions_are_cut_whole_and_streamed(tmp_path, prompt, raw, expected, stream):
-    srv = serve(tmp_path, ScriptedEngine(raw))
+    srv = serve(tmp_path, ScriptedEngine(raw), cut_repetition=True)
     try:
         assert post(srv, {"prompt": prompt, "stream": stream}) == [expected]
     finally:
@@ -95,7 +98,7 @@ HONEST = [
 @pytest.mark.parametrize(("prompt", "raw"), HONEST)
 @pytest.mark.parametrize("stream", [False, True])
 def test_rulers_and_numbers_are_kept(tmp_path, prompt, raw, stream):
-    srv = serve(tmp_path, ScriptedEngine(raw, piece=1))
+    srv = serve(tmp_path, ScriptedEngine(raw, piece=1), cut_repetition=True)
     try:
         assert post(srv, {"prompt": prompt, "stream": stream}) == [raw]
     finally:
@@ -103,9 +106,9 @@ def test_rulers_and_numbers_are_kept(tmp_path, prompt, raw, stream):
         srv.server_close()
 
 
-def test_cut_repetition_off_sends_the_text_as_generated(tmp_path):
+def test_by_default_the_text_is_sent_as_generated(tmp_path):
     raw = DEGENERATE[0][1]
-    srv = serve(tmp_path, ScriptedEngine(raw), cut_repetition=False)
+    srv = serve(tmp_path, ScriptedEngine(raw))  # the default: what the model wrote
     try:
         assert post(srv, {"prompt": "    "}) == [raw]
         assert post(srv, {"prompt": "    ", "stream": True}) == [raw]
@@ -140,7 +143,7 @@ def test_stream_equals_the_whole_answer_for_each_seed(tiny_checkpoint, tmp_path)
     from codeparrot.generation import Engine
 
     engine = Engine.load(tiny_checkpoint, device="cpu", quantize="none")
-    srv = serve(tiny_checkpoint, engine)
+    srv = serve(tiny_checkpoint, engine, cut_repetition=True)
     try:
         for seed in range(4):
             payload = {"prompt": "def f(x):\n", "max_tokens": 48, "temperature": 1.0}

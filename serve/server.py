@@ -1,10 +1,11 @@
-"""``codeparrot serve``: OpenAI's completions API over one checkpoint, for clients without LSP.
+"""``codeparrot serve``: one checkpoint over HTTP, for clients without LSP.
 
-``POST /v1/completions`` (``prompt``, ``suffix``, ``max_tokens``, ``temperature``,
-``top_p``, ``n``, ``stop``, ``stream``, ``seed``) and ``GET /v1/models``, answered in the
-shapes OpenAI's API and its ``openai`` client use, so Continue, llm.nvim (llm-ls) and
-``curl`` can talk to it. Streaming is server-sent events: one ``data: {...}`` chunk per
-piece of text, then ``data: [DONE]``.
+OpenAI's ``POST /v1/completions``, ``POST /v1/chat/completions`` and ``GET /v1/models``
+(:mod:`codeparrot.serve.openai`, :mod:`codeparrot.serve.chat`), and llama.cpp's ``POST
+/infill``, ``POST /completion`` and ``GET /health`` (:mod:`codeparrot.serve.llama`), so
+that Continue, llm.nvim, llama.vim, llama.vscode, evalplus and ``curl`` can talk to it.
+Every endpoint is a :class:`Route`: a request parser and its answer shapes over the one
+:class:`~codeparrot.serve.service.CompletionService`. Streaming is server-sent events.
 
 The standard library's threading HTTP server, bounded at every step:
 
@@ -13,7 +14,7 @@ The standard library's threading HTTP server, bounded at every step:
 - a request must arrive whole (headers and body) within ``request_deadline`` seconds,
   however steadily its bytes trickle in;
 - who sends it is checked first (``Host``, ``Origin``, ``Content-Type``: see
-  :mod:`codeparrot.lsp.serve_request`), then sizes from ``Content-Length`` before the
+  :mod:`codeparrot.serve.request`), then sizes from ``Content-Length`` before the
   body is read, then values before any model work;
 - :class:`GenerationLine` lets one generation run at a time with a bounded number
   waiting, so a flood is refused at once with 503 instead of queueing without end;
@@ -26,7 +27,6 @@ One :class:`~codeparrot.generation.Engine` serves every request.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import json
 import logging
@@ -34,15 +34,15 @@ import select
 import socket
 import threading
 import time
-import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from codeparrot.errors import ConfigError
-from codeparrot.generation.repetition import LineEndRepetitionStream, cut_line_end_repetition
-from codeparrot.lsp.serve_config import ServeConfig
-from codeparrot.lsp.serve_request import (
+from codeparrot.serve import llama, openai
+from codeparrot.serve.chat import parse_chat_request
+from codeparrot.serve.config import ServeConfig
+from codeparrot.serve.request import (
     ApiError,
     CompletionRequest,
     bad,
@@ -51,165 +51,60 @@ from codeparrot.lsp.serve_request import (
     parse_body,
     parse_completion_request,
 )
+from codeparrot.serve.service import CompletionService, GenerationLine, Piece
+
+__all__ = ["CompletionServer", "CompletionService", "GenerationLine", "make_server"]
 
 logger = logging.getLogger(__name__)
 
 COMPLETIONS_PATH = "/v1/completions"
+CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
-
-# The engine's finish reasons in OpenAI's words ("cancelled": the client went away).
-_FINISH_REASONS = {"stop": "stop", "eos": "stop", "length": "length", "cancelled": "stop"}
-
-
-class GenerationLine:
-    """One generation at a time and at most ``waiting`` requests waiting for their turn.
-
-    A request that finds the line full is refused at once (503): on a small CPU machine
-    a longer line only makes every client wait longer for answers it has given up on.
-    """
-
-    def __init__(self, waiting: int) -> None:
-        self.waiting = waiting
-        self._count = threading.Lock()
-        self._in_line = 0
-        self._running = threading.Lock()
-
-    @contextlib.contextmanager
-    def turn(self) -> Iterator[None]:
-        with self._count:
-            if self._in_line > self.waiting:
-                raise ApiError(
-                    503,
-                    f"The server is busy: a generation runs and {self.waiting} request(s) "
-                    "wait for their turn. Try again in a moment.",
-                    type="server_busy",
-                )
-            self._in_line += 1
-        try:
-            with self._running:
-                yield
-        finally:
-            with self._count:
-                self._in_line -= 1
+HEALTH_PATH = "/health"  # llama.cpp's
+LLAMA_COMPLETION_PATH = "/completion"  # llama.cpp's
+INFILL_PATH = "/infill"  # llama.cpp's
 
 
-class CompletionService:
-    """Turns checked requests into engine calls and engine results into OpenAI's shapes."""
+@dataclass(frozen=True)
+class Route:
+    """One POST endpoint: its request parser and its answer shapes, whole and streamed."""
 
-    def __init__(self, config: ServeConfig, engine: Any, model_name: str) -> None:
-        self.config = config
-        self.engine = engine
-        self.model_name = model_name
-        self.created = int(time.time())
-        self.line = GenerationLine(config.queue_size)
-
-    def models(self) -> dict[str, Any]:
-        model = {
-            "id": self.model_name,
-            "object": "model",
-            "created": self.created,
-            "owned_by": "codeparrot",
-        }
-        return {"object": "list", "data": [model]}
-
-    def request(self, data: dict[str, Any]) -> CompletionRequest:
-        request = parse_completion_request(data, self.config, self.engine.context_length)
-        fim = {"fim_order": self.config.fim_order, "fim_tokens": self.config.fim_tokens}
-        request = dataclasses.replace(request, generation=request.generation.replace(**fim))
-        if (
-            request.suffix is not None
-            and self.engine.infill_template(self.config.fim_tokens) is None
-        ):
-            raise bad(
-                "suffix: this checkpoint cannot fill in the middle (its tokenizer has no "
-                "fill-in-the-middle tokens of a known family, or its model was trained "
-                "without them; start the server with --fim-tokens to name them); send the "
-                "prompt alone.",
-                "suffix",
-            )
-        return request
-
-    def events(self, request: CompletionRequest, cancel: threading.Event) -> Iterator[Any]:
-        """The engine's stream for ``request``; checks that need the tokenizer raise here."""
-        extra = {} if request.suffix is None else {"suffix": request.suffix}
-        try:
-            return self.engine.stream(request.prompt, request.generation, cancel, **extra)
-        except ConfigError as e:
-            raise bad(str(e)) from None
-
-    def response(self, events: Iterator[Any], prompt: str = "") -> dict[str, Any]:
-        """A whole completion response, from every event of a stream (each text cut before
-        a run at a line end with ``cut_repetition``; ``prompt`` is the text before it)."""
-        done = sorted((e for e in events if e.completion is not None), key=lambda e: e.index)
-        _log_generation([e.completion for e in done])
-        choices = [
-            _choice(e.index, self._cut(e.completion.text, prompt), e.completion) for e in done
-        ]
-        return self._envelope(choices) | {"usage": _usage([e.completion for e in done])}
-
-    def chunks(
-        self, events: Iterator[Any], include_usage: bool, prompt: str = ""
-    ) -> Generator[dict[str, Any] | None, None, None]:
-        """Streamed chunks: one per piece of text, the last of a choice with its reason.
-
-        With ``cut_repetition`` each choice's text passes a hold-back: what is sent is what
-        the whole answer starts with, so joined chunks equal :meth:`response`'s text. None
-        stands for new text held back (nothing to send)."""
-        envelope = self._envelope([])
-        finished = []
-        held: dict[int, LineEndRepetitionStream] = {}
-        for event in events:
-            text = event.delta
-            if self.config.cut_repetition:
-                cut = held.setdefault(event.index, LineEndRepetitionStream(prompt))
-                text = cut.feed(text) + (cut.finish() if event.completion is not None else "")
-            if event.completion is None and not text:
-                if event.delta:
-                    yield None  # text held back: a moment to see whether the client is there
-                continue
-            if event.completion is not None:
-                finished.append(event.completion)
-            yield envelope | {"choices": [_choice(event.index, text, event.completion)]}
-        _log_generation(finished)
-        if include_usage:
-            yield envelope | {"usage": _usage(finished)}
-
-    def _cut(self, text: str, prompt: str) -> str:
-        return cut_line_end_repetition(text, prompt) if self.config.cut_repetition else text
-
-    def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": self.model_name,
-            "choices": choices,
-        }
+    parse: Callable[[CompletionService, dict[str, Any]], CompletionRequest]
+    whole: Callable[[CompletionService, CompletionRequest, list[Piece]], dict[str, Any]]
+    chunks: Callable[
+        [CompletionService, CompletionRequest, Iterator[Piece | None]],
+        Generator[dict[str, Any] | None, None, None],
+    ]
+    done_marker: bool = True  # OpenAI ends a stream with data: [DONE]; llama.cpp does not
 
 
-def _log_generation(completions: list[Any]) -> None:
-    """The seed and counts of a generation: a sampled answer can be drawn again."""
-    if completions:
-        first = completions[0]
-        logger.info(
-            "generated n=%d seed=%s prompt_tokens=%d new_tokens=%d in %.3f s",
-            len(completions),
-            first.seed,
-            first.prompt_tokens,
-            sum(c.new_tokens for c in completions),
-            max(c.seconds for c in completions),
-        )
+def _completions(service: CompletionService, data: dict[str, Any]) -> CompletionRequest:
+    request = parse_completion_request(data, service.config, service.engine.context_length)
+    return service.fit(service.with_server_fim(request))
 
 
-def _choice(index: int, text: str, completion: Any | None) -> dict[str, Any]:
-    reason = None if completion is None else _FINISH_REASONS.get(completion.finish_reason, "stop")
-    return {"text": text, "index": index, "logprobs": None, "finish_reason": reason}
+def _chat(service: CompletionService, data: dict[str, Any]) -> CompletionRequest:
+    return service.fit(parse_chat_request(data, service.config, service.engine))
 
 
-def _usage(completions: list[Any]) -> dict[str, int]:
-    prompt = completions[0].prompt_tokens if completions else 0
-    new = sum(c.new_tokens for c in completions)
-    return {"prompt_tokens": prompt, "completion_tokens": new, "total_tokens": prompt + new}
+POST_ROUTES = {
+    LLAMA_COMPLETION_PATH: Route(llama.parse_completion, llama.response, llama.chunks, False),
+    INFILL_PATH: Route(llama.parse_infill, llama.response, llama.chunks, False),
+    CHAT_PATH: Route(
+        _chat,
+        lambda service, request, pieces: openai.chat_response(service.model_name, pieces),
+        lambda service, request, pieces: openai.chat_chunks(
+            service.model_name, pieces, request.include_usage
+        ),
+    ),
+    COMPLETIONS_PATH: Route(
+        _completions,
+        lambda service, request, pieces: openai.completion_response(service.model_name, pieces),
+        lambda service, request, pieces: openai.completion_chunks(
+            service.model_name, pieces, request.include_usage
+        ),
+    ),
+}
 
 
 class CompletionServer(ThreadingHTTPServer):
@@ -346,23 +241,33 @@ class _Handler(BaseHTTPRequestHandler):
     do_PUT = do_DELETE = do_PATCH = _not_allowed
 
     def _get(self) -> None:
-        if self._path() != MODELS_PATH:
-            raise ApiError(404, f"No such path: GET {self._path()}.", code="unknown_url")
-        self._send_json(200, self.server.service.models())
+        path = self._path()
+        if path == MODELS_PATH:
+            self._send_json(200, self.server.service.models())
+        elif path == HEALTH_PATH:
+            self._send_json(200, {"status": "ok"})
+        else:
+            raise ApiError(404, f"No such path: GET {path}.", code="unknown_url")
 
     def _post(self) -> None:
-        if self._path() != COMPLETIONS_PATH:
+        route = POST_ROUTES.get(self._path())
+        if route is None:
             self.close_connection = True  # the body stays unread
             raise ApiError(404, f"No such path: POST {self._path()}.", code="unknown_url")
         service = self.server.service
-        request = service.request(parse_body(self._body()))
+        request = route.parse(service, parse_body(self._body()))
         cancel = threading.Event()
         with service.line.turn():
+            if request.max_tokens == 0:  # llama.cpp's n_predict 0: a warm-up, no text
+                self._send_json(200, route.whole(service, request, []))
+                return
             events = service.events(request, cancel)
             if not request.stream:
-                self._send_json(200, service.response(events, request.prompt))
+                pieces = service.whole(request, events, cancel)
+                self._send_json(200, route.whole(service, request, pieces))
                 return
-            self._stream(service.chunks(events, request.include_usage, request.prompt), cancel)
+            pieces_ = service.pieces(request, events, cancel)
+            self._stream(route.chunks(service, request, pieces_), cancel, route.done_marker)
 
     def _preflight(self) -> None:
         """A CORS preflight, answered for the origins of ``--allow-origin`` alone."""
@@ -473,9 +378,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _stream(
-        self, chunks: Generator[dict[str, Any] | None, None, None], cancel: threading.Event
+        self,
+        chunks: Generator[dict[str, Any] | None, None, None],
+        cancel: threading.Event,
+        done_marker: bool = True,
     ) -> None:
-        """Server-sent events until ``[DONE]``; a client that goes away cancels generation."""
+        """Server-sent events (until ``[DONE]`` with ``done_marker``, OpenAI's end; llama.cpp
+        sends none); a client that goes away cancels generation."""
         self.close_connection = True  # the body ends when the connection does
         self.send_response(200)
         self._cors_headers()
@@ -503,8 +412,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         finally:
             chunks.close()
-        with contextlib.suppress(OSError):
-            self.wfile.write(b"data: [DONE]\n\n")
+        if done_marker:
+            with contextlib.suppress(OSError):
+                self.wfile.write(b"data: [DONE]\n\n")
 
     def _client_gone(self) -> bool:
         """Has the client closed its end? (Readable with nothing to read: end of file.)"""

@@ -24,7 +24,7 @@ from codeparrot.options import (
 
 @dataclass(frozen=True)
 class ServeConfig(Config):
-    """An OpenAI-compatible completion endpoint (POST /v1/completions) over one checkpoint."""
+    """An HTTP server over one checkpoint: OpenAI's and llama.cpp's completion APIs."""
 
     checkpoint: Path = CHECKPOINT.field()
     revision: str | None = REVISION.field()
@@ -43,11 +43,26 @@ class ServeConfig(Config):
     fim_order: str = FIM_ORDER.field()
     fim_tokens: str = FIM_TOKENS.field()
     cut_repetition: bool = option(
-        True,
-        "cut a completion before a short string repeated 4 or more times at a line end "
-        "(`for q in = = = =`, `x.unkunkunk`), as the editor and the playground do; numbers "
-        "and rulers are kept, and a stream holds back only the end of a line that could "
-        "still become such a run",
+        False,
+        "cut every completion before a short string repeated 4 or more times at a line end "
+        "(`for q in = = = =`, `x.unkunkunk`), as the editor and the playground do, with "
+        'finish_reason "repetition" where it cut; off: the API returns what the model '
+        "wrote (a request's own cut_repetition field overrides this)",
+    )
+    over_context: str = option(
+        "clamp",
+        "a max_tokens beyond what the context leaves after the prompt (or beyond "
+        "--max-tokens-limit): clamp lowers it and the answer ends with finish_reason "
+        '"length"; refuse answers 400 naming max_tokens, as vLLM does',
+        choices=("clamp", "refuse"),
+    )
+    chat_template: str = option(
+        "auto",
+        "how /v1/chat/completions turns messages into a prompt: checkpoint (the tokenizer's "
+        "own chat template; a checkpoint without one refuses chat), plain (the documented "
+        "plain template, for base models) or auto (the checkpoint's when it has one, else "
+        "plain)",
+        choices=("auto", "checkpoint", "plain"),
     )
     queue_size: int = option(
         8,
@@ -68,7 +83,9 @@ class ServeConfig(Config):
     max_stop_sequences: int = option(16, "most stop strings one request may give", ge=0)
     max_stop_chars: int = option(200, "longest stop string accepted, in characters", ge=1)
     max_candidates: int = CANDIDATES.field(8, "most completions one request may ask for (n)")
-    max_tokens_limit: int = MAX_NEW_TOKENS.field(512, "largest max_tokens one request may ask for")
+    max_tokens_limit: int = MAX_NEW_TOKENS.field(
+        512, "most tokens one request generates (see --over-context for a larger max_tokens)"
+    )
     read_timeout: float = option(
         10.0, "seconds one read or write may wait (a streamed chunk the client does not take)", gt=0
     )

@@ -1,0 +1,1 @@
+"""serve package: an HTTP completion server (OpenAI and llama.cpp APIs) over one checkpoint."""
