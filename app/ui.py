@@ -82,9 +82,13 @@ class EnginePool:
         with self._lock:
             engine = self._engines.get(key)
             if engine is None:
-                engine = Engine.load(self.checkpoints[key], device=self.device)
-                if self.compile:
-                    engine.compile_steps_if_possible()
+                # the server profile: calls from many threads, tuned as serve's
+                engine = Engine.load(
+                    self.checkpoints[key],
+                    device=self.device,
+                    profile="server",
+                    compile=self.compile,
+                )
                 self._engines[key] = engine
             return engine
 

@@ -99,7 +99,7 @@ def step_ms(
     times, prompts = [], []
     for _ in range(rounds):
         with torch.inference_mode():
-            stepper = engine._stepper(ids, 1, steps + 1)
+            stepper = engine.decoder.steps(ids, 1, steps + 1)
             start = time.perf_counter()
             nxt = stepper.prefill().argmax(dim=-1)
             prompts.append((time.perf_counter() - start) * 1000)
@@ -131,8 +131,8 @@ def decode_speed(path: Path, text: str, threads: list[int]) -> None:
     for kernel in KERNELS:
         if kernel_supported(kernel):
             engines[f"lean int8 {kernel}"] = engine = Engine(lean.model, lean.tokenizer, **same)
-            engine._gpt2.quantize_int8(kernel)  # the steps read int8 where it is there
-    engines[f"lean int8 auto ({auto._gpt2.int8_kernel})"] = auto
+            engine.decoder.lean.quantize_int8(kernel)  # the steps read int8 where it is there
+    engines[f"lean int8 auto ({auto.decoder.lean.int8_kernel})"] = auto
     engines["transformers float32"] = Engine(lean.model, lean.tokenizer, lean_gpt2=False)
     try:
         dynamic = torch.ao.quantization.quantize_dynamic(

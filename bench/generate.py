@@ -213,7 +213,7 @@ def int8_loss(checkpoint: Path, files: int) -> None:
     from codeparrot.generation import Engine
 
     engine = Engine.load(checkpoint, quantize="int8")
-    decoder = engine._gpt2
+    decoder = engine.decoder.lean
     root = Path(sysconfig.get_paths()["stdlib"])
     names = sorted(p.name for p in root.glob("*.py"))[:files]
     loss = {False: 0.0, True: 0.0}

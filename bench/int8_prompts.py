@@ -62,7 +62,7 @@ def load(checkpoint: str, seven_bits: bool = False) -> Any:
         engine = Engine.load(checkpoint, quantize="int8")
     finally:
         gpt2.choose_kernel, int8._has_vnni = kernel, vnni
-    if engine._gpt2 is None or engine._gpt2.int8_kernel != "dynamic":
+    if engine.decoder.lean is None or engine.decoder.lean.int8_kernel != "dynamic":
         raise SystemExit(f"{checkpoint}: not on the lean decoder's dynamic int8 kernel")
     return engine
 
@@ -81,7 +81,7 @@ def losses(engine: Any, window: int, windows: int, sides: tuple[str, ...]) -> di
     import torch
     import torch.nn.functional as F
 
-    d = engine._gpt2
+    d = engine.decoder.lean
     total = dict.fromkeys(sides, 0.0)
     tokens, agree, seen = 0, 0, 0
     for ids in held_out_ids(engine):
@@ -116,7 +116,7 @@ def prompt_times(
     with ``bf16``, else float32) and int8, alternating."""
     import torch
 
-    d = engine._gpt2
+    d = engine.decoder.lean
     ids = [i for doc in held_out_ids(engine) for i in doc]
     out: dict[int, dict[str, float]] = {}
     for length in lengths:

@@ -113,7 +113,7 @@ def fim_nats(
     text and the middle as plain text would tokenize them. Scored the same way: the seam
     token's text plus the middle, less what the seam token alone costs there."""
     from codeparrot.fim import layout
-    from codeparrot.generation.engine import _ends_in_word
+    from codeparrot.generation.prompt import ends_in_word as _ends_in_word
 
     prefix, suffix, middle = parts
     seam = tokenizer.decode(prefix[-1:])

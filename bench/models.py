@@ -58,7 +58,7 @@ def _scripted(path: Path) -> tuple[Any, str]:
     from codeparrot.generation import Engine
 
     engine = Engine.load(path, quantize="none", lean_load=False)  # its head is hooked
-    if engine._gpt2 is not None:  # the lean decoder does not call the head module
+    if engine.decoder.lean is not None:  # the lean decoder does not call the head module
         engine = Engine(engine.model, engine.tokenizer, path=path, lean_gpt2=False)
     word = engine.tokenizer("x", add_special_tokens=False)["input_ids"][-1]
     ScriptedHead(engine.model, [word, _special_token(engine), word])

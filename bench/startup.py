@@ -74,7 +74,7 @@ engine = Engine.load(sys.argv[1], quantize="none")
 t3 = time.perf_counter()
 files = getattr(engine.model, "weight_files", None)  # the lean load's: Engine.load's rule
 engine.quantize = "int8"  # as Engine.load(quantize="int8") does, timed apart
-engine._enable_int8(files and RowsCache.for_weights(files, torch.float32))
+engine.decoder.enable_int8(files and RowsCache.for_weights(files, torch.float32))
 t4 = time.perf_counter()
 kept_or_timed_prompt(engine, cpu_cores())
 if os.environ["BENCH_GC"] == "paused":

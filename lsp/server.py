@@ -36,7 +36,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from codeparrot import __version__
-from codeparrot.errors import CodeparrotError, ConfigError
+from codeparrot.errors import CodeparrotError
 from codeparrot.generation.syntax import fits_in_window
 from codeparrot.lsp.cache import PREFIX_KEY, SuggestionCache
 from codeparrot.lsp.completion import Outcome, suffix_tokens, suggest
@@ -188,15 +188,12 @@ class CodeparrotServer(LanguageServer):
         suggestions choose its steps' threads: on a CPU, unless ``threads`` or compiled
         steps fixed them at load."""
         from codeparrot.generation.heap import settle_heap
-        from codeparrot.generation.threads import LiveTuning
 
         try:
             engine = _load(path, config.device, config.threads, config.quantize, config.compile)
         finally:
             settle_heap()  # the start is over (lsp.cli paused collections for it)
-        fixed = bool(config.threads) or (config.compile and engine.can_compile_steps)
-        on_cpu = engine.device.type == "cpu"
-        self._tuning = LiveTuning(engine) if on_cpu and not fixed else None
+        self._tuning = engine.tuning
         return engine
 
     def update_settings(self, settings: Any, source: str) -> None:
@@ -462,43 +459,14 @@ class CodeparrotServer(LanguageServer):
 
 
 def _load(path, device: str | None, threads: int, quantize: str, compile: bool):
-    """Runs in the generation thread, which is the one that decodes. Unless ``threads``
-    or compiled steps fix them here, the steps' threads are chosen by the first
-    suggestions (``LiveTuning``)."""
-    import torch
-
+    """Runs in the generation thread, which is the one that decodes: the editor profile
+    (:mod:`codeparrot.generation.loading`). Unless ``threads`` or compiled steps fix them
+    there, the steps' threads are chosen by the first suggestions (``engine.tuning``)."""
     from codeparrot.generation import Engine
-    from codeparrot.generation.threads import (
-        cpu_cores,
-        kept_or_timed_prompt,
-        tune_decode_threads,
-    )
 
-    torch.set_num_threads(threads or cpu_cores())
-    try:
-        engine = Engine.load(path, device=device, quantize=quantize)
-    except ConfigError as e:
-        if quantize != "int8":
-            raise
-        # an unsupported architecture must not leave every suggestion empty
-        logger.warning("--quantize int8 does not apply (%s): decoding with its own weights", e)
-        engine = Engine.load(path, device=device, quantize="none")
-    if engine.device.type == "cpu":
-        if threads:
-            engine.decode_threads = engine.prompt_threads = threads
-        elif compile and engine.can_compile_steps:
-            # compiled steps keep the thread count they are built with: choose it first
-            logger.info("%s: %s", path, tune_decode_threads(engine).describe())
-        # sizes the suffix window read again at each keystroke (completion.suffix_tokens);
-        # measured here once (or by an earlier start here), so that the window stays the
-        # same from the first suggestion
-        ms, kept = kept_or_timed_prompt(engine, threads or cpu_cores())
-        engine.prompt_ms_per_token = ms
-        how = " (as an earlier start here measured)" if kept else ""
-        logger.info("%s: prompts read at %.2f ms a token%s", path, ms, how)
-    if compile and engine.compile_steps_if_possible():  # in the background; see .engine
-        logger.info("compiling the decoding step of %s in the background", path)
-    return engine
+    return Engine.load(
+        path, device=device, quantize=quantize, profile="editor", threads=threads, compile=compile
+    )
 
 
 # -- handlers: one feature each, LSP types in and out ------------------------------------

@@ -17,8 +17,10 @@ instead: the first calls' own step timings, with nothing run for the measurement
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,16 +66,40 @@ class ThreadChoice:
         return f"decoding steps on {self.threads} thread(s) ({why}); prompts on {self.cores}"
 
 
-def time_steps(engine: Any, threads: int) -> float:
-    """Milliseconds of one one-token step of ``engine`` on ``threads`` threads (mean)."""
+@contextlib.contextmanager
+def intra_op_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``n`` intra-op threads (OpenMP's setting is per calling thread)."""
+    if n is None:
+        yield
+        return
     import torch
 
-    from codeparrot.generation.engine import _intra_op_threads
+    before = torch.get_num_threads()
+    if before == n:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
+
+def decoder_of(engine: Any) -> Any:
+    """The :class:`~codeparrot.generation.decoder.Decoder` of an engine (or the decoder)."""
+    return getattr(engine, "decoder", engine)
+
+
+def time_steps(engine: Any, threads: int) -> float:
+    """Milliseconds of one one-token step of ``engine`` (an Engine or its Decoder) on
+    ``threads`` threads (mean)."""
+    import torch
+
+    engine = decoder_of(engine)
     vocab = max(1, engine.vocab_size - 1)
     ids = [(7 + 31 * i) % vocab for i in range(PROBE_PROMPT)]
-    with torch.inference_mode(), _intra_op_threads(threads):
-        steps = engine._stepper(ids, 1, PROBE_WARMUP + PROBE_STEPS + 1)
+    with torch.inference_mode(), intra_op_threads(threads):
+        steps = engine.steps(ids, 1, PROBE_WARMUP + PROBE_STEPS + 1)
         nxt = steps.prefill().argmax(dim=-1)
         for _ in range(PROBE_WARMUP):
             nxt = steps.decode(nxt).argmax(dim=-1)
@@ -87,6 +113,7 @@ def tune_decode_threads(engine: Any, cores: int | None = None) -> ThreadChoice:
     """Set ``engine.decode_threads`` to the faster of one thread and ``cores`` (default:
     :func:`cpu_cores`) for its steps, and ``engine.prompt_threads`` to ``cores``; returns
     the choice with its figures. The probe's prompt is left out of the prompt cache."""
+    engine = decoder_of(engine)
     cores = cores or cpu_cores()
     one = time_steps(engine, 1)
     many = None
@@ -110,16 +137,15 @@ def time_prompt(engine: Any, threads: int | None = None) -> float:
     cached positions costs a little more a token (measured ~1.2x at 768 positions)."""
     import torch
 
-    from codeparrot.generation.engine import _intra_op_threads
-
+    engine = decoder_of(engine)
     vocab = max(1, engine.vocab_size - 1)
     best = float("inf")
-    with torch.inference_mode(), _intra_op_threads(threads or engine.prompt_threads):
+    with torch.inference_mode(), intra_op_threads(threads or engine.prompt_threads):
         for round_ in range(3):
             # a new prompt each round, so that none is served from the prompt cache
             ids = [(11 + 37 * i + round_) % vocab for i in range(PROBE_PROMPT_TOKENS)]
             start = time.perf_counter()
-            engine._stepper(ids, 1, 1).prefill()
+            engine.steps(ids, 1, 1).prefill()
             if round_:
                 best = min(best, time.perf_counter() - start)
     engine.prompt_cache.clear()
@@ -137,6 +163,8 @@ def kept_or_timed_prompt(engine: Any, threads: int) -> tuple[float, bool]:
     start times it again and keeps the faster figure: a figure taken while other work
     slowed the machine (a smaller suffix window) does not stay."""
     from codeparrot.generation.speeds_cache import measured_or_kept
+
+    engine = decoder_of(engine)
 
     def faster(new: float, old: Any) -> float:
         return min(new, old) if isinstance(old, (int, float)) and old > 0 else new

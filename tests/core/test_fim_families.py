@@ -228,7 +228,7 @@ def test_every_end_id_of_the_generation_config_ends(engines) -> None:
     engine = engines["qwen2.5-coder"]
     im_end = engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert engine.model.generation_config.eos_token_id == [engine.eos_token_id, im_end]
-    assert im_end in engine._end_ids(GenerationConfig())
+    assert im_end in engine.end_ids_for(GenerationConfig())
 
 
 STOPPERS = {
@@ -281,7 +281,7 @@ def test_byte_fallback_streams_never_crash(engines) -> None:
     DecodeStream raises on many ("Invalid prefix", a byte after text that a later byte
     turns invalid); the engine goes on, with the text the whole decode has up to its first
     invalid byte (after which the stream may keep characters the whole decode replaces)."""
-    from codeparrot.generation.engine import _Candidate
+    from codeparrot.generation.detokenize import Candidate as _Candidate
 
     engine = engines["codellama"]
     rng = random.Random(0)
@@ -290,10 +290,10 @@ def test_byte_fallback_streams_never_crash(engines) -> None:
     newline = engine.tokenizer.convert_tokens_to_ids("<0x0A>")
     for _ in range(300):
         ids = [rng.choice(ordinary) for _ in range(24)]
-        c = _Candidate(engine._new_decoder())
+        c = _Candidate(engine.detok.new_stream())
         for tok in ids:
             c.ids.append(tok)
-            engine._append_text(c, tok)
+            engine.detok.append(c, tok)
         # the text these ids write after other text: the decoder strips the leading space
         # of a whole text only
         whole = engine.tokenizer.decode([newline, *ids])[1:]

@@ -177,7 +177,9 @@ def test_healing_backs_up_the_prefix_only_where_it_runs_into_the_middle(fim_chec
     mid_word = "def add(a, b):\n    ret"
     for order in (PSM, SPM):
         config = GenerationConfig(fim_order=order)
-        ids, _truncated, healed = engine._infill_prompt(mid_word, SUFFIX, config)
+        ids, _truncated, healed = engine.prompts.infill_prompt(
+            mid_word, SUFFIX, config, engine.healer.heal
+        )
         plain, _ = engine.encode_infill(mid_word, SUFFIX, config.max_new_tokens, order)
         assert healed is not None and mid_word.endswith(healed[0])
         assert len(ids) == len(plain) - 1  # the prefix's last token, and only it, is gone
@@ -185,9 +187,13 @@ def test_healing_backs_up_the_prefix_only_where_it_runs_into_the_middle(fim_chec
         # every allowed first token of the middle starts with the removed text
         assert all(engine.tokenizer.decode([t]).startswith(healed[0]) for t in healed[1])
     # PSM: a prefix ending in whitespace keeps its last token (the suffix lies in between)
-    _ids, _t, healed = engine._infill_prompt(PREFIX, SUFFIX, GenerationConfig(fim_order=PSM))
+    _ids, _t, healed = engine.prompts.infill_prompt(
+        PREFIX, SUFFIX, GenerationConfig(fim_order=PSM), engine.healer.heal
+    )
     assert healed is None
-    _ids, _t, healed = engine._infill_prompt(PREFIX, SUFFIX, GenerationConfig(heal=False))
+    _ids, _t, healed = engine.prompts.infill_prompt(
+        PREFIX, SUFFIX, GenerationConfig(heal=False), engine.healer.heal
+    )
     assert healed is None
 
 
@@ -209,7 +215,7 @@ def test_a_model_trained_without_fim_gets_no_suffix_despite_the_sentinels(fim_ch
     with pytest.raises(CodeparrotError, match="trained without fill-in-the-middle"):
         engine.generate(PREFIX, GREEDY, suffix=SUFFIX)
     # the sentinels still end a completion and are never written as text
-    assert engine._end_ids(GREEDY) >= engine.sentinels.ids
+    assert engine.end_ids_for(GREEDY) >= engine.sentinels.ids
     trained = _with_meta(fim_checkpoint, tmp_path / "fim", {"train_config": {"fim_rate": 0.5}})
     assert Engine.load(trained, device="cpu").fim is not None
 

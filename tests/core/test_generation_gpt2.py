@@ -23,7 +23,7 @@ def engine(tiny_checkpoint) -> Engine:
 
 
 def test_lean_forward_matches_transformers(engine):
-    model, decoder = engine.model, engine._gpt2
+    model, decoder = engine.model, engine.decoder.lean
     assert isinstance(decoder, GPT2Decoder)
     ids = torch.tensor([engine.tokenizer(PROMPT * 3)["input_ids"]])  # (1, T)
     T = ids.size(1)
@@ -53,7 +53,7 @@ def test_lean_forward_matches_transformers(engine):
 
 
 def test_bf16_prefill_stays_close(engine):
-    decoder = engine._gpt2
+    decoder = engine.decoder.lean
     ids = torch.tensor([engine.tokenizer(PROMPT * 3)["input_ids"]])
     with torch.inference_mode():
         exact = decoder.forward(ids, decoder.new_cache(1, ids.size(1)))
@@ -77,7 +77,7 @@ def test_greedy_matches_transformers_generate(engine):
 
 def test_transformers_fallback_gives_the_same_text(tiny_checkpoint, engine):
     slow = Engine(engine.model, engine.tokenizer, lean_gpt2=False)
-    assert slow._gpt2 is None
+    assert slow.decoder.lean is None
     for config in (
         GenerationConfig(temperature=0, max_new_tokens=16, stop_at_eos=False),
         GenerationConfig(n=3, seed=5, temperature=0.7, max_new_tokens=16, stop=("\n",)),
@@ -183,7 +183,7 @@ def test_missing_or_incompatible_checkpoints_are_clear_errors(tmp_path, tiny_che
 
 def test_int8_steps_stay_close_and_prompts_keep_full_precision(engine):
     quantized = Engine(engine.model, engine.tokenizer, quantize="int8")  # same weights
-    exact_dec, int8_dec = engine._gpt2, quantized._gpt2
+    exact_dec, int8_dec = engine.decoder.lean, quantized.decoder.lean
     assert exact_dec.int8 is None and int8_dec.int8 is not None  # engines do not share it
     ids = torch.tensor([engine.tokenizer(PROMPT * 3)["input_ids"]])
     T = ids.size(1)
@@ -220,7 +220,7 @@ def test_bad_quantize_settings_are_clear_errors(tiny_checkpoint, engine):
 def test_token_healing_backs_up_one_token_and_constrains_the_first(engine):
     prompt = PROMPT + "    ret"  # ends half-way through a word
     ids = engine.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    last, allowed = engine._heal(ids)
+    last, allowed = engine.healer.heal(ids)
     assert last == engine.tokenizer.decode(ids[-1:]) and prompt.endswith(last)
     texts = {i: engine.tokenizer.decode([i]) for i in range(engine.vocab_size)}
     special = set(engine.tokenizer.all_special_ids)
@@ -238,7 +238,7 @@ def test_token_healing_backs_up_one_token_and_constrains_the_first(engine):
     assert healed.text.startswith(texts[first][len(last) :])
     assert healed.prompt_tokens == len(ids)
     # nothing to heal: a one-token prompt, or healing turned off
-    assert engine._heal(ids[:1]) is None
+    assert engine.healer.heal(ids[:1]) is None
     (plain,) = engine.generate(prompt, config.replace(heal=False))
     assert plain.new_tokens == 6
 

@@ -38,7 +38,7 @@ def engine(qwen_checkpoint: Path) -> Engine:
 
 
 def test_lean_forward_matches_transformers(engine):
-    model, decoder = engine.model, engine._gpt2
+    model, decoder = engine.model, engine.decoder.lean
     assert isinstance(decoder, Qwen3Decoder)
     ids = torch.tensor([engine.tokenizer(PROMPT * 2)["input_ids"]])  # (1, T)
     T = ids.size(1)
@@ -81,7 +81,7 @@ def test_greedy_matches_transformers_generate(engine):
     assert ours.new_tokens == 24 and ours.finish_reason == "length"
     # sampled candidates: the lean path and transformers' forward draw the same tokens
     slow = Engine(engine.model, engine.tokenizer, lean_gpt2=False)
-    assert slow._gpt2 is None
+    assert slow.decoder.lean is None
     sampled = GenerationConfig(n=3, seed=5, temperature=0.7, max_new_tokens=16, stop=("\n",))
     assert [c.text for c in slow.generate(PROMPT, sampled)] == [
         c.text for c in engine.generate(PROMPT, sampled)
@@ -95,7 +95,7 @@ def test_int8_steps_stay_close_and_keep_the_greedy_text(qwen_checkpoint, engine)
         pytest.skip("this torch build has no int8 weight-only CPU kernel")
     quick = Engine.load(qwen_checkpoint, dtype="float32", quantize="int8")
     assert Engine.load(qwen_checkpoint, quantize="auto").quantize == "int8"  # on a CPU
-    exact_dec, int8_dec = engine._gpt2, quick._gpt2
+    exact_dec, int8_dec = engine.decoder.lean, quick.decoder.lean
     assert exact_dec.int8 is None and int8_dec.int8 is not None
     ids = torch.tensor([engine.tokenizer(PROMPT * 2)["input_ids"]])
     T = ids.size(1)
@@ -118,7 +118,7 @@ def test_int8_steps_stay_close_and_keep_the_greedy_text(qwen_checkpoint, engine)
 
 
 def test_bf16_prefill_stays_close(engine):
-    decoder = engine._gpt2
+    decoder = engine.decoder.lean
     ids = torch.tensor([engine.tokenizer(PROMPT * 2)["input_ids"]])
     with torch.inference_mode():
         exact = decoder.forward(ids, decoder.new_cache(1, ids.size(1)))

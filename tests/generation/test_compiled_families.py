@@ -54,7 +54,7 @@ def test_compiled_steps_write_the_eager_text(tmp_path, monkeypatch, name, decode
     path = build_family(name, tmp_path / name)
     eager = peaked(Engine.load(path, dtype="float32", quantize=QUANTIZE))
     compiled = peaked(Engine.load(path, dtype="float32", quantize=QUANTIZE))
-    assert isinstance(compiled._gpt2, decoder)
+    assert isinstance(compiled.decoder.lean, decoder)
     greedy = GenerationConfig(temperature=0, max_new_tokens=12, stop_at_eos=False, heal=False)
     compiled.compile_steps(background=False)  # raises if inductor fails for this family
     assert compiled.steps_compiled.is_set() and compiled.compile_error is None

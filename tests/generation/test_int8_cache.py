@@ -57,18 +57,19 @@ def _greedy(checkpoint: Path) -> tuple[str, Engine]:
 def test_a_second_start_reads_the_rows_and_decodes_the_same(tiny_checkpoint, cache, rounded):
     first, engine = _greedy(tiny_checkpoint)
     matrices = len(rounded)
-    assert matrices == 4 * len(engine._gpt2.layers) + 1  # every block's four and the head
+    assert matrices == 4 * len(engine.decoder.lean.layers) + 1  # every block's four and the head
     assert len(list(cache.glob("*.safetensors"))) == 1
     rounded.clear()
     second, again = _greedy(tiny_checkpoint)
     assert rounded == [] and second == first
-    for kept, made in zip(again._gpt2.int8, engine._gpt2.int8, strict=True):
+    for kept, made in zip(again.decoder.lean.int8, engine.decoder.lean.int8, strict=True):
         assert kept.keys() == made.keys()
-    x = torch.randn(1, engine._gpt2.n_embd)
+    x = torch.randn(1, engine.decoder.lean.n_embd)
     from codeparrot.generation.int8 import int8_linear
 
     torch.testing.assert_close(
-        int8_linear(x, again._gpt2.lm_head_int8), int8_linear(x, engine._gpt2.lm_head_int8)
+        int8_linear(x, again.decoder.lean.lm_head_int8),
+        int8_linear(x, engine.decoder.lean.lm_head_int8),
     )
 
 

@@ -80,7 +80,10 @@ def engines(path: Path) -> tuple[Engine, Engine]:
 @pytest.mark.parametrize("name", [*DECODERS, "mistral-window"])
 def test_lean_text_equals_the_transformers_forward(family_dirs, name: str) -> None:
     lean, reference = engines(family_dirs[name])
-    assert isinstance(lean._gpt2, DECODERS.get(name, LlamaDecoder)) and reference._gpt2 is None
+    assert (
+        isinstance(lean.decoder.lean, DECODERS.get(name, LlamaDecoder))
+        and reference.decoder.lean is None
+    )
     greedy = GenerationConfig(temperature=0, max_new_tokens=16, stop_at_eos=False, heal=False)
     sampled = GenerationConfig(n=3, seed=7, temperature=0.8, max_new_tokens=16, stop_at_eos=False)
     for prompt in (PROMPT, PROMPT, LONGER):  # cold, the same prompt again, a longer one
@@ -101,7 +104,7 @@ def test_one_token_steps_match_the_transformers_logits(family_dirs, name: str) -
     """Every position's logits, through a prompt chunk, one-token steps and rows sharing
     the prompt, against transformers' forward over the whole sequence."""
     lean, _ = engines(family_dirs[name])
-    model, decoder = lean.model, lean._gpt2
+    model, decoder = lean.model, lean.decoder.lean
     ids = torch.tensor([lean.tokenizer(LONGER)["input_ids"]])  # (1, T)
     T = ids.size(1)
     with torch.inference_mode():
@@ -128,18 +131,18 @@ def test_int8_steps_stay_close(family_dirs, name: str) -> None:
     exact, _ = engines(family_dirs[name])
     quick = Engine(exact.model, exact.tokenizer, quantize="int8")
     # prompts keep the weights, whatever the load's timing probe found on a busy machine
-    quick._gpt2.int8_prompts = False
+    quick.decoder.lean.int8_prompts = False
     ids = torch.tensor([exact.tokenizer(LONGER)["input_ids"]])
     T = ids.size(1)
-    a, b = exact._gpt2.new_cache(2, T + 3), quick._gpt2.new_cache(2, T + 3)
+    a, b = exact.decoder.lean.new_cache(2, T + 3), quick.decoder.lean.new_cache(2, T + 3)
     with torch.inference_mode():
         prompt = ids.expand(2, -1)
         assert torch.equal(
-            exact._gpt2.forward(prompt, a), quick._gpt2.forward(prompt, b, int8=True)
+            exact.decoder.lean.forward(prompt, a), quick.decoder.lean.forward(prompt, b, int8=True)
         )
         for nxt in ([[5], [9]], [[17], [3]], [[4], [4]]):
-            full = exact._gpt2.forward(torch.tensor(nxt), a)
-            approx = quick._gpt2.forward(torch.tensor(nxt), b, int8=True)
+            full = exact.decoder.lean.forward(torch.tensor(nxt), a)
+            approx = quick.decoder.lean.forward(torch.tensor(nxt), b, int8=True)
             spread = full.amax(dim=-1) - full.amin(dim=-1)
             assert torch.all((full - approx).abs().amax(dim=-1) < 0.02 * spread)
             assert not torch.equal(full, approx)  # the int8 weights were really used

@@ -54,13 +54,19 @@ def test_a_second_start_runs_no_probe_and_decides_alike(
         pytest.skip("this torch has one int8 kernel: there is no kernel probe")
     first = _load(tiny_checkpoint)
     assert probes == ["kernels", "prompts"]
-    assert (first._gpt2.int8_kernel, first._gpt2.int8_prompts) == ("weight-only", True)
+    assert (first.decoder.lean.int8_kernel, first.decoder.lean.int8_prompts) == (
+        "weight-only",
+        True,
+    )
     assert len(list(kept.glob("*.json"))) == 1
     probes.clear()
-    with caplog.at_level(logging.INFO, logger="codeparrot.generation.engine"):
+    with caplog.at_level(logging.INFO, logger="codeparrot.generation.decoder"):
         second = _load(tiny_checkpoint)
     assert probes == []
-    assert (second._gpt2.int8_kernel, second._gpt2.int8_prompts) == ("weight-only", True)
+    assert (second.decoder.lean.int8_kernel, second.decoder.lean.int8_prompts) == (
+        "weight-only",
+        True,
+    )
     said = [r.getMessage() for r in caplog.records]
     assert "int8 steps: the weight-only kernel (as an earlier start here measured)" in said
     assert "int8 prompts: yes (as an earlier start here measured)" in said

@@ -111,10 +111,10 @@ def test_the_server_compiles_its_decoding_step_in_the_background_unless_told_not
     monkeypatch.setattr(int8, "measure_kernels", lambda m: {"dynamic": 2.0, "weight-only": 1.0})
 
     plain = _load(tiny_checkpoint, None, 1, "auto", False)
-    assert not plain.steps_compiled.is_set() and plain._gpt2._compiled is None
+    assert not plain.steps_compiled.is_set() and plain.decoder.lean._compiled is None
     engine = _load(tiny_checkpoint, None, 1, "auto", True)  # returns before the compile ends
     assert engine.steps_compiled.wait(timeout=600)
-    assert engine.compile_error is None and engine._gpt2._compiled is not None
+    assert engine.compile_error is None and engine.decoder.lean._compiled is not None
 
 
 def test_every_setting_the_editor_guide_lists_is_accepted():

@@ -91,19 +91,21 @@ def post(url: str, payload: dict) -> tuple[int, dict]:
 def test_serve_infills_in_the_asked_order_without_special_text(family_dirs, name, order) -> None:
     engine, head, word = scripted(family_dirs[name], name)
     orders = []
-    real = engine._infill_ids
+    real = engine.prompts.infill_ids
 
     def spy(fim, prefix_ids, suffix_ids, asked):
         orders.append(asked)
         return real(fim, prefix_ids, suffix_ids, asked)
 
-    engine._infill_ids = spy
+    engine.prompts.infill_ids = spy
     from codeparrot.generation import GenerationConfig
 
     prompt = "import os\n"
-    _, _, healed = engine._infill_prompt(prompt, "\n", GenerationConfig(fim_order=order))
+    _, _, healed = engine.prompts.infill_prompt(
+        prompt, "\n", GenerationConfig(fim_order=order), engine.healer.heal
+    )
     if healed is not None:  # the model first writes the prompt's last token again
-        last = engine._encode_text(prompt)[-1]
+        last = engine.prompts.encode_text(prompt)[-1]
         head.reset([last, *head.script])
     orders.clear()
     config = ServeConfig(checkpoint=family_dirs[name], port=0, fim_order=order)
@@ -163,9 +165,9 @@ def test_a_middle_keeps_the_space_its_first_token_writes(family_dirs, name) -> N
     token = spaced[0]
     head = ScriptedHead(engine.model, [vocab[token], engine.eos_token_id])
     prompt, config = "y = 1\nz =", GenerationConfig(max_new_tokens=4, temperature=0.0)
-    _, _, healed = engine._infill_prompt(prompt, "\n", config)
+    _, _, healed = engine.prompts.infill_prompt(prompt, "\n", config, engine.healer.heal)
     if healed is not None:  # the model first writes the prompt's last token again
-        head.reset([engine._encode_text(prompt)[-1], *head.script])
+        head.reset([engine.prompts.encode_text(prompt)[-1], *head.script])
     [done] = engine.generate(prompt, config, suffix="\n")
     head.reset()
     streamed = "".join(e.delta for e in engine.stream(prompt, config, suffix="\n"))

@@ -115,7 +115,7 @@ def test_lean_load_equals_the_transformers_load(family_dirs, name: str) -> None:
     full = Engine.load(family_dirs[name], quantize="none", lean_load=False)
     assert isinstance(lean.model, LeanModel) and not isinstance(full.model, LeanModel)
     assert type(lean.model).__name__ == type(full.model).__name__
-    assert type(lean._gpt2) is type(full._gpt2)
+    assert type(lean.decoder.lean) is type(full.decoder.lean)
     # the same parameters under the same names (tied heads once), the same values
     mine, theirs = dict(lean.model.named_parameters()), dict(full.model.named_parameters())
     assert mine.keys() == theirs.keys()
@@ -128,7 +128,7 @@ def test_lean_load_equals_the_transformers_load(family_dirs, name: str) -> None:
     full = Engine(peaked(full).model, full.tokenizer, infills=False)
     ids = torch.tensor([lean.encode_prompt(PROMPT, 12)[0]])
     with torch.no_grad():
-        logits = lean._gpt2.forward(ids, lean._gpt2.new_cache(1, ids.size(1)))
+        logits = lean.decoder.lean.forward(ids, lean.decoder.lean.new_cache(1, ids.size(1)))
         reference = full.model(input_ids=ids).logits[:, -1]
     torch.testing.assert_close(logits.float(), reference.float(), rtol=1e-4, atol=1e-4)
     text = lean.generate(PROMPT, GREEDY)[0].text
@@ -149,7 +149,7 @@ def test_the_lean_load_imports_no_transformers_model_class(family_dirs) -> None:
     code = (
         "import sys; from codeparrot.generation import Engine; "
         f"e = Engine.load({str(family_dirs['tiny_starcoder_py'])!r}, quantize='int8'); "
-        "print(type(e._gpt2).__name__, sorted(m for m in sys.modules if "
+        "print(type(e.decoder.lean).__name__, sorted(m for m in sys.modules if "
         "m == 'transformers.modeling_utils' or '.models.' in m and '.modeling_' in m "
         "and not m.endswith('modeling_auto')))"
     )
@@ -231,7 +231,7 @@ def test_other_loads_take_the_transformers_model(family_dirs, tmp_path) -> None:
     ids = torch.tensor([plain.encode_prompt(PROMPT, 12)[0]])
     with torch.no_grad():
         a = adapted.model(input_ids=ids).logits[0, -1]
-        b = plain._gpt2.forward(ids, plain._gpt2.new_cache(1, ids.size(1)))[0]
+        b = plain.decoder.lean.forward(ids, plain.decoder.lean.new_cache(1, ids.size(1)))[0]
     assert not torch.allclose(a, b, atol=1e-4)  # the adapter's weights are in
 
 

@@ -51,7 +51,7 @@ def _answers(engine: Engine) -> dict:
         "ends": engine.end_ids,
         "special": engine.special_ids,
         "fim": engine.fim,
-        "anchor": engine._anchor,
+        "anchor": engine.detok.anchor,
         "vocab": engine.vocab_size,
         "context": engine.context_length,
         "prompt": engine.encode_prompt(PROMPT * 3, 16),

@@ -1,0 +1,114 @@
+"""``Engine.load(profile=...)``: what each profile prepares at load, and that the language
+server and the playground load through theirs (one engine, tuned alike everywhere)."""
+
+from __future__ import annotations
+
+import pytest
+
+from codeparrot.errors import ConfigError
+from codeparrot.generation import Engine, GenerationConfig
+from codeparrot.generation import threads as th
+
+
+@pytest.fixture(autouse=True)
+def no_kept_speeds(monkeypatch) -> None:
+    monkeypatch.setenv("CODEPARROT_SPEEDS_CACHE", "0")  # every figure measured here
+
+
+def test_batch_is_the_plain_load(tiny_checkpoint) -> None:
+    engine = Engine.load(tiny_checkpoint, device="cpu")
+    assert engine.quantize == "none"
+    assert engine.decode_threads == 1 and engine.prompt_threads is None
+    assert engine.tuning is None and engine.prompt_ms_per_token is None
+
+
+def test_an_unknown_profile_is_named(tiny_checkpoint) -> None:
+    with pytest.raises(ConfigError, match="profile must be one of batch, editor, server"):
+        Engine.load(tiny_checkpoint, profile="laptop")
+
+
+def test_editor_times_prompts_and_lets_the_first_calls_choose_the_threads(
+    tiny_checkpoint, monkeypatch
+) -> None:
+    monkeypatch.setattr(th, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(th, "time_prompt", lambda engine, threads=None: 20.0)
+    engine = Engine.load(tiny_checkpoint, device="cpu", profile="editor")
+    assert engine.prompt_ms_per_token == 20.0
+    assert isinstance(engine.tuning, th.LiveTuning) and not engine.tuning.settled
+    assert engine.prompt_threads == 2  # prompts on every core
+    from codeparrot.generation.gpt2 import int8_supported
+
+    assert engine.quantize == ("int8" if int8_supported() else "none")  # quantize auto
+    # the tuning acts on the engine the calls run on
+    engine.decode_threads = 1
+    assert engine.tuning.engine.decode_threads == 1
+
+
+def test_editor_with_fixed_threads_measures_no_steps(tiny_checkpoint, monkeypatch) -> None:
+    monkeypatch.setattr(th, "time_prompt", lambda engine, threads=None: 5.0)
+    monkeypatch.setattr(th, "tune_decode_threads", pytest.fail)
+    engine = Engine.load(tiny_checkpoint, device="cpu", profile="editor", threads=1)
+    assert engine.decode_threads == engine.prompt_threads == 1
+    assert engine.tuning is None and engine.prompt_ms_per_token == 5.0
+
+
+def test_server_measures_the_steps_threads_at_load(tiny_checkpoint, monkeypatch) -> None:
+    measured = []
+
+    def tune(decoder, cores=None):
+        measured.append(decoder)
+        decoder.decode_threads, decoder.prompt_threads = 1, 2
+        return th.ThreadChoice(1, 3.0, None, 2)
+
+    monkeypatch.setattr(th, "tune_decode_threads", tune)
+    monkeypatch.setattr(th, "time_prompt", pytest.fail)
+    engine = Engine.load(tiny_checkpoint, device="cpu", profile="server")
+    assert measured == [engine.decoder]
+    assert (engine.decode_threads, engine.prompt_threads) == (1, 2)
+    assert engine.tuning is None and engine.prompt_ms_per_token is None
+    config = GenerationConfig(max_new_tokens=4, seed=0)
+    assert engine.generate("def f(", config)[0].new_tokens >= 1
+
+
+def test_int8_that_does_not_apply_falls_back_except_in_a_batch(
+    tiny_checkpoint, monkeypatch
+) -> None:
+    from codeparrot.generation.decoder import Decoder
+
+    def refuse(self, rows_cache=None):
+        raise ConfigError("quantize 'int8' needs the lean decode path: not here")
+
+    monkeypatch.setattr(Decoder, "enable_int8", refuse)
+    monkeypatch.setattr(
+        th, "tune_decode_threads", lambda d, cores=None: th.ThreadChoice(1, 1, None, 1)
+    )
+    engine = Engine.load(tiny_checkpoint, device="cpu", quantize="int8", profile="server")
+    assert engine.quantize == "none"
+    with pytest.raises(ConfigError, match="lean decode path"):
+        Engine.load(tiny_checkpoint, device="cpu", quantize="int8")
+
+
+def test_the_language_server_loads_with_the_editor_profile(tiny_checkpoint, monkeypatch) -> None:
+    from codeparrot.lsp import server
+
+    calls = []
+    monkeypatch.setattr(Engine, "load", classmethod(lambda cls, path, **kw: calls.append(kw)))
+    server._load(tiny_checkpoint, None, 3, "auto", True)
+    assert calls == [
+        {"device": None, "quantize": "auto", "profile": "editor", "threads": 3, "compile": True}
+    ]
+
+
+def test_the_playground_loads_with_the_server_profile(tiny_checkpoint, monkeypatch) -> None:
+    pytest.importorskip("gradio")
+    from codeparrot.app.ui import EnginePool
+
+    calls = []
+
+    def load(cls, path, **kw):
+        calls.append(kw)
+        return object()
+
+    monkeypatch.setattr(Engine, "load", classmethod(load))
+    EnginePool((tiny_checkpoint,), device="cpu", compile=True).get(str(tiny_checkpoint))
+    assert calls == [{"device": "cpu", "profile": "server", "compile": True}]
