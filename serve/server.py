@@ -458,4 +458,5 @@ def load_engine(config: ServeConfig) -> Any:
         device=config.device,
         dtype=config.dtype,
         quantize=config.quantize,
+        profile="server",  # tuned at load as the language server's engine is
     )

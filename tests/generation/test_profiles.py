@@ -112,3 +112,14 @@ def test_the_playground_loads_with_the_server_profile(tiny_checkpoint, monkeypat
     monkeypatch.setattr(Engine, "load", classmethod(load))
     EnginePool((tiny_checkpoint,), device="cpu", compile=True).get(str(tiny_checkpoint))
     assert calls == [{"device": "cpu", "profile": "server", "compile": True}]
+
+
+def test_serve_loads_with_the_server_profile(tiny_checkpoint, monkeypatch) -> None:
+    """`codeparrot serve` is prepared as the playground is (and the editor's engine)."""
+    from codeparrot.serve.config import ServeConfig
+    from codeparrot.serve.server import load_engine
+
+    calls = []
+    monkeypatch.setattr(Engine, "load", classmethod(lambda cls, path, **kw: calls.append(kw)))
+    load_engine(ServeConfig(checkpoint=tiny_checkpoint))
+    assert len(calls) == 1 and calls[0]["profile"] == "server"
