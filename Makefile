@@ -11,9 +11,10 @@ PY := $(VENV)/bin/python
 TORCH ?= auto
 TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
-# What each set-up command installs: the quickstart's stages and the surfaces its summary
-# points to; the tests need everything plus the test tools.
-QUICKSTART_EXTRAS ?= eval,app,lsp
+# What each set-up command installs: the quickstart's stages, the surfaces its summary
+# points to and GPT-2's vocabulary its tokenizer line compares against (compare); the
+# tests need everything plus the test tools.
+QUICKSTART_EXTRAS ?= eval,app,lsp,compare
 TEST_EXTRAS ?= dev
 
 .PHONY: install install-quickstart torch quickstart test lint format

@@ -8,7 +8,7 @@ import os
 import re
 import threading
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -426,13 +426,25 @@ def _generate_into(
             for c in made
         ]  # fmt: skip
 
+    made = _in_order(work, _batches(config, problems, todo), threads, cancel)
+    _append_samples(path, made, sum(todo.values()) if progress else None, on_sample)
+
+
+def _append_samples(
+    path: Path,
+    batches: Iterable[list[dict[str, Any]]],
+    total: int | None,
+    on_sample: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    """Append each batch's records to ``path`` as they come, synced to disk (a run stopped
+    part-way resumes after the last whole batch); a progress bar over ``total`` if given."""
     bar = None
-    if progress:
+    if total is not None:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=sum(todo.values()), desc="generating", unit="sample")
+        bar = tqdm(total=total, desc="generating", unit="sample")
     with open(path, "a", encoding="utf-8") as fh:
-        for records in _in_order(work, _batches(config, problems, todo), threads, cancel):
+        for records in batches:
             for record in records:
                 fh.write(json.dumps(record) + "\n")
                 if on_sample is not None:

@@ -620,6 +620,31 @@ def _output_of(cfg: QuickstartConfig, name: str) -> Path:
     }[name]
 
 
+def _train_lines(cfg: QuickstartConfig, f: dict[str, Any], chars: float | None) -> list[str]:
+    """The summary's model lines: size, steps, tokens, speed, device, losses."""
+    loss = "n/a" if f["eval_loss"] is None else f"{f['eval_loss']:.3f}"
+    ppl = "n/a" if f["perplexity"] is None else f"{f['perplexity']:.1f}"
+    lines = [
+        f"model       {f.get('preset', cfg.preset)}: {f['parameters'] / 1e6:.1f}M parameters, "
+        f"{_steps_reached(f)}, {f['tokens_seen'] / 1e6:.2f}M tokens{_against_recipe(f)} "
+        f"in {f['minutes']:.1f} min ({f['tokens_per_s']:,.0f} tokens/s, {_precision_name(f)})"
+    ]
+    lines += _device_lines(f)
+    per_char = ""
+    if f["eval_loss"] is not None and chars:
+        # comparable across tokenizers: one that packs more text per token has a
+        # higher loss per token for the same model quality
+        per_char = f" (~{f['eval_loss'] / chars:.3f} nats/char)"
+    lines.append(f"            validation loss {loss} nats/token{per_char}, perplexity {ppl}")
+    if f.get("humaneval_solutions_nats_per_char") is not None:
+        lines.append(
+            f"            HumanEval's reference solutions: "
+            f"{f['humaneval_solutions_nats_per_char']:.3f} nats/char (lower is better; "
+            "compare runs with `codeparrot eval loss RUN OTHER --task humaneval`)"
+        )
+    return lines + _undertrained_lines(f)
+
+
 def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
     steps = {k: v for k, v in state["steps"].items() if v.get("status") == "done"}
     lines = ["", "codeparrot quickstart: summary", "=" * 30]
@@ -648,29 +673,8 @@ def format_summary(cfg: QuickstartConfig, state: dict[str, Any]) -> str:
             f"{f['heldout_files']} held-out files; {vs}"
         )
     if "train" in steps:
-        f = steps["train"]["facts"]
-        loss = "n/a" if f["eval_loss"] is None else f"{f['eval_loss']:.3f}"
-        ppl = "n/a" if f["perplexity"] is None else f"{f['perplexity']:.1f}"
-        lines.append(
-            f"model       {f.get('preset', cfg.preset)}: {f['parameters'] / 1e6:.1f}M parameters, "
-            f"{_steps_reached(f)}, {f['tokens_seen'] / 1e6:.2f}M tokens{_against_recipe(f)} "
-            f"in {f['minutes']:.1f} min ({f['tokens_per_s']:,.0f} tokens/s, {_precision_name(f)})"
-        )
-        lines += _device_lines(f)
-        per_char = ""
         chars = steps.get("tokenizer", {}).get("facts", {}).get("chars_per_token")
-        if f["eval_loss"] is not None and chars:
-            # comparable across tokenizers: one that packs more text per token has a
-            # higher loss per token for the same model quality
-            per_char = f" (~{f['eval_loss'] / chars:.3f} nats/char)"
-        lines.append(f"            validation loss {loss} nats/token{per_char}, perplexity {ppl}")
-        if f.get("humaneval_solutions_nats_per_char") is not None:
-            lines.append(
-                f"            HumanEval's reference solutions: "
-                f"{f['humaneval_solutions_nats_per_char']:.3f} nats/char (lower is better; "
-                "compare runs with `codeparrot eval loss RUN OTHER --task humaneval`)"
-            )
-        lines += _undertrained_lines(f)
+        lines += _train_lines(cfg, steps["train"]["facts"], chars)
     if "eval" in steps:
         f = steps["eval"]["facts"]
         scores = ", ".join(f"{k} {100 * v:.2f}%" for k, v in f["pass_at_k"].items())

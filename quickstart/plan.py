@@ -66,14 +66,14 @@ class Device:
 
 def detect_device() -> Device:
     """The device training will use: the first CUDA device, else the CPU."""
-    import platform
-
     import torch
+
+    from codeparrot.training.flops import device_name
 
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         return Device("cuda", props.name, int(props.total_memory))
-    return Device("cpu", platform.processor() or platform.machine() or "CPU")
+    return Device("cpu", device_name("cpu"))  # the CPU's model name, as training logs it
 
 
 @dataclass(frozen=True)

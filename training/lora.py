@@ -278,6 +278,35 @@ def save_merged(model: Any, tokenizer: Any, output: Path, meta: dict[str, Any]) 
     return save_checkpoint(merged, tokenizer, output, meta, overwrite=True)
 
 
+def _adapter_meta(
+    config: Any,
+    result: LoopResult,
+    base_name: str,
+    settings: LoraSettings,
+    peft_model: Any,
+    trainable: int,
+) -> dict[str, Any]:
+    """What the adapter's checkpoint records of its training."""
+    from codeparrot.io import provenance
+
+    return {
+        "step": result.steps,
+        "stopped_by": result.stopped_by,
+        "train_loss": result.losses[-1] if result.losses else None,
+        "train_seconds": result.seconds,
+        "seconds_per_step": typical_step_seconds(result.step_seconds),
+        "base_model": base_name,
+        "peft": {
+            "method": "lora",
+            **asdict(settings),
+            "targets": sorted(peft_model.peft_config["default"].target_modules),
+            "trainable_parameters": trainable,
+        },
+        "train_config": config.to_dict(),
+        "provenance": provenance(config),
+    }  # fmt: skip
+
+
 def finetune_lora(
     config: Any,
     base: Path,
@@ -297,7 +326,6 @@ def finetune_lora(
     record, if it has one).
     """
     from codeparrot.hub import resolve_model
-    from codeparrot.io import provenance
     from codeparrot.models.checkpoint import load_checkpoint, trained_to_infill
     from codeparrot.precision import choose_mixed_precision
 
@@ -333,22 +361,7 @@ def finetune_lora(
     )
     result = train_adapter(peft_model, train_ids, schedule, log)
     ref = resolve_model(config.checkpoint, config.revision)
-    meta: dict[str, Any] = {
-        "step": result.steps,
-        "stopped_by": result.stopped_by,
-        "train_loss": result.losses[-1] if result.losses else None,
-        "train_seconds": result.seconds,
-        "seconds_per_step": typical_step_seconds(result.step_seconds),
-        "base_model": ref.name,
-        "peft": {
-            "method": "lora",
-            **asdict(settings),
-            "targets": sorted(peft_model.peft_config["default"].target_modules),
-            "trainable_parameters": trainable,
-        },
-        "train_config": config.to_dict(),
-        "provenance": provenance(config),
-    }
+    meta = _adapter_meta(config, result, ref.name, settings, peft_model, trainable)
     fim = trained_to_infill(base_meta) if fim_trained is None else fim_trained
     if fim is not None:
         meta["fim_trained"] = fim
