@@ -543,3 +543,10 @@ def test_a_stale_families_table_is_caught() -> None:
     stale = fresh.replace("| CodeGen |", "| CodeGen 2 |")
     assert families_section(stale) != table
     assert families_section("no markers") is None
+
+
+def test_readme_stays_short() -> None:
+    """The README is for a user deciding and starting: at most 1,300 words (contributor
+    matter lives in CONTRIBUTING.md, figures in RESULTS.md)."""
+    words = len((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert words <= 1300, f"README.md has {words} words"
