@@ -17,7 +17,7 @@
 set -u
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
-SITE=${SITE:-$(mktemp -d -t codeparrot-site.XXXXXX)}  
+SITE=${SITE:-$(mktemp -d -t codeparrot-site.XXXXXX)}
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$SITE" .whl/*.whl || exit 1
