@@ -196,23 +196,27 @@ def test_humanevalplus_base_and_plus_side_by_side(tmp_path, allowed, capsys):
             ("HumanEval/2", canonical),
             ("HumanEval/2", BASE_ONLY),
             ("HumanEval/2", "    return 0.5\n"),
+            # within evalplus's float tolerance: HumanEval's `candidate(3.5) == 0.5` fails it,
+            # evalplus's verdict (the plus test, which holds the base inputs too) passes it
+            ("HumanEval/2", "    return number % 1.0 + 1e-9\n"),
         ],
     )
     argv = ["eval", "execute", str(samples), "--task", "humanevalplus", "--problem-file",
             str(problems), "--ks", "1", "--workers", "2"]  # fmt: skip
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "pass@1: 66.67% (base tests), 33.33% (base + plus)" in printed
+    assert "pass@1: 50.00% (base tests), 50.00% (base + plus)" in printed
     rows = [json.loads(line) for line in (tmp_path / "s_results.jsonl").read_text().splitlines()]
     assert [(r["passed"], r["plus_passed"]) for r in rows] == [
         (True, True),
         (True, False),
         (False, False),
+        (False, True),
     ]
-    assert [r["note"] for r in rows] == ["#0", "#1", "#2"]
+    assert [r["note"] for r in rows] == ["#0", "#1", "#2", "#3"]
     summary = json.loads((tmp_path / "s_results.summary.json").read_text())
-    assert summary["pass_at_k"]["pass@1"] == pytest.approx(2 / 3)
-    assert summary["pass_at_k_plus"]["pass@1"] == pytest.approx(1 / 3)
+    assert summary["pass_at_k"]["pass@1"] == pytest.approx(2 / 4)
+    assert summary["pass_at_k_plus"]["pass@1"] == pytest.approx(2 / 4)
     assert summary["scoring"]["task"] == "humanevalplus"
 
 
