@@ -260,7 +260,8 @@ def run_evalplus(native: Path, samples: Path, workers: int, tmp: Path) -> tuple[
         task_id = json.loads(line)["task_id"]
         row = by_task[task_id][seen.get(task_id, 0)]
         seen[task_id] = seen.get(task_id, 0) + 1
-        verdicts.append((row["base_status"], row["plus_status"]))
+        failed = row["base_fail_tests"] or row["plus_fail_tests"]
+        verdicts.append((row["base_status"], row["plus_status"], str(failed)[:40]))
     return seconds, verdicts
 
 
@@ -295,7 +296,12 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-def cause(problem: dict, theirs: tuple[str, str], row: dict) -> str:
+# Samples whose answers are right by construction (the canonical solution's, or within the
+# float tolerance): evalplus failing one of them with no wrong answer is its time limit.
+RIGHT = ("canonical", "within-tolerance", "slow-2x")
+
+
+def cause(problem: dict, kind: str, theirs: tuple[str, str, str], row: dict) -> str:
     """The known reason of a disagreement, where there is one."""
     if problem["entry_point"] == "find_zero" and theirs[0] == "fail":
         return ("evalplus 0.3.1's find_zero oracle skips its progress count, so every sample "
@@ -303,6 +309,9 @@ def cause(problem: dict, theirs: tuple[str, str], row: dict) -> str:
     if "timeout" in theirs or "timed out" in row["result"] + row.get("plus_result", ""):
         return ("time limits: evalplus gives each input max(1 s, 4 x the reference's time), "
                 "ours each test set max(4 s, 4 x the reference's time)")  # fmt: skip
+    if kind in RIGHT and "fail" in theirs[:2]:
+        return (f"right by construction: evalplus's limit on input {theirs[2]} (its "
+                "timeouts read 'fail': max(1 s, 4 x one timing of the reference))")  # fmt: skip
     if theirs[0] == "pass" and not row["passed"] and row.get("plus_passed"):
         return ("ours' base verdict is HumanEval's own test (exact float asserts), evalplus's "
                 "its oracle on HumanEval's inputs (within its tolerance)")  # fmt: skip
@@ -313,7 +322,7 @@ def report(samples: list[dict], theirs: list, ours: list[dict], problems: dict) 
     n = len(samples)
     base_agree = plus_agree = 0
     lines = []
-    for s, (base_status, plus_status), row in zip(samples, theirs, ours, strict=True):
+    for s, (base_status, plus_status, failed), row in zip(samples, theirs, ours, strict=True):
         assert row["task_id"] == s["task_id"], (row["task_id"], s["task_id"])
         their_base = base_status == "pass"
         their_plus = their_base and plus_status == "pass"
@@ -321,13 +330,14 @@ def report(samples: list[dict], theirs: list, ours: list[dict], problems: dict) 
         base_agree += their_base == bool(row["passed"])
         plus_agree += their_plus == our_plus
         if their_base != bool(row["passed"]) or their_plus != our_plus:
+            why = cause(problems[s["task_id"]], s["kind"], (base_status, plus_status, failed), row)
             lines.append(
                 f"  {s['task_id']} ({s['kind']}): evalplus base {base_status}, plus "
                 f"{plus_status}; ours base {row['result'][:60]!r}, plus "
-                f"{row.get('plus_result', '')[:60]!r}\n    ({cause(problems[s['task_id']], (base_status, plus_status), row)})"
+                f"{row.get('plus_result', '')[:60]!r}\n    ({why})"
             )
     kinds: dict[str, list[int]] = {}
-    for s, (b, p), row in zip(samples, theirs, ours, strict=True):
+    for s, (b, p, _), row in zip(samples, theirs, ours, strict=True):
         tally = kinds.setdefault(s["kind"], [0, 0, 0])
         tally[0] += 1
         tally[1] += b == p == "pass"
