@@ -453,7 +453,7 @@ class Playground:
     ) -> GenerationConfig:
         """The request's sampling settings, checked against the limits; raises
         :class:`CodeparrotError` naming the bad value."""
-        check_request(
+        request = check_request(
             self.limits,
             prompt=prompt,
             n=n,
@@ -468,14 +468,7 @@ class Playground:
             raise RequestRefused(
                 "The prompt is empty: type the start of some code or pick an example."
             )
-        return GenerationConfig(
-            max_new_tokens=int(max_new_tokens),
-            temperature=float(temperature),
-            top_p=float(top_p),
-            n=int(n),
-            seed=None if seed is None or int(seed) < 0 else int(seed),
-            stop=stop_sequences(stop_mode, stop_text),
-        )
+        return request.generation(stop=stop_sequences(stop_mode, stop_text))
 
     def _wait_for_turn(
         self, ticket: object, view: _CandidatesView, cancel: threading.Event

@@ -19,8 +19,7 @@ from typing import Any
 
 from codeparrot.serve.request import (
     SAMPLING_FIELDS,
-    SEED_RANGE,
-    CompletionRequest,
+    ServedRequest,
     bad,
     check_fields,
     json_type,
@@ -29,6 +28,8 @@ from codeparrot.serve.request import (
 )
 from codeparrot.serve.service import CompletionService, Piece
 
+# the request contract's fields as llama.cpp names them
+LLAMA_NAMES = {"max_new_tokens": "n_predict"}
 LLAMA_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
 LLAMA_FIELDS = SAMPLING_FIELDS | {"prompt", "n_predict", "n_indent", "response_fields"}
 LLAMA_FIELDS |= {"cut_repetition"}
@@ -39,7 +40,7 @@ MAX_EXTRA_CHUNKS = 256
 STOP_TYPES = {"stop": "eos", "length": "limit", "indent": "limit", "repetition": "repetition"}
 
 
-def parse_completion(service: CompletionService, data: dict[str, Any]) -> CompletionRequest:
+def parse_completion(service: CompletionService, data: dict[str, Any]) -> ServedRequest:
     """``POST /completion``: a prompt (text or token ids) completed."""
     check_fields(data, LLAMA_FIELDS)
     prompt = data.get("prompt")
@@ -54,7 +55,7 @@ def parse_completion(service: CompletionService, data: dict[str, Any]) -> Comple
     return service.fit(request)
 
 
-def parse_infill(service: CompletionService, data: dict[str, Any]) -> CompletionRequest:
+def parse_infill(service: CompletionService, data: dict[str, Any]) -> ServedRequest:
     """``POST /infill``: the middle between ``input_prefix`` + ``prompt`` and ``input_suffix``."""
     check_fields(data, INFILL_FIELDS)
     limit = service.config.max_prompt_chars
@@ -80,7 +81,7 @@ def parse_infill(service: CompletionService, data: dict[str, Any]) -> Completion
 
 def _request(
     service: CompletionService, data: dict[str, Any], prompt: Any, suffix: str | None
-) -> CompletionRequest:
+) -> ServedRequest:
     n_predict = data.get("n_predict", -1)
     if not isinstance(n_predict, int) or isinstance(n_predict, bool) or n_predict < -1:
         raise bad(
@@ -102,11 +103,8 @@ def _request(
         and (isinstance(samplers, str) or all(isinstance(s, str) for s in samplers))
     ):
         raise bad("samplers must be an array of strings.", "samplers")
-    seed = data.get("seed")
-    if seed == -1:  # llama.cpp's "a fresh seed"
+    if data.get("seed") == -1:  # llama.cpp's "a fresh seed"
         data = {k: v for k, v in data.items() if k != "seed"}
-    elif isinstance(seed, int) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
-        raise bad(f"seed is {seed}; it must be -1 or an integer from 0 to 2**64 - 1.", "seed")
     cut = data.get("cut_repetition")
     if cut is not None and not isinstance(cut, bool):
         raise bad(f"cut_repetition must be true or false, got {json_type(cut)}.", "cut_repetition")
@@ -122,7 +120,7 @@ def _request(
         asked,
         LLAMA_DEFAULTS,
         cut=cut,
-        max_tokens_name="n_predict",
+        names=LLAMA_NAMES,
     )
     return dataclasses.replace(
         request,
@@ -177,7 +175,7 @@ def _extra(value: Any, limit: int) -> str:
 
 
 def response(
-    service: CompletionService, request: CompletionRequest, pieces: list[Piece]
+    service: CompletionService, request: ServedRequest, pieces: list[Piece]
 ) -> dict[str, Any]:
     """llama.cpp's whole answer (one choice), filtered by ``response_fields``."""
     piece = pieces[0] if pieces else Piece(0, "", None, "length")
@@ -185,7 +183,7 @@ def response(
 
 
 def chunks(
-    service: CompletionService, request: CompletionRequest, pieces: Iterator[Piece | None]
+    service: CompletionService, request: ServedRequest, pieces: Iterator[Piece | None]
 ) -> Generator[dict[str, Any] | None, None, None]:
     """A stream: ``{"content", "stop": false}`` per piece, then the final answer's fields."""
     for piece in pieces:
@@ -198,7 +196,7 @@ def chunks(
 
 
 def _final(
-    service: CompletionService, request: CompletionRequest, piece: Piece, content: str
+    service: CompletionService, request: ServedRequest, piece: Piece, content: str
 ) -> dict[str, Any]:
     done = piece.completion
     prompt_n = done.prompt_tokens - done.prompt_cached_tokens if done else 0
@@ -234,7 +232,7 @@ def _final(
     }
 
 
-def _filtered(answer: dict[str, Any], request: CompletionRequest) -> dict[str, Any]:
+def _filtered(answer: dict[str, Any], request: ServedRequest) -> dict[str, Any]:
     """Only the ``response_fields`` asked for, each under its own path (``timings/prompt_n``),
     as llama.cpp answers them; a path that names nothing is left out."""
     fields = request.response_fields

@@ -44,7 +44,7 @@ from codeparrot.serve.chat import parse_chat_request
 from codeparrot.serve.config import ServeConfig
 from codeparrot.serve.request import (
     ApiError,
-    CompletionRequest,
+    ServedRequest,
     bad,
     check_json_content_type,
     check_sender,
@@ -69,21 +69,21 @@ INFILL_PATH = "/infill"  # llama.cpp's
 class Route:
     """One POST endpoint: its request parser and its answer shapes, whole and streamed."""
 
-    parse: Callable[[CompletionService, dict[str, Any]], CompletionRequest]
-    whole: Callable[[CompletionService, CompletionRequest, list[Piece]], dict[str, Any]]
+    parse: Callable[[CompletionService, dict[str, Any]], ServedRequest]
+    whole: Callable[[CompletionService, ServedRequest, list[Piece]], dict[str, Any]]
     chunks: Callable[
-        [CompletionService, CompletionRequest, Iterator[Piece | None]],
+        [CompletionService, ServedRequest, Iterator[Piece | None]],
         Generator[dict[str, Any] | None, None, None],
     ]
     done_marker: bool = True  # OpenAI ends a stream with data: [DONE]; llama.cpp does not
 
 
-def _completions(service: CompletionService, data: dict[str, Any]) -> CompletionRequest:
+def _completions(service: CompletionService, data: dict[str, Any]) -> ServedRequest:
     request = parse_completion_request(data, service.config, service.engine.context_length)
     return service.fit(service.with_server_fim(request))
 
 
-def _chat(service: CompletionService, data: dict[str, Any]) -> CompletionRequest:
+def _chat(service: CompletionService, data: dict[str, Any]) -> ServedRequest:
     return service.fit(parse_chat_request(data, service.config, service.engine))
 
 
