@@ -451,10 +451,10 @@ def make_server(config: ServeConfig, engine: Any) -> CompletionServer:
 
 def load_engine(config: ServeConfig) -> Any:
     from codeparrot.generation import Engine
-    from codeparrot.hub import with_revision
+    from codeparrot.hub import ModelRef
 
     return Engine.load(
-        with_revision(config.checkpoint, config.revision),
+        ModelRef.parse(config.checkpoint, config.revision),
         device=config.device,
         dtype=config.dtype,
         quantize=config.quantize,
