@@ -4,7 +4,7 @@ llama.vscode, twinny).
 
 Requests take llama.cpp's field names and defaults (``n_predict`` -1: as many tokens as
 the context and ``--max-tokens-limit`` allow; temperature 0.8, top_k 40, top_p 0.95,
-min_p 0.05). ``/infill`` lays out ``input_extra`` chunks, ``input_prefix`` and
+min_p 0.05; ``n_cmpl`` completions of the prompt, at most ``--max-candidates``). ``/infill`` lays out ``input_extra`` chunks, ``input_prefix`` and
 ``prompt`` (the text before the cursor on its line) as the prefix and ``input_suffix``
 as the suffix of a fill-in-the-middle prompt. Answers have llama.cpp's shape
 (``content``, ``stop``, ``stop_type``, ``timings``, ...), filtered by
@@ -14,6 +14,7 @@ as the suffix of a fill-in-the-middle prompt. Answers have llama.cpp's shape
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -32,7 +33,7 @@ from codeparrot.serve.service import CompletionService, Piece
 LLAMA_NAMES = {"max_new_tokens": "n_predict"}
 LLAMA_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
 LLAMA_FIELDS = SAMPLING_FIELDS | {"prompt", "n_predict", "n_indent", "response_fields"}
-LLAMA_FIELDS |= {"cut_repetition"}
+LLAMA_FIELDS |= {"cut_repetition", "n_cmpl"}
 INFILL_FIELDS = LLAMA_FIELDS | {"input_prefix", "input_suffix", "input_extra"}
 MAX_EXTRA_CHUNKS = 256
 
@@ -105,6 +106,7 @@ def _request(
         raise bad("samplers must be an array of strings.", "samplers")
     if data.get("seed") == -1:  # llama.cpp's "a fresh seed"
         data = {k: v for k, v in data.items() if k != "seed"}
+    data, names = _completions_asked(data)
     cut = data.get("cut_repetition")
     if cut is not None and not isinstance(cut, bool):
         raise bad(f"cut_repetition must be true or false, got {json_type(cut)}.", "cut_repetition")
@@ -120,7 +122,7 @@ def _request(
         asked,
         LLAMA_DEFAULTS,
         cut=cut,
-        names=LLAMA_NAMES,
+        names=names,
     )
     return dataclasses.replace(
         request,
@@ -129,6 +131,20 @@ def _request(
         response_fields=tuple(fields or ()),
         open_ended=open_ended,
     )
+
+
+def _completions_asked(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``n_cmpl`` (llama.cpp's completions of one prompt; llama.vscode sends its
+    ``max_parallel_completions``) as the contract's ``n``, and the names its 400s use."""
+    if data.get("n_cmpl") is None:
+        return data, LLAMA_NAMES
+    if data.get("n") is not None and data["n"] != data["n_cmpl"]:
+        raise bad(
+            f"n_cmpl is {json.dumps(data['n_cmpl'])[:40]} and n is {json.dumps(data['n'])[:40]}: "
+            "give one of them (both ask for the number of completions).",
+            "n_cmpl",
+        )
+    return data | {"n": data["n_cmpl"]}, LLAMA_NAMES | {"n": "n_cmpl"}
 
 
 def _string(data: dict[str, Any], name: str, limit: int, *, required: bool = False) -> str:
@@ -176,10 +192,14 @@ def _extra(value: Any, limit: int) -> str:
 
 def response(
     service: CompletionService, request: ServedRequest, pieces: list[Piece]
-) -> dict[str, Any]:
-    """llama.cpp's whole answer (one choice), filtered by ``response_fields``."""
-    piece = pieces[0] if pieces else Piece(0, "", None, "length")
-    return _filtered(_final(service, request, piece, piece.text), request)
+) -> dict[str, Any] | list[dict[str, Any]]:
+    """llama.cpp's whole answer, filtered by ``response_fields``: one object, or for
+    several completions (``n_cmpl``) an array of them in ``index`` order, as llama.cpp
+    answers a request with several results."""
+    if not pieces:  # n_predict 0: a warm-up, nothing generated
+        pieces = [Piece(0, "", None, "length")]
+    answers = [_filtered(_final(service, request, p, p.text), request) for p in pieces]
+    return answers if request.generation.n > 1 else answers[0]
 
 
 def chunks(

@@ -70,7 +70,7 @@ class Route:
     """One POST endpoint: its request parser and its answer shapes, whole and streamed."""
 
     parse: Callable[[CompletionService, dict[str, Any]], ServedRequest]
-    whole: Callable[[CompletionService, ServedRequest, list[Piece]], dict[str, Any]]
+    whole: Callable[[CompletionService, ServedRequest, list[Piece]], Any]  # a JSON value
     chunks: Callable[
         [CompletionService, ServedRequest, Iterator[Piece | None]],
         Generator[dict[str, Any] | None, None, None],
@@ -364,7 +364,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Access-Control-Allow-Origin", self.cors_origin)
             self.send_header("Vary", "Origin")
 
-    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+    def _send_json(self, status: int, payload: Any) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
