@@ -147,6 +147,16 @@ def machine_memory() -> int | None:
         return None
 
 
+def refuse_custom_code(file: Path, config: dict[str, Any]) -> None:
+    """Refuse a config file that asks transformers to import Python from the checkpoint."""
+    if "auto_map" in config:
+        raise CheckpointError(
+            f"{file}: asks to run the checkpoint's own Python code (auto_map "
+            f"{json.dumps(config['auto_map'])[:200]}); codeparrot never runs code from a "
+            "checkpoint. Use a checkpoint whose architecture transformers ships."
+        )
+
+
 def check_config_sizes(
     file: Path,
     config: dict[str, Any],
