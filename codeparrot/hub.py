@@ -288,11 +288,13 @@ class ModelRef:
         it (:class:`CheckpointError` when they disagree). A directory that exists, and
         anything that is no Hub id, is a path (a revision means nothing there)."""
         if isinstance(spec, ModelRef):
-            if revision and revision != spec.revision:
+            if revision and spec.revision and revision != spec.revision:
                 raise CheckpointError(
                     f"{spec.name!r}: names revision {spec.revision!r} but --revision is "
                     f"{revision!r}"
                 )
+            if revision and spec.revision is None and spec.is_hub:
+                return cls(spec.source, revision)
             return spec
         text = str(spec)
         if Path(text).is_dir() or not looks_like_hub_id(text):

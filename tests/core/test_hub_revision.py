@@ -44,6 +44,7 @@ def test_a_model_reference_is_parsed_once_from_what_the_user_wrote(tmp_path):
     local = ModelRef.parse(tmp_path, "v1")  # a directory has no revisions
     assert local.source == str(tmp_path) and not local.is_hub and local.name == str(tmp_path)
     assert ModelRef.parse(ModelRef(ID, "v1")) == ModelRef(ID, "v1")  # passed down as it is
+    assert ModelRef.parse(ModelRef(ID), "v1") == ModelRef(ID, "v1")
     with pytest.raises(CheckpointError, match="names revision 'v1' but --revision is 'v2'"):
         ModelRef.parse(f"{ID}@v1", "v2")
     with pytest.raises(CheckpointError, match="names revision 'v1' but --revision is 'v2'"):
