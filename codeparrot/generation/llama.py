@@ -181,11 +181,14 @@ class LlamaDecoder(GPT2Decoder):
             return F.layer_norm(x, (x.size(-1),), norm[0], norm[1], self.eps)
         return _rms_norm(x, norm[0], self.eps)
 
-    def _lin(self, x: torch.Tensor, i: int, group: str, int8: bool) -> torch.Tensor:
+    def _lin(
+        self, x: torch.Tensor, i: int, group: str, int8: bool, residual: bool = False
+    ) -> torch.Tensor:
         """``x`` (N, in) times a group's matrices (``qkv``, ``o``, ``up``, ``down``): the
-        outputs side by side, from the int8 copy when ``int8``."""
+        outputs side by side, from the int8 copy when ``int8``. ``residual``: the output
+        is added to the float32 residual, and may be left in the int8 kernel's dtype."""
         if int8:
-            return int8_linear(x, self.int8[i][group])  # type: ignore[index]
+            return int8_linear(x, self.int8[i][group], cast=not residual)  # type: ignore[index]
         parts = self.blocks[i].parts[group]  # type: ignore[index]
         if len(parts) == 1:
             return F.linear(x, *parts[0])
@@ -241,9 +244,9 @@ class LlamaDecoder(GPT2Decoder):
             q, k = qk[:, :nh], qk[:, nh:]  # (B, nh, T, hs), (B, nkv, T, hs)
             y = attend(q, k, v.transpose(1, 2), cache, i, t0, self.scaling, block.window)
             y = y.transpose(1, 2).reshape(B * T, nh * hs)
-            x = x + self._lin(y, i, "o", int8).view(B, T, C)
+            x = x + self._lin(y, i, "o", int8, residual=True).view(B, T, C)
             h = self._norm(x, block.norms[1]).view(B * T, C)
-            x = x + self._lin(self._mlp(h, i, int8), i, "down", int8).view(B, T, C)
+            x = x + self._lin(self._mlp(h, i, int8), i, "down", int8, residual=True).view(B, T, C)
         cache.length = t0 + T
         return x
 
