@@ -216,46 +216,48 @@ def our_prompt_ms(engine: Any, prompt: int) -> float:
 
 
 def speed(llama: LlamaCpp, checkpoint: Path, ggufs: dict[str, Path], args: Any) -> None:
-    """llama-bench against our decoder, alternating rounds; medians and ratios."""
-    import torch
-
+    """llama-bench against our decoder at each ``--threads``, alternating rounds; medians."""
     from codeparrot.generation import Engine
+    from codeparrot.generation.threads import intra_op_threads
 
-    torch.set_num_threads(args.threads)
     engines = {q: Engine.load(checkpoint, quantize=q) for q in ("int8", "none")}
-    for engine in engines.values():
-        engine.decoder.decode_threads = engine.decoder.prompt_threads = args.threads
-    pairs = {  # what: (ours, theirs)
-        "int8 step vs Q8_0 tg": (
-            lambda: our_step_ms(engines["int8"], args.gen, True),
-            lambda: llama.speed(ggufs["q8_0"], args.threads, 0, args.gen, args.reps),
-        ),
-        "fp32 step vs F32 tg": (
-            lambda: our_step_ms(engines["none"], args.gen, False),
-            lambda: llama.speed(ggufs["f32"], args.threads, 0, args.gen, args.reps),
-        ),
-        f"prompt ({'bf16' if engines['none'].bf16_prefill else 'fp32'}) vs F32 pp": (
-            lambda: our_prompt_ms(engines["none"], args.prompt),
-            lambda: llama.speed(ggufs["f32"], args.threads, args.prompt, 0, args.reps),
-        ),
-    }
-    for what, (ours, theirs) in pairs.items():
-        ours()  # warm: the first call pays for allocations
-        mine, their = [], []
-        for _ in range(args.rounds):
-            their.append(theirs())
-            mine.append(statistics.median(ours() for _ in range(args.reps)))
-        a, b = statistics.median(mine), statistics.median(their)
-        unit = "ms/token" if "step" in what else "ms/prompt token"
-        rates = (
-            ""
-            if "step" in what
-            else f" (tokens/s: ours {1000 / a:,.0f}, llama.cpp {1000 / b:,.0f})"
-        )
-        print(
-            f"{what}: ours {a:.3f} {unit}, llama.cpp {b:.3f}{rates}; ratio (llama.cpp/ours) "
-            f"{b / a:.2f}x  [{args.threads} threads, {load_note()}]"
-        )
+    prompt = f"prompt ({'bf16' if engines['none'].bf16_prefill else 'fp32'}) vs F32 pp"
+    for threads in args.threads:
+        pairs = {  # what: (ours, theirs)
+            "int8 step vs Q8_0 tg": (
+                lambda: our_step_ms(engines["int8"], args.gen, True),
+                lambda t=threads: llama.speed(ggufs["q8_0"], t, 0, args.gen, args.reps),
+            ),
+            "fp32 step vs F32 tg": (
+                lambda: our_step_ms(engines["none"], args.gen, False),
+                lambda t=threads: llama.speed(ggufs["f32"], t, 0, args.gen, args.reps),
+            ),
+            prompt: (
+                lambda: our_prompt_ms(engines["none"], args.prompt),
+                lambda t=threads: llama.speed(ggufs["f32"], t, args.prompt, 0, args.reps),
+            ),
+        }
+        for what, (ours, theirs) in pairs.items():
+            with intra_op_threads(threads):
+                ours()  # warm: the first call pays for allocations
+            mine, their = [], []
+            for _ in range(args.rounds):
+                their.append(theirs())
+                with intra_op_threads(threads):
+                    mine.append(statistics.median(ours() for _ in range(args.reps)))
+            report(what, statistics.median(mine), statistics.median(their), threads)
+
+
+def report(what: str, ours: float, theirs: float, threads: int) -> None:
+    if "step" in what:
+        unit, rates = "ms/token", ""
+    else:
+        unit = "ms/prompt token"
+        rates = f" (tokens/s: ours {1000 / ours:,.0f}, llama.cpp {1000 / theirs:,.0f})"
+    print(
+        f"  {what}: ours {ours:.3f} {unit}, llama.cpp {theirs:.3f}{rates}; ratio "
+        f"(llama.cpp/ours) {theirs / ours:.2f}x  [{threads} thread(s), {load_note()}]"
+    )
 
 
 def big_checkpoint(tokenizer_from: Path, out: Path) -> Path:
@@ -280,7 +282,7 @@ def main() -> None:
     ap.add_argument("--llama-cpp", type=Path, help="llama.cpp's build folder (with bin/)")
     ap.add_argument("--checkpoint", type=Path, required=True, help="a GPT-2 or Qwen3 checkpoint")
     ap.add_argument("--tokens", type=int, default=32, help="greedy tokens per prompt")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, nargs="+", default=[2], help="each side's threads")
     ap.add_argument("--gen", type=int, default=64, help="one-token steps per timing")
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens per timing")
     ap.add_argument("--reps", type=int, default=3, help="timings per round and side")
