@@ -25,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from codeparrot.generation.waits import prefer_passive_waits
+
+    prefer_passive_waits()  # before torch loads (codeparrot.generation.waits)
     config = config_from_args(AppConfig, args)
     from codeparrot.app.model_card import read_model_card
     from codeparrot.app.ui import launch

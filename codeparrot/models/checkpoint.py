@@ -33,7 +33,7 @@ from codeparrot.errors import CheckpointError
 from codeparrot.families import always_shipped
 from codeparrot.io import atomic_directory, read_json, write_json
 from codeparrot.models.adapter import adapter_base, apply_adapter, is_adapter
-from codeparrot.models.bounds import check_checkpoint_bounds
+from codeparrot.models.bounds import check_checkpoint_bounds, refuse_custom_code
 
 CHECKPOINT_META = "codeparrot_checkpoint.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -170,16 +170,6 @@ def _read_object(file: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CheckpointError(f"{what} {file.parent}: {file.name} is not a JSON object")
     return data
-
-
-def refuse_custom_code(file: Path, config: dict[str, Any]) -> None:
-    """Refuse a config file that asks transformers to import Python from the checkpoint."""
-    if "auto_map" in config:
-        raise CheckpointError(
-            f"{file}: asks to run the checkpoint's own Python code (auto_map "
-            f"{json.dumps(config['auto_map'])[:200]}); codeparrot never runs code from a "
-            "checkpoint. Use a checkpoint whose architecture transformers ships."
-        )
 
 
 def refuse_unknown_model_type(file: Path, config: dict[str, Any]) -> None:
