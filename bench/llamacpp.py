@@ -290,12 +290,16 @@ def main() -> None:
     ap.add_argument("--no-big", action="store_true", help="skip the tiny_starcoder_py shape")
     ap.add_argument("--no-agreement", action="store_true")
     args = ap.parse_args()
+    from codeparrot.generation.waits import prefer_passive_waits
+
+    prefer_passive_waits()  # as serve and lsp do (before torch is imported)
     llama = LlamaCpp(args.llama_cpp) if args.llama_cpp else None
     if llama is None or llama.missing():
         why = "no --llama-cpp" if llama is None else f"{', '.join(llama.missing())} not built"
         print(f"skipped: this bench needs a llama.cpp build ({why})")
         return
-    print(f"llama.cpp {llama.version()}; CPU {lscpu_name()}; {load_note()}")
+    waits = os.environ.get("OMP_WAIT_POLICY", "default")
+    print(f"llama.cpp {llama.version()}; CPU {lscpu_name()}; OpenMP waits {waits}; {load_note()}")
     with tempfile.TemporaryDirectory() as tmp:
         ggufs = export(args.checkpoint, Path(tmp) / "gguf")
         if not args.no_agreement:
