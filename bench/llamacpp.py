@@ -17,14 +17,13 @@ so and stops.
    steps from an empty cache) and ``pp`` (one prompt) against our decoder on the same
    window: one-token steps through ``Decoder.steps``' path (int8 against Q8_0, float32
    against F32), and prompts as the engine prefills them (bf16 products on a CPU that has
-   them, else float32) against F32. For the ``--checkpoint`` model and (unless
-   ``--no-big``) a random GPT-2 shaped like ``bigcode/tiny_starcoder_py`` (768 wide, 20
-   layers, 12 heads, 49,152 tokens; full multi-head attention, which GGUF's gpt2 graph
-   computes).
+   them, else float32) against F32. For the ``--checkpoint`` model and (part ``big``) a
+   random GPT-2 shaped like ``bigcode/tiny_starcoder_py`` (768 wide, 20 layers, 12 heads,
+   49,152 tokens; full multi-head attention, which GGUF's gpt2 graph computes).
 
 Ratios are llama.cpp's milliseconds over ours (above 1: ours is faster). Run with
 
-    .venv/bin/python bench/llamacpp.py --llama-cpp BUILD --checkpoint DIR [--no-big]
+    .venv/bin/python bench/llamacpp.py --llama-cpp BUILD --checkpoint DIR [--parts ...]
 """
 
 from __future__ import annotations
@@ -67,6 +66,9 @@ PROMPTS = (
     "def max_of(xs):\n    best = xs[0]\n    for x in xs:",
     'def greet(name):\n    print(f"Hello, {name}',
 )
+
+
+PARTS = ("agreement", "speed", "big")
 
 
 def lscpu_name() -> str:
@@ -287,8 +289,13 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens per timing")
     ap.add_argument("--reps", type=int, default=3, help="timings per round and side")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds")
-    ap.add_argument("--no-big", action="store_true", help="skip the tiny_starcoder_py shape")
-    ap.add_argument("--no-agreement", action="store_true")
+    ap.add_argument(
+        "--parts",
+        nargs="+",
+        choices=PARTS,
+        default=list(PARTS),
+        help="agreement: greedy text; speed: the checkpoint's; big: the tiny_starcoder_py shape",
+    )
     args = ap.parse_args()
     from codeparrot.generation.waits import prefer_passive_waits
 
@@ -302,11 +309,12 @@ def main() -> None:
     print(f"llama.cpp {llama.version()}; CPU {lscpu_name()}; OpenMP waits {waits}; {load_note()}")
     with tempfile.TemporaryDirectory() as tmp:
         ggufs = export(args.checkpoint, Path(tmp) / "gguf")
-        if not args.no_agreement:
+        if "agreement" in args.parts:
             agreement(llama, args.checkpoint, ggufs, args.tokens)
-        print(f"speed, {args.checkpoint.name}:")
-        speed(llama, args.checkpoint, ggufs, args)
-        if not args.no_big:
+        if "speed" in args.parts:
+            print(f"speed, {args.checkpoint.name}:")
+            speed(llama, args.checkpoint, ggufs, args)
+        if "big" in args.parts:
             big = big_checkpoint(args.checkpoint, Path(tmp) / "big")
             print("speed, random GPT-2 shaped like tiny_starcoder_py:")
             speed(llama, big, export(big, Path(tmp) / "big-gguf"), args)
