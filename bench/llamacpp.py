@@ -268,10 +268,12 @@ def big_checkpoint(tokenizer_from: Path, out: Path) -> Path:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    eos = json.loads((tokenizer_from / "config.json").read_text())["eos_token_id"]
     torch.manual_seed(0)
     config = GPT2Config(
-        vocab_size=49152, n_positions=8192, n_embd=768, n_layer=20, n_head=12, n_inner=3072
-    )
+        vocab_size=49152, n_positions=8192, n_embd=768, n_layer=20, n_head=12, n_inner=3072,
+        bos_token_id=eos, eos_token_id=eos,
+    )  # fmt: skip
     GPT2LMHeadModel(config).save_pretrained(out)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if (tokenizer_from / name).is_file():
