@@ -224,13 +224,14 @@ def speed(llama: LlamaCpp, checkpoint: Path, ggufs: dict[str, Path], args: Any) 
 
     engines = {q: Engine.load(checkpoint, quantize=q) for q in ("int8", "none")}
     prompt = f"prompt ({'bf16' if engines['none'].bf16_prefill else 'fp32'}) vs F32 pp"
+    head = " (bf16 head)" if engines["none"].decoder.lean.lm_head_bf16 is not None else ""
     for threads in args.threads:
         pairs = {  # what: (ours, theirs)
             "int8 step vs Q8_0 tg": (
                 lambda: our_step_ms(engines["int8"], args.gen, True),
                 lambda t=threads: llama.speed(ggufs["q8_0"], t, 0, args.gen, args.reps),
             ),
-            "fp32 step vs F32 tg": (
+            f"fp32 step{head} vs F32 tg": (
                 lambda: our_step_ms(engines["none"], args.gen, False),
                 lambda t=threads: llama.speed(ggufs["f32"], t, 0, args.gen, args.reps),
             ),
