@@ -32,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from codeparrot.app.model_card import read_model_card
     from codeparrot.app.ui import launch
 
-    for path in config.served_checkpoints:
+    for ref in config.served_checkpoints:
+        path = ref.name
         if not read_model_card(path).exists:
             print(
                 f"codeparrot app: warning: checkpoint {path}: no such directory (shown as missing)"

@@ -169,11 +169,11 @@ class CodeparrotServer(LanguageServer):
 
     def load_engine(self) -> None:
         """Start loading the configured checkpoint in the generation thread (once per path)."""
-        from codeparrot.hub import with_revision
+        from codeparrot.hub import ModelRef
 
         path = self.config.checkpoint
         if path is not None:
-            path = with_revision(path, self.config.revision)
+            path = ModelRef.parse(path, self.config.revision)
         if path is None or path == self._engine_path:
             return
         self._engine_path = path
