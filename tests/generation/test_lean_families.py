@@ -98,7 +98,7 @@ def test_lean_text_equals_the_transformers_forward(family_dirs, name: str) -> No
     lean.prompt_cache.clear()
     lean.generate(PROMPT, greedy)
     (again,) = lean.generate(LONGER, greedy)
-    assert again.prompt_cached_tokens >= len(lean.encode_prompt(PROMPT, 16)[0]) - 1
+    assert 0 < again.prompt_cached_tokens < again.prompt_tokens  # a start, not a repeat
     lean.prompt_cache.clear()
     assert lean.generate(LONGER, greedy)[0].text == again.text
 
