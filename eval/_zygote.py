@@ -787,6 +787,15 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
             os.chown(workdir, UID_BASE + slot, UID_BASE + slot)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     os.chdir(workdir)
+    if limits.get("records"):  # no sample: the references run in children of A
+        _checker_limits(limits)
+        try:
+            _prompt, job, _entry, _plan = [read_frame(job_fd) for _ in range(4)]
+            verdict = record_all(job.decode("utf-8", "surrogatepass"))
+        except BaseException as e:
+            verdict = f"failed: {type(e).__name__}: {e}"[:1000]
+        write_frame(res_fd, verdict.encode("utf-8", "replace"))
+        os._exit(0)
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
     b = os.fork()
@@ -799,13 +808,7 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
             os._exit(70)
     os.close(req_r)
     os.close(resp_w)
-    if limits["checker"]:  # importable by the trusted test code only
-        sys.path.extend(limits["checker"])
-        os.environ.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    cpu = int(limits["timeout"]) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-    resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _checker_limits(limits)
     verdict = "failed: checker error"
     record = []
     try:
@@ -838,6 +841,144 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
                 except OSError:
                     pass
         os._exit(0)
+
+
+def _checker_limits(limits):
+    if limits["checker"]:  # importable by the trusted test code only
+        sys.path.extend(limits["checker"])
+        os.environ.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cpu = int(limits["timeout"]) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+# -- A recording several references in one run --------------------------------------------
+
+
+def record_all(job):
+    """A's verdict for a job that records several problems' tests against their reference
+    solutions: JSON, one record job's verdict per problem (``"passed" + RECORDING + the
+    recording``, or why not).
+
+    ``job`` is JSON: ``[prompt, reference, test, entry point, seconds]`` per problem. A
+    reference is the problem file's code, as its test is, so it runs where its test runs:
+    each problem in a child of A of its own (a process group, killed after its
+    ``seconds``), the reference in a namespace beside the test's, every call crossing the
+    codec as it would cross the pipes from B (:func:`local_recorder`).
+    """
+    import json
+
+    items = json.loads(job)
+    if type(items) is not list:
+        raise ValueError("a records job is a list")
+    verdicts = []
+    for item in items:
+        if type(item) is not list or len(item) != 5 or not all(type(t) is str for t in item[:4]):
+            raise ValueError("a records job's item is [prompt, reference, test, entry, seconds]")
+        prompt, reference, test, entry_point, seconds = item
+        verdicts.append(_record_in_child(prompt, reference, test, entry_point, float(seconds)))
+    return json.dumps(verdicts)
+
+
+def _record_in_child(prompt, reference, test, entry_point, seconds):
+    """One problem's record job in a child of A; "timed out" after ``seconds``."""
+    end = time.monotonic() + seconds
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(r)
+            os.setpgid(0, 0)
+            verdict = record_reference(prompt, reference, test, entry_point)
+            write_frame(w, verdict.encode("utf-8", "surrogatepass"))
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        os.setpgid(child, child)
+    except OSError:
+        pass  # it did so itself, or has exited
+    try:
+        reply = _read_frame_until(r, end)
+    except EOFError:
+        reply = b"failed: the reference's process exited"
+    finally:
+        os.close(r)
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(child, signal.SIGKILL)
+            except OSError:
+                pass
+        os.waitpid(child, 0)
+    return "timed out" if reply is None else reply.decode("utf-8", "replace")
+
+
+def _read_frame_until(fd, end):
+    """A frame from ``fd``, or None if it is not whole by ``end``; EOFError if ``fd``
+    closes first or the frame is malformed."""
+    data = bytearray()
+    need = 10
+    while len(data) < need:
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            raise EOFError("pipe closed")
+        data += chunk
+        if need == 10 and len(data) >= 10:
+            if not data[:10].isdigit() or int(data[:10]) > MAX_FRAME:
+                raise EOFError("malformed frame")
+            need = 10 + int(data[:10])
+    return bytes(data[10:need])
+
+
+def record_reference(prompt, reference, test, entry_point):
+    """A record job's verdict, the reference run in this process: as ``run_checker``'s."""
+    record = []
+    try:
+        solution = {}
+        exec(compile(reference, "<sample>", "exec"), solution)
+        function = solution.get(entry_point)
+        namespace = {}
+        exec(compile(prompt, "<prompt>", "exec"), namespace)
+        code = compile(test, "<test>", "exec")
+        if not callable(function):
+            raise SampleFailed(f"KeyError: {entry_point!r}")
+        namespace[entry_point] = local_recorder(function, record)
+        exec(code, namespace)
+        verdict = "passed" if record else "failed: the test never called the sample"
+    except SampleFailed as e:
+        verdict = f"failed: {e}"
+    except AssertionError as e:
+        verdict = f"failed: AssertionError {e}".rstrip()
+    except BaseException as e:
+        verdict = f"failed: {type(e).__name__}: {e}"
+    verdict = verdict[:1000]
+    if verdict == "passed":
+        import base64
+
+        verdict += RECORDING + base64.b64encode(encode(record)).decode()
+    return verdict
+
+
+def local_recorder(function, record):
+    """``recorder``'s candidate with the reference in this process: each call's arguments
+    and outcome cross the codec both ways, as between A and B, so that the recording is
+    the one B would give."""
+
+    def candidate(*args, **kwargs):
+        key = encode((args, kwargs))
+        try:
+            reply = decode(encode(("ok", answer_calls(function, [decode(key)]))))
+        except BaseException as e:  # B answers these (and unencodable results) with "err"
+            raise SampleFailed(f"{type(e).__name__}: {e}"[:500]) from None
+        outcome = _outcome(reply[1][0])
+        record.append((key, outcome))
+        return _answer(outcome, args)
+
+    return candidate
 
 
 def _limit_ipc(libc, memory, strict, host_namespaces):
@@ -1269,13 +1410,16 @@ LIMIT_TYPES = {"timeout": float, "memory": int, "file_size": int, "processes": i
 
 
 def parse_limits(header):
-    """The harness's ``Limits`` (JSON, its field names); anything else is refused."""
+    """The harness's ``Limits`` (JSON, its field names); anything else is refused. A
+    ``"records": true`` beside them marks a job that records references (``record_all``)."""
     import json
 
     raw = json.loads(header)
+    records = type(raw) is dict and raw.pop("records", False) is True
     if type(raw) is not dict or set(raw) != set(LIMIT_TYPES):
         raise ValueError(f"limits header has fields {sorted(raw)}, want {sorted(LIMIT_TYPES)}")
-    return {name: kind(raw[name]) for name, kind in LIMIT_TYPES.items()}
+    limits = {name: kind(raw[name]) for name, kind in LIMIT_TYPES.items()}
+    return limits | ({"records": True} if records else {})
 
 
 def run_one(header, program, libc, mode, slot, context):
