@@ -86,11 +86,12 @@ def build_plus_samples(plus: dict, original: dict) -> list[dict]:
     return samples
 
 
-def _timed(command: list[str]) -> tuple[float, float]:
+def _timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """Run ``command`` to its end: (wall seconds, CPU seconds of it and its children)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(command, capture_output=True, text=True, check=True)
+    environ = None if env is None else os.environ | env
+    subprocess.run(command, capture_output=True, text=True, check=True, env=environ)
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -133,9 +134,11 @@ def run_ours(
     zygote: Path | None = None,
     eval_dir: Path | None = None,
     flags: tuple[str, ...] = (),
+    kept: Path | None = None,
 ) -> tuple[float, float, list[dict]]:
     """``codeparrot eval execute``, as a user runs it (the file alone, no --task; with
-    ``zygote`` or a whole ``eval_dir`` swapped in if given)."""
+    ``zygote`` or a whole ``eval_dir`` swapped in if given; ``kept``: the folder of kept
+    recordings, else none is kept)."""
     out = samples_path.with_name("ours_results.jsonl")
     command = [sys.executable, "-m", "codeparrot", "eval", "execute", str(samples_path)]
     if zygote is not None:
@@ -146,7 +149,7 @@ def run_ours(
     command += ["--workers", str(workers)] if workers else []
     command += ["--problem-file", str(problem_file)] if problem_file else []
     command += list(flags)
-    seconds, cpu = _timed(command)
+    seconds, cpu = _timed(command, {"CODEPARROT_RECORDINGS_CACHE": str(kept or 0)})
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     for row in rows:  # a plus task: the verdict is the base + plus tests'
         row["passed"] = row.get("plus_passed", row["passed"])
@@ -192,6 +195,9 @@ def versus_python(problem_file: Path, repeat: int) -> None:
         rows = [json.loads(line) for line in out.read_text().splitlines()]
         passed = sum(bool(r.get("plus_passed", r["passed"])) for r in rows)
         print(f"canonical solutions passing with --gt-time-limit-factor 4: {passed}/{len(rows)}")
+
+
+NO_FEEDBACK = ("--no-feedback",)
 
 
 def main() -> None:
@@ -265,8 +271,17 @@ def main() -> None:
             run_ours(p, args.workers, **extra, zygote=args.zygote_before)
         )
     if args.no_feedback_cost:
-        labels[f"codeparrot eval execute, {ours_workers} workers, --no-feedback"] = lambda p: (
-            run_ours(p, args.workers, **extra, flags=("--no-feedback",))
+        # cold: a new, empty folder of kept recordings; then kept: the one it filled
+        folders: list[Path] = []
+
+        def cold(p: Path) -> tuple[float, float, list[dict]]:
+            folders.append(p.with_name(f"kept-{len(folders)}"))
+            return run_ours(p, args.workers, **extra, flags=NO_FEEDBACK, kept=folders[-1])
+
+        label = f"codeparrot eval execute, {ours_workers} workers, --no-feedback"
+        labels[f"{label}, recordings cold"] = cold
+        labels[f"{label}, recordings kept"] = lambda p: run_ours(
+            p, args.workers, **extra, flags=NO_FEEDBACK, kept=folders[-1]
         )
     for name, folder in befores:
         labels[f"codeparrot eval execute, {ours_workers} workers, {name}"] = (
@@ -302,9 +317,16 @@ def main() -> None:
     report_agreement(samples, runs[next(iter(list(labels)[1:]))][-1][2], runs[base_label][-1][2])
     if args.no_feedback_cost:
         ours = runs[list(labels)[1]][-1][2]
-        replayed = runs[next(k for k in labels if k.endswith("--no-feedback"))][-1][2]
-        changed = sum(a["passed"] != b["passed"] for a, b in zip(ours, replayed, strict=True))
-        print(f"verdicts changed by --no-feedback: {changed} of {n}")
+        for label in (k for k in labels if "--no-feedback" in k):
+            replayed = runs[label][-1][2]
+            changed = sum(a["passed"] != b["passed"] for a, b in zip(ours, replayed, strict=True))
+            print(f"verdicts changed by {label.split(', ', 2)[-1]}: {changed} of {n}")
+        for label in (k for k in labels if "--no-feedback" in k):
+            costs = sorted(
+                ours_run[0] / run[0]
+                for ours_run, run in zip(runs[list(labels)[1]], runs[label], strict=True)
+            )
+            print(f"{label}: {costs[len(costs) // 2]:.2f}x the samples/s without (median)")
     if args.versus_python and args.problem_file is not None:
         versus_python(args.problem_file, args.repeat)
 

@@ -143,10 +143,8 @@ def test_references_recorded_several_to_a_run_each_on_its_own(isolation):
     only its own recording."""
     hangs = "def f(x):\n    while True:\n        pass\n"
     exits = "import os\ndef f(x):\n    os._exit(0)\n"
-    # a reference that changes a module the others use: not seen by the next problem
-    poisons = "import math\nmath.floor = None\ndef f(x):\n    return x + 1\n"
     uses = "import math\ndef f(x):\n    return math.floor(x) + 1\n"
-    references = [REFERENCE, hangs, exits, "def f(x):\n    return 0\n", poisons, uses, SORTS]
+    references = [REFERENCE, hangs, exits, "def f(x):\n    return 0\n", uses, SORTS]
     programs = [
         Program(r, SORT_TEST if r == SORTS else TEST, "f", reference=r, timeout=1.0)
         for r in references
@@ -159,9 +157,8 @@ def test_references_recorded_several_to_a_run_each_on_its_own(isolation):
         "failed: AssertionError",
         "passed",
         "passed",
-        "passed",
     ]
-    assert stats == {"recorded": 7, "fallbacks": 0, "unrecorded": 3, "kept": 0}
+    assert stats == {"recorded": 6, "fallbacks": 0, "unrecorded": 3, "kept": 0}
 
 
 def kept_runs(programs, isolation, folder):
@@ -265,7 +262,7 @@ def test_the_kept_recordings_folder_must_be_the_users_alone(tmp_path, monkeypatc
     assert RecordingCache.default() is None
 
 
-def test_a_records_job_records_each_problem_in_a_process_of_its_own(isolation):
+def test_a_records_job_records_each_problem_within_its_own_limit(isolation):
     import json
 
     from codeparrot.eval.replay import recording_from
@@ -275,10 +272,11 @@ def test_a_records_job_records_each_problem_in_a_process_of_its_own(isolation):
         ["", REFERENCE, TEST, "f", 2.0],
         ["", "def f(x):\n    while True:\n        pass\n", TEST, "f", 0.5],
         ["", "import os\ndef f(x):\n    os._exit(0)\n", TEST, "f", 2.0],
-        ["", "import math\nmath.floor = None\ndef f(x):\n    return x + 1\n", TEST, "f", 2.0],
         ["", "import math\ndef f(x):\n    return math.floor(x) + 1\n", TEST, "f", 2.0],
         ["", SORTS, SORT_TEST, "f", 2.0],
         ["", "def g(x):\n    return x\n", TEST, "f", 2.0],
+        ["", "def f(x):\n    return 'x' * (x * 300_000)\n", "f(1)\nf(2)\n", "f", 2.0],
+        ["", REFERENCE, TEST, "f", 2.0],
     ]
     with Sandbox(isolation) as box:
         verdict = box.run("", json.dumps(items), "", "", 10.0, records=True)
@@ -288,9 +286,11 @@ def test_a_records_job_records_each_problem_in_a_process_of_its_own(isolation):
         "timed out",
         "failed: the reference's process exited",
         "passed",
-        "passed",  # the module changed by the one before is not this one's
         "passed",
         "failed: KeyError: 'f'",
+        "passed",  # a recording larger than a pipe's buffer
+        "passed",
     ]
-    assert recording_from(results[0]) == recording_from(results[3])
+    assert recording_from(results[0]) == recording_from(results[3]) == recording_from(results[-1])
+    assert len(recording_from(results[-2])) > 900_000
     assert recording_from(results[1]) is None
