@@ -197,7 +197,7 @@ def versus_python(problem_file: Path, repeat: int) -> None:
         print(f"canonical solutions passing with --gt-time-limit-factor 4: {passed}/{len(rows)}")
 
 
-NO_FEEDBACK = ("--no-feedback",)
+FEEDBACK = ("--feedback",)  # call by call (by default each test is recorded once)
 
 
 def main() -> None:
@@ -228,8 +228,8 @@ def main() -> None:
     parser.add_argument(
         "--no-feedback-cost",
         action="store_true",
-        help="also time ours with --no-feedback (each test recorded against its reference, "
-        "every call answered at once)",
+        help="also time ours with --feedback (call by call) and with a folder of kept "
+        "recordings; ours without a flag records every test in each run (none kept)",
     )
     parser.add_argument(
         "--versus-python",
@@ -266,26 +266,20 @@ def main() -> None:
         labels[f"codeparrot eval execute, {args.baseline_workers} workers"] = lambda p: run_ours(
             p, args.baseline_workers, **extra
         )
-    if args.zygote_before is not None:
-        labels[f"codeparrot eval execute, {ours_workers} workers, zygote before"] = lambda p: (
-            run_ours(p, args.workers, **extra, zygote=args.zygote_before)
+    per_call = f"codeparrot eval execute, {ours_workers} workers, --feedback"
+    if args.no_feedback_cost or args.zygote_before is not None or befores:
+        labels[per_call] = lambda p: run_ours(p, args.workers, **extra, flags=FEEDBACK)
+    if args.zygote_before is not None:  # call by call: an older zygote records one at a time
+        labels[f"{per_call}, zygote before"] = lambda p: run_ours(
+            p, args.workers, **extra, zygote=args.zygote_before, flags=FEEDBACK
         )
-    if args.no_feedback_cost:
-        # cold: a new, empty folder of kept recordings; then kept: the one it filled
-        folders: list[Path] = []
-
-        def cold(p: Path) -> tuple[float, float, list[dict]]:
-            folders.append(p.with_name(f"kept-{len(folders)}"))
-            return run_ours(p, args.workers, **extra, flags=NO_FEEDBACK, kept=folders[-1])
-
-        label = f"codeparrot eval execute, {ours_workers} workers, --no-feedback"
-        labels[f"{label}, recordings cold"] = cold
-        labels[f"{label}, recordings kept"] = lambda p: run_ours(
-            p, args.workers, **extra, flags=NO_FEEDBACK, kept=folders[-1]
+    if args.no_feedback_cost:  # with a folder of kept recordings (filled before timing)
+        labels[f"codeparrot eval execute, {ours_workers} workers, recordings kept"] = lambda p: (
+            run_ours(p, args.workers, **extra, kept=p.with_name("kept"))
         )
     for name, folder in befores:
-        labels[f"codeparrot eval execute, {ours_workers} workers, {name}"] = (
-            lambda p, folder=folder: run_ours(p, args.workers, **extra, eval_dir=Path(folder))
+        labels[f"{per_call}, {name}"] = lambda p, folder=folder: run_ours(
+            p, args.workers, **extra, eval_dir=Path(folder), flags=FEEDBACK
         )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "samples.jsonl"
@@ -294,6 +288,8 @@ def main() -> None:
                 json.dumps({k: s[k] for k in ("task_id", "completion")}) + "\n" for s in samples
             )
         )
+        if args.no_feedback_cost:
+            run_ours(path, args.workers, **extra, kept=path.with_name("kept"))
         for _ in range(args.repeat):
             for label, run in labels.items():
                 runs.setdefault(label, []).append(run(path))
@@ -316,17 +312,15 @@ def main() -> None:
             )
     report_agreement(samples, runs[next(iter(list(labels)[1:]))][-1][2], runs[base_label][-1][2])
     if args.no_feedback_cost:
-        ours = runs[list(labels)[1]][-1][2]
-        for label in (k for k in labels if "--no-feedback" in k):
-            replayed = runs[label][-1][2]
-            changed = sum(a["passed"] != b["passed"] for a, b in zip(ours, replayed, strict=True))
-            print(f"verdicts changed by {label.split(', ', 2)[-1]}: {changed} of {n}")
-        for label in (k for k in labels if "--no-feedback" in k):
-            costs = sorted(
-                ours_run[0] / run[0]
-                for ours_run, run in zip(runs[list(labels)[1]], runs[label], strict=True)
+        base = runs[per_call]
+        for label in [list(labels)[1], *(k for k in labels if k.endswith("recordings kept"))]:
+            last = zip(base[-1][2], runs[label][-1][2], strict=True)
+            changed = sum(a["passed"] != b["passed"] for a, b in last)
+            costs = sorted(b[0] / r[0] for b, r in zip(base, runs[label], strict=True))
+            print(
+                f"{label}: {costs[len(costs) // 2]:.2f}x the samples/s of --feedback (median); "
+                f"{changed} of {n} verdicts differ"
             )
-            print(f"{label}: {costs[len(costs) // 2]:.2f}x the samples/s without (median)")
     if args.versus_python and args.problem_file is not None:
         versus_python(args.problem_file, args.repeat)
 

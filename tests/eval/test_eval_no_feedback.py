@@ -98,7 +98,9 @@ def test_a_plan_comes_only_from_a_passed_reference():
     assert plan == REPLAY + b"%010d" % (CAP_FLOOR + CAP_FACTOR * 3) + b"\0\0\0"
 
 
-def test_eval_execute_no_feedback_reports_its_recordings(tmp_path, capsys, monkeypatch):
+def test_eval_execute_without_feedback_by_default_reports_its_recordings(
+    tmp_path, capsys, monkeypatch
+):
     import json
 
     from codeparrot.cli import main
@@ -114,7 +116,7 @@ def test_eval_execute_no_feedback_reports_its_recordings(tmp_path, capsys, monke
         for c in (problems[t]["canonical_solution"], "    return None\n")
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    command = ["eval", "execute", str(path), "--output", str(out), "--no-feedback"]
+    command = ["eval", "execute", str(path), "--output", str(out)]
     assert main([*command, "--ks", "1", "--workers", "2"]) == 0
     printed = capsys.readouterr().out
     assert "2 tests recorded (0 kept from an earlier run); 1 samples made a call" in printed
@@ -136,6 +138,9 @@ def test_eval_execute_no_feedback_reports_its_recordings(tmp_path, capsys, monke
         True,
         False,
     ]
+    assert main([*command, "--ks", "1", "--workers", "2", "--feedback"]) == 0
+    assert "tests recorded" not in capsys.readouterr().out
+    assert "no_feedback" not in json.loads(out.with_name("r.summary.json").read_text())["scoring"]
 
 
 def test_references_recorded_several_to_a_run_each_on_its_own(isolation):
@@ -294,3 +299,16 @@ def test_a_records_job_records_each_problem_within_its_own_limit(isolation):
     assert recording_from(results[0]) == recording_from(results[3]) == recording_from(results[-1])
     assert len(recording_from(results[-2])) > 900_000
     assert recording_from(results[1]) is None
+
+
+def test_a_call_that_repeats_an_earlier_one_gets_its_answer_without_a_fallback(isolation):
+    """An assert's message that calls the candidate again (HumanEval/77, /78, ...)."""
+    test = "assert f(1) == 2, f(1)\nassert f(2) == 3, f(2)\n"
+    programs = [
+        Program(REFERENCE, test, "f", reference=REFERENCE),
+        Program("def f(x):\n    return x * 10\n", test, "f", reference=REFERENCE),
+    ]
+    assert run(programs, isolation)[0] == ["passed", "failed: AssertionError 10"]
+    results, stats = run(programs, isolation, no_feedback=True)
+    assert results == ["passed", "failed: AssertionError 10"]
+    assert stats["fallbacks"] == 0
