@@ -693,12 +693,16 @@ def replayer(channel, name, plan, sample):
     """
     try:
         cap = int(plan[len(REPLAY) : len(REPLAY) + 10])
-        keys = [key for key, _ in decode(plan[len(REPLAY) + 10 :])]
-        calls = [decode(key) for key in keys]
+        keys = decode(plan[len(REPLAY) + 10 :])  # each call's encoded (args, kwargs)
     except (ValueError, TypeError, IndexError, OverflowError, UnicodeError):
         raise NotRecorded("the recording is not valid") from None
+    if type(keys) is not list or not all(type(key) is bytes for key in keys):
+        raise NotRecorded("the recording is not valid")
+    # encode(("calls", name, calls)), from the calls as they are already encoded
+    request = b"t*" + _LENGTH.pack(3) + encode("calls") + encode(name)
+    request += b"l*" + _LENGTH.pack(len(keys)) + b"".join(keys)
     try:
-        write_frame(channel.req_fd, encode(("calls", name, calls)))
+        write_frame(channel.req_fd, request)
         head = read_exact(channel.resp_fd, 10)
         if not head.isdigit() or int(head) > cap:
             raise SampleFailed(f"answers larger than the cap of {cap} bytes")

@@ -63,7 +63,8 @@ def recording_key(prompt: str, reference: str, test: str, entry_point: str) -> s
     return digest.hexdigest()
 
 
-def _codec() -> Any:
+def recording_codec() -> Any:
+    """The sandbox's own codec (``eval/_zygote.py``, whose top level only defines)."""
     from codeparrot.eval import _zygote
 
     return _zygote
@@ -73,7 +74,7 @@ def valid_recording(data: bytes) -> bool:
     """Whether ``data`` decodes (with the sandbox's codec) to a recording: a non-empty list
     of (the encoded ``(args tuple, kwargs dict)`` of a call, its outcome), an outcome being
     ``("ok", result, None or the arguments after the call)`` or ``("err", message)``."""
-    codec = _codec()
+    codec = recording_codec()
     try:
         record = codec.decode(data)
         if type(record) is not list or not record:

@@ -30,7 +30,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from codeparrot.eval.recordings import RecordingCache, recording_key
+from codeparrot.eval.recordings import (
+    RecordingCache,
+    recording_codec,
+    recording_key,
+    valid_recording,
+)
 from codeparrot.eval.sandbox import Verdict
 
 if TYPE_CHECKING:
@@ -59,9 +64,15 @@ def recording_from(result: str) -> bytes | None:
 
 
 def plan_of(recording: bytes) -> bytes | None:
-    """The replay plan of a recording: the answers' cap, then the recording itself."""
+    """The replay plan of a recording: the answers' cap, then the calls (each one's encoded
+    arguments; the checker needs nothing of the reference's answers). None where the
+    recording is not one (:func:`~codeparrot.eval.recordings.valid_recording`)."""
+    if not valid_recording(recording):
+        return None
+    codec = recording_codec()
     cap = CAP_FLOOR + CAP_FACTOR * len(recording)
-    plan = REPLAY + b"%010d" % min(cap, 10**10 - 1) + recording
+    keys = codec.encode([key for key, _ in codec.decode(recording)], MAX_PLAN)
+    plan = REPLAY + b"%010d" % min(cap, 10**10 - 1) + keys
     return plan if len(plan) <= MAX_PLAN else None
 
 

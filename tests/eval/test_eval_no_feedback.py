@@ -91,11 +91,20 @@ def test_humaneval_canonical_solutions_pass_replayed(isolation):
 
 
 def test_a_plan_comes_only_from_a_passed_reference():
-    assert plan_from("failed: AssertionError\n\0recording:AAAA") is None
+    import base64
+
+    from codeparrot.eval import _zygote as codec
+
+    key = codec.encode(((1,), {}))
+    recording = codec.encode([(key, ("ok", 2, None))])
+    text = base64.b64encode(recording).decode()
+    assert plan_from("failed: AssertionError\n\0recording:" + text) is None
     assert plan_from("passed") is None
     assert plan_from("passed\n\0recording:not base64!") is None
-    plan = plan_from("passed\n\0recording:AAAA")
-    assert plan == REPLAY + b"%010d" % (CAP_FLOOR + CAP_FACTOR * 3) + b"\0\0\0"
+    assert plan_from("passed\n\0recording:AAAA") is None  # not the codec's
+    plan = plan_from("passed\n\0recording:" + text)
+    cap = CAP_FLOOR + CAP_FACTOR * len(recording)
+    assert plan == REPLAY + b"%010d" % cap + codec.encode([key])  # the calls only
 
 
 def test_eval_execute_without_feedback_by_default_reports_its_recordings(
