@@ -197,7 +197,7 @@ def versus_python(problem_file: Path, repeat: int) -> None:
         print(f"canonical solutions passing with --gt-time-limit-factor 4: {passed}/{len(rows)}")
 
 
-FEEDBACK = ("--feedback",)  # call by call (by default each test is recorded once)
+NO_FEEDBACK = ("--no-feedback",)
 
 
 def main() -> None:
@@ -228,8 +228,9 @@ def main() -> None:
     parser.add_argument(
         "--no-feedback-cost",
         action="store_true",
-        help="also time ours with --feedback (call by call) and with a folder of kept "
-        "recordings; ours without a flag records every test in each run (none kept)",
+        help="also time ours with --no-feedback (each test recorded against its reference, "
+        "every call answered at once): with no recording kept, and with a folder of kept "
+        "recordings (filled before the timed runs)",
     )
     parser.add_argument(
         "--versus-python",
@@ -266,20 +267,21 @@ def main() -> None:
         labels[f"codeparrot eval execute, {args.baseline_workers} workers"] = lambda p: run_ours(
             p, args.baseline_workers, **extra
         )
-    per_call = f"codeparrot eval execute, {ours_workers} workers, --feedback"
-    if args.no_feedback_cost or args.zygote_before is not None or befores:
-        labels[per_call] = lambda p: run_ours(p, args.workers, **extra, flags=FEEDBACK)
-    if args.zygote_before is not None:  # call by call: an older zygote records one at a time
-        labels[f"{per_call}, zygote before"] = lambda p: run_ours(
-            p, args.workers, **extra, zygote=args.zygote_before, flags=FEEDBACK
+    if args.zygote_before is not None:
+        labels[f"codeparrot eval execute, {ours_workers} workers, zygote before"] = lambda p: (
+            run_ours(p, args.workers, **extra, zygote=args.zygote_before)
         )
-    if args.no_feedback_cost:  # with a folder of kept recordings (filled before timing)
-        labels[f"codeparrot eval execute, {ours_workers} workers, recordings kept"] = lambda p: (
-            run_ours(p, args.workers, **extra, kept=p.with_name("kept"))
+    replayed = f"codeparrot eval execute, {ours_workers} workers, --no-feedback"
+    if args.no_feedback_cost:  # none kept: every test recorded; kept: a folder filled before
+        labels[f"{replayed}, recordings cold"] = lambda p: run_ours(
+            p, args.workers, **extra, flags=NO_FEEDBACK
+        )
+        labels[f"{replayed}, recordings kept"] = lambda p: run_ours(
+            p, args.workers, **extra, flags=NO_FEEDBACK, kept=p.with_name("kept")
         )
     for name, folder in befores:
-        labels[f"{per_call}, {name}"] = lambda p, folder=folder: run_ours(
-            p, args.workers, **extra, eval_dir=Path(folder), flags=FEEDBACK
+        labels[f"codeparrot eval execute, {ours_workers} workers, {name}"] = (
+            lambda p, folder=folder: run_ours(p, args.workers, **extra, eval_dir=Path(folder))
         )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "samples.jsonl"
@@ -289,7 +291,7 @@ def main() -> None:
             )
         )
         if args.no_feedback_cost:
-            run_ours(path, args.workers, **extra, kept=path.with_name("kept"))
+            run_ours(path, args.workers, **extra, flags=NO_FEEDBACK, kept=path.with_name("kept"))
         for _ in range(args.repeat):
             for label, run in labels.items():
                 runs.setdefault(label, []).append(run(path))
@@ -312,14 +314,15 @@ def main() -> None:
             )
     report_agreement(samples, runs[next(iter(list(labels)[1:]))][-1][2], runs[base_label][-1][2])
     if args.no_feedback_cost:
-        base = runs[per_call]
-        for label in [list(labels)[1], *(k for k in labels if k.endswith("recordings kept"))]:
+        base = runs[list(labels)[1]]
+        for label in (k for k in labels if k.startswith(replayed)):
             last = zip(base[-1][2], runs[label][-1][2], strict=True)
             changed = sum(a["passed"] != b["passed"] for a, b in last)
-            costs = sorted(b[0] / r[0] for b, r in zip(base, runs[label], strict=True))
+            costs = sorted(r[0] / b[0] for b, r in zip(base, runs[label], strict=True))
+            cpu = sorted(r[1] / b[1] for b, r in zip(base, runs[label], strict=True))
             print(
-                f"{label}: {costs[len(costs) // 2]:.2f}x the samples/s of --feedback (median); "
-                f"{changed} of {n} verdicts differ"
+                f"{label}: {1 / costs[len(costs) // 2]:.2f}x the samples/s of call by call, "
+                f"{cpu[len(cpu) // 2]:.2f}x its CPU (medians); {changed} of {n} verdicts differ"
             )
     if args.versus_python and args.problem_file is not None:
         versus_python(args.problem_file, args.repeat)

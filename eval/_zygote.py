@@ -1,7 +1,7 @@
 """The sandbox's process side: a long-lived zygote that runs one sample per request.
 
-Run as ``python -I -S _zygote.py MODE SLOT CONFIG_JSON`` (standard library only, never
-imported by the harness). The harness (``eval/sandbox.py``) talks to it over stdin/stdout
+Run as ``python -I -S _zygote.py MODE SLOT CONFIG_JSON`` (standard library only; the
+harness imports it only for its codec, to check kept recordings: ``eval/recordings.py``). The harness (``eval/sandbox.py``) talks to it over stdin/stdout
 in length-prefixed frames. In the namespaced modes Z first builds, once, a root that
 holds only the Python runtime (read-only) and pivots into it (``build_root``). Z itself
 never runs sample code; per sample it forks:
@@ -503,18 +503,13 @@ def drop_privileges(mode, slot, libc):
 
 
 def hide_from_sample(libc, checker):
-    """Cover /proc with an empty read-only tmpfs, and detach the checker's packages (not
-    the sample's). The sample needs nothing in /proc, and it shows machine-wide counters a
-    sample could advance and a later one read (the forks in /proc/stat, the inode numbers
-    of shared memory in /proc/self/maps).
-
-    With checker packages B does this in a mount namespace of its own (A's test imports
-    them). Without, A does it in its own namespace before it forks B (``run_checker``):
-    A needs /proc only to set up its IPC namespace, and a mount namespace per sample
-    less is ~15% of a HumanEval sample's time. B cannot mount (no capabilities, seccomp),
-    so sharing A's mounts shows it nothing more than its own would.
-    """
-    if checker and (libc.unshare(CLONE_NEWNS) != 0 or libc.umount2(b"/checker", MNT_DETACH)):
+    """In a mount namespace of its own: detach the checker's packages (not the sample's),
+    and cover /proc with an empty read-only tmpfs. The sample needs nothing there, and it
+    shows machine-wide counters a sample could advance and a later one read (the forks in
+    /proc/stat, the inode numbers of shared memory in /proc/self/maps)."""
+    if libc.unshare(CLONE_NEWNS) != 0:
+        os._exit(74)
+    if checker and libc.umount2(b"/checker", MNT_DETACH) != 0:
         os._exit(74)
     flags = MS_READ_ONLY | MS_NOEXEC
     if libc.mount(b"tmpfs", b"/proc", b"tmpfs", flags, b"size=4k,mode=555") != 0:
@@ -529,7 +524,7 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.closerange(5, 65536)
-    if mode != "none" and limits["checker"]:
+    if mode != "none":
         hide_from_sample(libc, limits["checker"])
     set_limits(limits)
     drop_privileges(mode, slot, libc)
@@ -801,24 +796,16 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
         os.dup2(devnull, fd)
     if mode != "none":
         _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE)
-        # Mode root without checker packages: the root's /proc stays the empty folder it is
-        # (nothing to hide from B), and A sets up its IPC namespace through Z's descriptor
-        # of the host's proc: two mounts and a mount namespace less per sample.
-        own_proc = mode != "root" or bool(limits["checker"])
-        if own_proc:
-            _mount(libc, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        _mount(libc, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         size = b"size=%d,mode=1777" % limits["file_size"]
         for path in PRIVATE_TMP:
             if os.path.isdir(path):
                 _mount(libc, b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
-        proc = None if own_proc else limits["proc"]
-        _limit_ipc(libc, limits["memory"], mode == "root", limits["namespaces"], proc)
+        _limit_ipc(libc, limits["memory"], mode == "root", limits["namespaces"])
         workdir = "/tmp/sandbox"
         os.mkdir(workdir, 0o700)
         if mode == "root":
             os.chown(workdir, UID_BASE + slot, UID_BASE + slot)
-        if own_proc and not limits["checker"]:
-            hide_from_sample(libc, ())
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     os.chdir(workdir)
     if limits.get("records"):  # no sample: the references run in children of A
@@ -1027,24 +1014,21 @@ def local_recorder(function, record):
     return candidate
 
 
-def _limit_ipc(libc, memory, strict, host_namespaces, proc=None):
+def _limit_ipc(libc, memory, strict, host_namespaces):
     """The sample's IPC namespace: a neutral host name, and shared memory within its limit.
 
     SysV shared memory is not counted by ``RLIMIT_AS`` until attached, so the namespace's
     own ``shmmax``/``shmall`` cap it at the sample's memory limit; ``shmmni``/``msgmni``
-    keep the kernel memory of segments and message queues small. ``proc``: a descriptor
-    of a proc mount to use instead of /proc (the IPC settings it shows are those of the
-    IPC namespace of the process that opens them, whatever the mount).
+    keep the kernel memory of segments and message queues small.
     """
-    where = "/proc/" if proc is None else ""
     for kind in ("ipc", "uts"):  # never the zygote's, let alone the host's
-        if os.stat(f"{where}self/ns/{kind}", dir_fd=proc).st_ino == host_namespaces[kind]:
+        if os.stat(f"/proc/self/ns/{kind}").st_ino == host_namespaces[kind]:
             raise RuntimeError(f"not in a private {kind} namespace")
     libc.sethostname(b"sandbox", 7)
     pages = max(1, memory // os.sysconf("SC_PAGE_SIZE"))
     for name, value in (("shmmax", memory), ("shmall", pages), ("shmmni", 16), ("msgmni", 16)):
         try:  # os-level: the io stack costs more than the write in a fresh process
-            fd = os.open(f"{where}sys/kernel/{name}", os.O_WRONLY, dir_fd=proc)
+            fd = os.open(f"/proc/sys/kernel/{name}", os.O_WRONLY)
             try:
                 os.write(fd, str(value).encode())
             finally:
@@ -1711,7 +1695,6 @@ def main():
         build_root(libc, *root_args)
         checker = [CHECKER_SITE] if checker else []
     context["checker"] = checker
-    context["proc"] = proc_fd
     warm_up(libc)
     while True:
         try:

@@ -91,12 +91,12 @@ class ExecutionOptions(TaskOptions):
         (1, 10, 100), "k values of pass@k (only k <= samples per problem)", ge=1
     )
     feedback: bool = option(
-        False,
-        "the sample answers each of its test's calls as the test makes it, and so learns "
-        "which answers were accepted (by default each problem's test is recorded once "
-        "against its reference solution, the recordings kept in the user's cache folder, "
-        "and a sample answers all of its calls before any is checked, see "
-        "docs/threat-model.md; a test whose calls depend on the answers runs call by call)",
+        True,
+        "the sample answers each of its test's calls as the test makes it (--no-feedback: "
+        "each problem's test is recorded once against its reference solution, the "
+        "recordings kept in the user's cache folder, and a sample answers all of its calls "
+        "before any is checked, see docs/threat-model.md; a test whose calls depend on the "
+        "answers runs as before)",
     )
     sanitize: bool = option(
         False,

@@ -107,9 +107,7 @@ def test_a_plan_comes_only_from_a_passed_reference():
     assert plan == REPLAY + b"%010d" % cap + codec.encode([key])  # the calls only
 
 
-def test_eval_execute_without_feedback_by_default_reports_its_recordings(
-    tmp_path, capsys, monkeypatch
-):
+def test_eval_execute_no_feedback_reports_its_recordings(tmp_path, capsys, monkeypatch):
     import json
 
     from codeparrot.cli import main
@@ -125,7 +123,7 @@ def test_eval_execute_without_feedback_by_default_reports_its_recordings(
         for c in (problems[t]["canonical_solution"], "    return None\n")
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    command = ["eval", "execute", str(path), "--output", str(out)]
+    command = ["eval", "execute", str(path), "--output", str(out), "--no-feedback"]
     assert main([*command, "--ks", "1", "--workers", "2"]) == 0
     printed = capsys.readouterr().out
     assert "2 tests recorded (0 kept from an earlier run); 1 samples made a call" in printed
@@ -147,7 +145,7 @@ def test_eval_execute_without_feedback_by_default_reports_its_recordings(
         True,
         False,
     ]
-    assert main([*command, "--ks", "1", "--workers", "2", "--feedback"]) == 0
+    assert main([*command[:-1], "--ks", "1", "--workers", "2"]) == 0  # call by call
     assert "tests recorded" not in capsys.readouterr().out
     assert "no_feedback" not in json.loads(out.with_name("r.summary.json").read_text())["scoring"]
 
