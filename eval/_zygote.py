@@ -567,14 +567,28 @@ def answer_calls(function, calls):
     message)."""
     outcomes = []
     for args, kwargs in calls:
-        before = encode(args)
+        before = None if _frozen(args) else encode(args)  # nothing to change in place
         try:
             result = function(*args, **kwargs)
         except Exception as e:
             outcomes.append(("err", f"{type(e).__name__}: {e}"[:500]))
             continue
-        outcomes.append(("ok", result, None if encode(args) == before else args))
+        changed = before is not None and encode(args) != before
+        outcomes.append(("ok", result, args if changed else None))
     return outcomes
+
+
+_SCALARS = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _frozen(value, depth=0):
+    """Whether ``value`` (as decoded: exact types) holds nothing that can change in place."""
+    t = type(value)
+    if t in _SCALARS:
+        return True
+    if t in (tuple, frozenset) and depth < 4:
+        return all(_frozen(item, depth + 1) for item in value)
+    return False
 
 
 # -- A: the checker ---------------------------------------------------------------------
