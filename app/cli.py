@@ -25,11 +25,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from codeparrot.generation.waits import prefer_passive_waits
+
+    prefer_passive_waits()  # before torch loads (codeparrot.generation.waits)
     config = config_from_args(AppConfig, args)
     from codeparrot.app.model_card import read_model_card
     from codeparrot.app.ui import launch
 
-    for path in config.served_checkpoints:
+    for ref in config.served_checkpoints:
+        path = ref.name
         if not read_model_card(path).exists:
             print(
                 f"codeparrot app: warning: checkpoint {path}: no such directory (shown as missing)"

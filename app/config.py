@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from codeparrot.config import Config, option
 from codeparrot.options import CHECKPOINT, DEVICE, MAX_NEW_TOKENS, REVISION
+
+if TYPE_CHECKING:
+    from codeparrot.hub import ModelRef
 
 # Candidates shown side by side: each is a pre-built editor in the page.
 MAX_CANDIDATES = 8
@@ -64,8 +68,8 @@ class AppConfig(Config):
         return out + [p for c in self.checkpoints for p in revision_problems(c, self.revision)]
 
     @property
-    def served_checkpoints(self) -> tuple[Path, ...]:
-        """The checkpoints with ``--revision`` folded into each Hub id (``ORG/NAME@REV``)."""
-        from codeparrot.hub import with_revision
+    def served_checkpoints(self) -> tuple[ModelRef, ...]:
+        """The checkpoints as references, ``--revision`` applying to each Hub id."""
+        from codeparrot.hub import ModelRef
 
-        return tuple(with_revision(c, self.revision) for c in self.checkpoints)
+        return tuple(ModelRef.parse(c, self.revision) for c in self.checkpoints)

@@ -2,7 +2,8 @@
 
 Every request is hostile until checked: :func:`check_request` looks only at sizes and
 numbers (no tokenizer, no model), so a 5 MB prompt or a NaN temperature costs nothing
-but its parsing. :class:`GenerationSlots` is the generation queue: a fixed number of
+but its parsing. The page checks its own sizes; the values are the request contract's
+(:class:`~codeparrot.generation.request.CompletionRequest`). :class:`GenerationSlots` is the generation queue: a fixed number of
 generations run, a bounded number wait, first come first served, and a request that
 finds the line full is refused at once. Being our own (and not Gradio's queue) it holds
 only generations, so ``/stop`` and ``/model_card`` never wait behind it nor find it full.
@@ -11,13 +12,14 @@ Standard library only.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from codeparrot.errors import CodeparrotError
+from codeparrot.generation.request import CompletionRequest, RequestError
+from codeparrot.generation.request import RequestLimits as ContractLimits
 
 
 class RequestRefused(CodeparrotError):
@@ -34,6 +36,28 @@ class RequestLimits:
     candidates: int
     max_new_tokens: int
 
+    def contract(self) -> ContractLimits:
+        """These limits in the request contract's terms (the prompt's size is the page's)."""
+        return ContractLimits(
+            max_new_tokens=self.max_new_tokens,
+            n=self.candidates,
+            stop_sequences=self.stop_sequences,
+            stop_chars=self.stop_chars,
+        )
+
+
+# The request contract's fields as the page labels them, for its refusals.
+LABELS = {
+    "max_new_tokens": "Max new tokens",
+    "temperature": "Temperature",
+    "top_p": "Top-p",
+    "n": "Number of candidates",
+    "seed": "Seed",
+    "stop": "The stop list",
+    "prompt": "The prompt",
+    "suffix": "The code after the cursor",
+}
+
 
 def check_request(
     limits: RequestLimits,
@@ -46,10 +70,13 @@ def check_request(
     seed: Any,
     stop_text: Any,
     suffix: Any = "",
-) -> None:
-    """Raise :class:`RequestRefused` naming the first value that is over a limit or malformed.
+) -> CompletionRequest:
+    """The page's values as a checked :class:`CompletionRequest` (stop strings as typed,
+    one a line, before their escapes are decoded); :class:`RequestRefused` naming the
+    first value that is over a limit or malformed.
 
-    Sizes come first: a huge prompt or stop list is refused before anything reads it.
+    The page's own sizes come first: a huge prompt or stop text is refused before anything
+    reads it. The values are the request contract's to check.
     """
     if not isinstance(prompt, str):
         raise RequestRefused("The prompt must be text.")
@@ -63,47 +90,42 @@ def check_request(
         )
     if stop_text is not None and not isinstance(stop_text, str):
         raise RequestRefused("Stop sequences must be text, one a line.")
-    _check_stop_text(limits, stop_text or "")
-    for name, value in (("Temperature", temperature), ("Top-p", top_p)):
-        _check_finite(name, value)
-    _check_count("Number of candidates", n, 1, limits.candidates)
-    _check_count("Max new tokens", max_new_tokens, 1, limits.max_new_tokens)
-    if seed is not None:
-        _check_finite("Seed", seed)
-        if seed != int(seed):
-            raise RequestRefused(f"Seed must be a whole number, got {seed}.")
-
-
-def _check_stop_text(limits: RequestLimits, text: str) -> None:
+    text = stop_text or ""
     # the most characters the allowed stop lines can take, with their line breaks
     if len(text) > limits.stop_sequences * (limits.stop_chars + 2):
         raise RequestRefused(
             f"The stop sequences are {len(text):,} characters; this server accepts at most "
             f"{limits.stop_sequences} of at most {limits.stop_chars} characters each."
         )
-    lines = [line for line in text.splitlines() if line]
-    if len(lines) > limits.stop_sequences:
-        raise RequestRefused(
-            f"{len(lines)} stop sequences given; this server accepts at most "
-            f"{limits.stop_sequences}."
+    try:
+        return CompletionRequest(
+            prompt,
+            suffix or None,
+            max_new_tokens=_whole(max_new_tokens),
+            temperature=temperature,
+            top_p=top_p,
+            n=_whole(n),
+            seed=_seed(seed),
+            stop=tuple(line for line in text.splitlines() if line),
+            limits=limits.contract(),
         )
-    longest = max((len(line) for line in lines), default=0)
-    if longest > limits.stop_chars:
-        raise RequestRefused(
-            f"A stop sequence is {longest:,} characters; this server accepts at most "
-            f"{limits.stop_chars} each."
-        )
+    except RequestError as e:
+        raise RequestRefused(e.message(LABELS.get(e.field))) from None
 
 
-def _check_finite(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RequestRefused(f"{name} must be a finite number, got {value!r}.")
+def _whole(value: Any) -> Any:
+    """A slider's whole float (``8.0``) as the int it means; anything else as it is."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
-def _check_count(name: str, value: Any, low: int, high: int) -> None:
-    _check_finite(name, value)
-    if value != int(value) or not low <= value <= high:
-        raise RequestRefused(f"{name} must be a whole number in {low}..{high}, got {value}.")
+def _seed(value: Any) -> Any:
+    """The page's seed: blank or negative asks for a fresh one (None)."""
+    value = _whole(value)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+        return None
+    return value
 
 
 class GenerationSlots:

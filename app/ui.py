@@ -42,6 +42,7 @@ from codeparrot.generation import (
     decode_escapes,
 )
 from codeparrot.generation.repetition import cut_repetition
+from codeparrot.hub import ModelRef
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,13 @@ class EnginePool:
     """
 
     def __init__(
-        self, checkpoints: tuple[Path, ...], device: str | None = None, compile: bool = False
+        self,
+        checkpoints: tuple[ModelRef | Path, ...],
+        device: str | None = None,
+        compile: bool = False,
     ) -> None:
-        self.checkpoints = {str(p): Path(p) for p in checkpoints}
+        refs = [ModelRef.parse(c) for c in checkpoints]
+        self.checkpoints = {ref.name: ref for ref in refs}  # the picker's values: the names
         self.device = device
         self.compile = compile  # Engine.compile_steps after loading, in the background
         self._engines: dict[str, Engine] = {}
@@ -453,7 +458,7 @@ class Playground:
     ) -> GenerationConfig:
         """The request's sampling settings, checked against the limits; raises
         :class:`CodeparrotError` naming the bad value."""
-        check_request(
+        request = check_request(
             self.limits,
             prompt=prompt,
             n=n,
@@ -468,14 +473,7 @@ class Playground:
             raise RequestRefused(
                 "The prompt is empty: type the start of some code or pick an example."
             )
-        return GenerationConfig(
-            max_new_tokens=int(max_new_tokens),
-            temperature=float(temperature),
-            top_p=float(top_p),
-            n=int(n),
-            seed=None if seed is None or int(seed) < 0 else int(seed),
-            stop=stop_sequences(stop_mode, stop_text),
-        )
+        return request.generation(stop=stop_sequences(stop_mode, stop_text))
 
     def _wait_for_turn(
         self, ticket: object, view: _CandidatesView, cancel: threading.Event
@@ -544,13 +542,13 @@ def build_app(config: AppConfig) -> gr.Blocks:
     return build_layout(Playground(config))
 
 
-def _checkpoint_choices(checkpoints: tuple[Path, ...]) -> list[tuple[str, str]]:
-    labels = [checkpoint_label(p) for p in checkpoints]
+def _checkpoint_choices(checkpoints: tuple[ModelRef, ...]) -> list[tuple[str, str]]:
+    labels = [checkpoint_label(Path(ref.name)) for ref in checkpoints]
     out = []
-    for path, label in zip(checkpoints, labels, strict=True):
+    for ref, label in zip(checkpoints, labels, strict=True):
         if labels.count(label) > 1:
-            label = str(path)
-        out.append((label, str(path)))
+            label = ref.name
+        out.append((label, ref.name))
     return out
 
 
@@ -605,8 +603,8 @@ def launch(config: AppConfig, *, block: bool = True) -> tuple[gr.Blocks, str]:
     Raises :class:`CheckpointError` when none of the checkpoints is a directory (a page
     with nothing to run would only confuse); missing ones among others show a notice.
     """
-    if not any(read_model_card(p).exists for p in config.served_checkpoints):  # dirs, Hub ids
-        listed = ", ".join(str(p) for p in config.served_checkpoints)
+    if not any(read_model_card(r.name).exists for r in config.served_checkpoints):  # dirs, Hub ids
+        listed = ", ".join(r.name for r in config.served_checkpoints)
         raise CheckpointError(
             f"--checkpoint: none of these is a directory or a Hub model: {listed}"
         )

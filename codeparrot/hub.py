@@ -208,6 +208,7 @@ def push_run(
 __all__ = [
     "HubTarget",
     "ModelRef",
+    "ResolvedModel",
     "branch_name",
     "find_token",
     "in_hub_cache",
@@ -271,7 +272,59 @@ _REVISION = re.compile(r"^[\w./-]+$")
 
 @dataclass(frozen=True)
 class ModelRef:
-    """A model as a user named it: a local directory, or a Hub id at a revision."""
+    """A model as the user named it: a local directory, or a Hub id at a revision.
+
+    Built once where the user's words are read (:meth:`parse`: ``ORG/NAME@REV``, or
+    ``ORG/NAME`` with ``--revision``, or a directory) and passed down as it is; the loader
+    resolves it once per load (:meth:`resolve`). No network until then.
+    """
+
+    source: str  # a directory, or ORG/NAME (without @REV)
+    revision: str | None = None  # a Hub id's branch, tag or commit (None: main)
+
+    @classmethod
+    def parse(cls, spec: str | Path | ModelRef, revision: str | None = None) -> ModelRef:
+        """The reference a user wrote: ``ORG/NAME@REV`` split, ``revision`` checked against
+        it (:class:`CheckpointError` when they disagree). A directory that exists, and
+        anything that is no Hub id, is a path (a revision means nothing there)."""
+        if isinstance(spec, ModelRef):
+            if revision and spec.revision and revision != spec.revision:
+                raise CheckpointError(
+                    f"{spec.name!r}: names revision {spec.revision!r} but --revision is "
+                    f"{revision!r}"
+                )
+            if revision and spec.revision is None and spec.is_hub:
+                return cls(spec.source, revision)
+            return spec
+        text = str(spec)
+        if Path(text).is_dir() or not looks_like_hub_id(text):
+            if revision and not Path(text).is_dir():
+                split_revision(text, revision)  # a malformed id with a revision: say so
+            return cls(text)
+        return cls(*split_revision(text, revision))
+
+    @property
+    def is_hub(self) -> bool:
+        """Whether this names a Hub model (not a directory that exists, nor a bad path)."""
+        return not Path(self.source).is_dir() and looks_like_hub_id(self.source)
+
+    @property
+    def name(self) -> str:
+        """How the user spelled it: ``ORG/NAME@REV``, ``ORG/NAME`` or the directory."""
+        return self.source + (f"@{self.revision}" if self.revision and self.is_hub else "")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def resolve(self) -> ResolvedModel:
+        """The local directory: the Hub id's snapshot in the cache (fetched when not there
+        and the network allows), or the directory itself. See :func:`resolve_model`."""
+        return resolve_model(self)
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model's local directory, and the Hub id and revision it came from."""
 
     path: Path  # the local directory (the snapshot in the cache for a Hub id)
     hub_id: str | None = None
@@ -317,7 +370,7 @@ def hub_cache_dir() -> Path:
     return Path(os.path.expanduser(cache)) / "huggingface" / "hub"
 
 
-def resolve_model(spec: str | Path, revision: str | None = None) -> ModelRef:
+def resolve_model(spec: str | Path | ModelRef, revision: str | None = None) -> ResolvedModel:
     """The local directory of a model named by a user: a directory, or a Hub id.
 
     A directory that exists always wins over a Hub id of the same spelling. ``ORG/NAME``
@@ -326,13 +379,12 @@ def resolve_model(spec: str | Path, revision: str | None = None) -> ModelRef:
     tokenizer files and safetensors weights only. Anything else is returned as a path, for
     the loader's own checks to report ("no such directory").
     """
-    text = str(spec)
-    if Path(text).is_dir() or not looks_like_hub_id(text):
-        if revision and not Path(text).is_dir():
-            split_revision(text, revision)  # a malformed id with a revision: say so
-        return ModelRef(Path(text))
-    repo_id, rev = split_revision(text, revision)
-    return ModelRef(_snapshot(repo_id, rev), hub_id=repo_id, revision=rev)
+    ref = ModelRef.parse(spec, revision)
+    if not ref.is_hub:
+        return ResolvedModel(Path(ref.source))
+    return ResolvedModel(
+        _snapshot(ref.source, ref.revision), hub_id=ref.source, revision=ref.revision
+    )
 
 
 def _snapshot(repo_id: str, revision: str | None) -> Path:
@@ -453,27 +505,13 @@ def in_hub_cache(path: str | Path) -> bool:
     return target == cache or cache in target.parents
 
 
-def with_revision(spec: str | Path, revision: str | None) -> Path:
-    """``spec`` with ``--revision`` folded in, as every loader takes it.
-
-    A Hub id becomes ``ORG/NAME@REV``; a local directory (where a revision means nothing)
-    and anything that is no Hub id come back as they were, for the loader to report. No
-    network: a command checks this before any work. :class:`CheckpointError` when
-    ``ORG/NAME@REV`` names another revision than ``revision``.
-    """
-    text = str(spec)
-    if not revision or Path(text).is_dir() or not looks_like_hub_id(text):
-        return Path(text)
-    repo_id, rev = split_revision(text, revision)
-    return Path(f"{repo_id}@{rev}")
-
-
 def revision_problems(spec: str | Path | None, revision: str | None) -> list[str]:
-    """:func:`with_revision`'s complaint as a config problem (empty when there is none)."""
+    """:meth:`ModelRef.parse`'s complaint about ``--revision`` as a config problem (empty
+    when there is none). No network: a command checks this before any work."""
     if spec is None or not revision:
         return []
     try:
-        with_revision(spec, revision)
+        ModelRef.parse(spec, revision)
     except CheckpointError as e:
         return [f"--checkpoint and --revision disagree: {e}"]
     return []

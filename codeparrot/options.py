@@ -43,6 +43,12 @@ TOP_P = Declaration(
     0.95, "nucleus sampling: keep the smallest set of tokens with this mass", gt=0, le=1
 )
 TOP_K = Declaration(0, "keep only the k most likely tokens (0: no limit)", ge=0)
+MIN_P = Declaration(
+    0.0,
+    "drop tokens less likely than this share of the most likely one's probability (0: off)",
+    ge=0,
+    le=1,
+)
 CANDIDATES = Declaration(
     1, "number of candidates sampled for the prompt, in one batch", ge=1, le=1024
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from codeparrot.config import Config, option
 from codeparrot.eval.prompts import PROMPT_FORMATS
@@ -21,6 +22,9 @@ from codeparrot.options import (
     TEMPERATURE,
     TOP_P,
 )
+
+if TYPE_CHECKING:
+    from codeparrot.hub import ModelRef
 
 SANDBOX_MODES = ("root", "userns", "none")
 BACKENDS = ("local", "openai")
@@ -261,13 +265,13 @@ class GenerationOptions(TaskOptions):
         return out + revision_problems(self.checkpoint, self.revision)
 
     @property
-    def model_path(self) -> Path | None:
-        """The checkpoint to load: ``--revision`` folded into a Hub id (``ORG/NAME@REV``)."""
+    def model_path(self) -> ModelRef | None:
+        """The checkpoint to load, with ``--revision`` (``str()`` of it: ``ORG/NAME@REV``)."""
         if self.checkpoint is None:
             return None
-        from codeparrot.hub import with_revision
+        from codeparrot.hub import ModelRef
 
-        return with_revision(self.checkpoint, self.revision)
+        return ModelRef.parse(self.checkpoint, self.revision)
 
 
 @dataclass(frozen=True)

@@ -95,12 +95,10 @@ def _model_settings(config: GenerationOptions) -> dict[str, Any]:
     if config.backend == "openai":
         # not the URL: a resumed run may reach the same server at another address
         return {"backend": "openai", "model": config.model}
-    from codeparrot.hub import looks_like_hub_id
-
-    spec = str(config.model_path)
-    if not Path(spec).is_dir() and looks_like_hub_id(spec):
-        return {"checkpoint": spec}  # a Hub id (ORG/NAME[@REV]): the same wherever it runs
-    return {"checkpoint": str(Path(spec).resolve())}
+    ref = config.model_path
+    if ref.is_hub:
+        return {"checkpoint": ref.name}  # a Hub id (ORG/NAME[@REV]): the same wherever it runs
+    return {"checkpoint": str(Path(ref.source).resolve())}
 
 
 SHARD_GLOB = "samples.shard-*.jsonl"

@@ -302,10 +302,10 @@ def engine_completer(
     of the ``workspace`` files of the task's folder), and the settings it used."""
     from codeparrot.generation import Engine, GenerationConfig
     from codeparrot.generation.syntax import checked_generate, fits_in_window
-    from codeparrot.hub import with_revision
+    from codeparrot.hub import ModelRef
 
     engine = Engine.load(
-        with_revision(config.checkpoint, config.revision), quantize=config.quantize
+        ModelRef.parse(config.checkpoint, config.revision), quantize=config.quantize
     )
     # a suffix can be sent: asked for, given room, and the checkpoint has the sentinels
     fim = config.fim and config.fim_suffix_share > 0 and getattr(engine, "fim", None) is not None

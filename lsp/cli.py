@@ -44,7 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from codeparrot.generation.heap import pause_collections, settle_heap
+    from codeparrot.generation.waits import prefer_passive_waits
 
+    prefer_passive_waits()  # before torch loads (codeparrot.generation.waits)
     pause_collections()  # until the model is loaded (the server's load thread resumes them)
     try:
         from codeparrot.lsp.server import serve

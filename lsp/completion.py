@@ -72,7 +72,7 @@ def suggest(
     a suggestion that fails it is replaced by the most common of that many draws that pass,
     among those finished ``config.syntax_deadline_ms`` after the call started.
     """
-    from codeparrot.generation import GenerationConfig
+    from codeparrot.generation.request import CompletionRequest
 
     started = time.perf_counter()
     if cancel.is_set():
@@ -83,16 +83,17 @@ def suggest(
     if suffix is None and not prompt:
         # an empty document (or cursor at its start): start from end-of-text
         prompt = engine.tokenizer.eos_token or "\n"
-    gen = GenerationConfig(
+    request = CompletionRequest(
+        prompt,
+        suffix,
         n=1,
         max_new_tokens=max_new,
         temperature=config.temperature,
         top_p=config.top_p,
         seed=0,
         stop=MULTILINE_STOPS if multiline else ("\n",),
-        fim_order=config.fim_order,
-        fim_tokens=config.fim_tokens,
     )
+    gen = request.generation(fim_order=config.fim_order, fim_tokens=config.fim_tokens)
     raw, finish, prompt_tokens, new_tokens, cached, timing = _draw(
         engine, prompt, suffix, gen, cancel, base_indent
     )

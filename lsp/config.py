@@ -236,8 +236,20 @@ def settings_update(settings: Any) -> tuple[dict[str, Any], list[str]]:
     return changes, warnings
 
 
+# The editor's sampling settings as the request contract's fields
+# (codeparrot.generation.request), which checks their values.
+SAMPLING_SETTINGS = {
+    "max_new_tokens": "max_new_tokens",
+    "multiline_max_new_tokens": "max_new_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+}
+
+
 def apply_settings(config: LspConfig, settings: Any) -> tuple[LspConfig, list[str]]:
     """``config`` with an editor's settings applied; raises ConfigError on bad values."""
+    from codeparrot.generation.request import RequestError
+
     changes, warnings = settings_update(settings)
     if not changes:
         return config, warnings
@@ -245,14 +257,40 @@ def apply_settings(config: LspConfig, settings: Any) -> tuple[LspConfig, list[st
     problems = []
     for name, value in changes.items():
         try:
-            typed[name] = _coerce(name, value)
+            typed[name] = (
+                _sampling(name, value) if name in SAMPLING_SETTINGS else _coerce(name, value)
+            )
+        except RequestError as e:
+            problems.append(f"setting {name!r}: cannot use {value!r}: {e.problem}")
         except (TypeError, ValueError):
-            floats = ("temperature", "top_p", "fim_suffix_share", "workspace_share")
+            floats = ("fim_suffix_share", "workspace_share")
             what = " (a finite number is needed)" if name in floats else ""
             problems.append(f"setting {name!r}: cannot use {value!r}{what}")
     if problems:
         raise ConfigError("; ".join(problems))
     return config.replace(**typed), warnings
+
+
+def _sampling(name: str, value: Any) -> Any:
+    """An editor's sampling setting as a number the request contract accepts (editors may
+    send numbers as strings); :class:`RequestError` when it does not."""
+    from codeparrot.config import field_bounds
+    from codeparrot.generation.request import RequestError, RequestLimits, check_number
+
+    field = SAMPLING_SETTINGS[name]
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            try:
+                value = float(value)
+            except ValueError:
+                raise RequestError(field, "must be a number") from None
+    if field == "max_new_tokens" and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    most = field_bounds(LspConfig, name).maximum if field == "max_new_tokens" else None
+    check_number(field, value, RequestLimits(max_new_tokens=most))
+    return value
 
 
 def _coerce(name: str, value: Any) -> Any:
@@ -279,7 +317,7 @@ def _coerce(name: str, value: Any) -> Any:
             raise TypeError(name)
         parse_fim_tokens(value)  # ValueError: a malformed list
         return value
-    if name in ("temperature", "top_p", "fim_suffix_share", "workspace_share"):
+    if name in ("fim_suffix_share", "workspace_share"):
         if isinstance(value, bool):
             raise TypeError(name)
         number = float(value)

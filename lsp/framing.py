@@ -8,7 +8,8 @@ line is read up to :data:`MAX_HEADER_LINE` bytes, a ``Content-Length`` above
 :data:`MAX_MESSAGE_BYTES` or that is no number is answered with a JSON-RPC error (id
 ``null``, as the specification says for a request that cannot be read), and its message
 is skipped: the rest of its headers, then its body, discarded a block at a time, so the
-next message is read as usual and memory stays bounded.
+next message is read as usual and memory stays bounded. Both transports are guarded:
+stdio (:func:`start_io_guarded`) and ``--tcp`` (:func:`start_tcp_guarded`).
 """
 
 from __future__ import annotations
@@ -143,11 +144,67 @@ def start_io_guarded(server: Any, stdin: BinaryIO | None = None, stdout: Any = N
         server.shutdown()
 
 
+def stream_reader(stream: asyncio.StreamReader, answer: Callable[[bytes], Any]) -> GuardedReader:
+    """A :class:`GuardedReader` over an asyncio stream (a ``--tcp`` connection). A header
+    line longer than :data:`MAX_HEADER_LINE` comes back in pieces, as from stdio."""
+
+    async def read_line(limit: int) -> bytes:
+        try:
+            return await stream.readuntil(b"\n")
+        except asyncio.IncompleteReadError as end:
+            return end.partial
+        except asyncio.LimitOverrunError:
+            return await stream.read(limit)
+
+    async def read(n: int) -> bytes:
+        try:
+            return await stream.readexactly(n)
+        except asyncio.IncompleteReadError as end:
+            return end.partial
+
+    return GuardedReader(read_line, read, answer)
+
+
+def start_tcp_guarded(server: Any, host: str, port: int) -> None:
+    """``server.start_tcp(host, port)`` (pygls' loop, a client at a time as pygls serves
+    them) with the guarded reader: a connection's header cannot make the server allocate."""
+    from threading import Event
+
+    from pygls.io_ import run_async
+
+    server._stop_event = stop_event = Event()  # pygls' own attribute: shutdown() sets it
+
+    async def connection(stream: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        server.protocol.set_writer(writer)
+        await run_async(
+            stop_event=stop_event,
+            reader=stream_reader(stream, writer.write),
+            protocol=server.protocol,
+            logger=logger,
+            error_handler=server.report_server_error,
+        )
+        server.shutdown()
+
+    async def listen() -> None:
+        # the stream's buffer limit bounds a header line; a body is read by its length
+        server._server = await asyncio.start_server(connection, host, port, limit=MAX_HEADER_LINE)
+        logger.info("serving on %s:%s", host, port)
+        async with server._server:
+            await server._server.serve_forever()
+
+    try:
+        asyncio.run(listen())
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        pass
+
+
 __all__ = [
     "MAX_MESSAGE_BYTES",
     "GuardedReader",
     "content_length",
     "error_frame",
     "start_io_guarded",
+    "start_tcp_guarded",
     "stdio_reader",
+    "stream_reader",
 ]

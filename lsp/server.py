@@ -169,11 +169,11 @@ class CodeparrotServer(LanguageServer):
 
     def load_engine(self) -> None:
         """Start loading the configured checkpoint in the generation thread (once per path)."""
-        from codeparrot.hub import with_revision
+        from codeparrot.hub import ModelRef
 
         path = self.config.checkpoint
         if path is not None:
-            path = with_revision(path, self.config.revision)
+            path = ModelRef.parse(path, self.config.revision)
         if path is None or path == self._engine_path:
             return
         self._engine_path = path
@@ -619,9 +619,10 @@ def serve(config: LspConfig) -> None:
     server = build_server(config)
     server.load_engine()  # start loading at once; initializationOptions may replace it
     address = config.address
-    if address is None:
-        from codeparrot.lsp.framing import start_io_guarded
+    from codeparrot.lsp.framing import start_io_guarded, start_tcp_guarded
 
-        start_io_guarded(server)  # pygls' start_io, with a bounded Content-Length
+    # pygls' start_io / start_tcp, with a bounded Content-Length
+    if address is None:
+        start_io_guarded(server)
     else:
-        server.start_tcp(*address)
+        start_tcp_guarded(server, *address)

@@ -253,6 +253,7 @@ def _train_config(
         preset=plan.preset if plan else cfg.preset,
         n_positions=plan.n_positions if plan else cfg.n_positions,
         max_steps=plan.max_steps if plan else cfg.max_steps or RECIPE_STEPS,
+        recipe_steps=plan.recipe_steps if plan and plan.fills else None,
         batch_size=plan.batch_size if plan else cfg.batch_size,
         max_minutes=cfg.max_minutes if max_minutes is None else max_minutes,
         mixed_precision=cfg.mixed_precision,

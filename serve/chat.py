@@ -29,7 +29,7 @@ from codeparrot.serve.config import ServeConfig
 from codeparrot.serve.request import (
     OPENAI_DEFAULTS,
     SAMPLING_FIELDS,
-    CompletionRequest,
+    ServedRequest,
     bad,
     check_fields,
     json_type,
@@ -44,7 +44,7 @@ CHAT_FIELDS = SAMPLING_FIELDS | {"messages", "max_tokens", "max_completion_token
 CHAT_FIELDS |= {"cut_repetition"}
 
 
-def parse_chat_request(data: dict[str, Any], config: ServeConfig, engine: Any) -> CompletionRequest:
+def parse_chat_request(data: dict[str, Any], config: ServeConfig, engine: Any) -> ServedRequest:
     """A chat request checked and turned into a prompt of token ids (400s name the field)."""
     check_fields(data, CHAT_FIELDS)
     messages = check_messages(data.get("messages"), config.max_prompt_chars)
@@ -70,7 +70,7 @@ def parse_chat_request(data: dict[str, Any], config: ServeConfig, engine: Any) -
         data.get(name),
         OPENAI_DEFAULTS,
         cut=cut,
-        max_tokens_name=name,
+        names={"max_new_tokens": name, "prompt": "messages"},
     )
     if template == "plain":
         stops = (*request.generation.stop, PLAIN_STOP)
@@ -154,13 +154,13 @@ def render(messages: list[dict[str, str]], engine: Any, template: str) -> list[i
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def _replace_generation(request: CompletionRequest, **changes: Any) -> CompletionRequest:
+def _replace_generation(request: ServedRequest, **changes: Any) -> ServedRequest:
     import dataclasses
 
     return dataclasses.replace(request, generation=request.generation.replace(**changes))
 
 
-def _named(request: CompletionRequest) -> CompletionRequest:
+def _named(request: ServedRequest) -> ServedRequest:
     import dataclasses
 
     return dataclasses.replace(request, prompt_field="messages")

@@ -46,7 +46,9 @@ def main(args: argparse.Namespace) -> int:
     import logging
 
     from codeparrot.generation.heap import pause_collections, settle_heap
+    from codeparrot.generation.waits import prefer_passive_waits
 
+    prefer_passive_waits()  # before torch loads (codeparrot.generation.waits)
     pause_collections()  # while importing and loading (codeparrot.generation.heap)
     try:
         from codeparrot.serve.server import load_engine, make_server

@@ -4,7 +4,7 @@ llama.vscode, twinny).
 
 Requests take llama.cpp's field names and defaults (``n_predict`` -1: as many tokens as
 the context and ``--max-tokens-limit`` allow; temperature 0.8, top_k 40, top_p 0.95,
-min_p 0.05). ``/infill`` lays out ``input_extra`` chunks, ``input_prefix`` and
+min_p 0.05; ``n_cmpl`` completions of the prompt, at most ``--max-candidates``). ``/infill`` lays out ``input_extra`` chunks, ``input_prefix`` and
 ``prompt`` (the text before the cursor on its line) as the prefix and ``input_suffix``
 as the suffix of a fill-in-the-middle prompt. Answers have llama.cpp's shape
 (``content``, ``stop``, ``stop_type``, ``timings``, ...), filtered by
@@ -14,13 +14,13 @@ as the suffix of a fill-in-the-middle prompt. Answers have llama.cpp's shape
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Generator, Iterator
 from typing import Any
 
 from codeparrot.serve.request import (
     SAMPLING_FIELDS,
-    SEED_RANGE,
-    CompletionRequest,
+    ServedRequest,
     bad,
     check_fields,
     json_type,
@@ -29,9 +29,11 @@ from codeparrot.serve.request import (
 )
 from codeparrot.serve.service import CompletionService, Piece
 
+# the request contract's fields as llama.cpp names them
+LLAMA_NAMES = {"max_new_tokens": "n_predict"}
 LLAMA_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
 LLAMA_FIELDS = SAMPLING_FIELDS | {"prompt", "n_predict", "n_indent", "response_fields"}
-LLAMA_FIELDS |= {"cut_repetition"}
+LLAMA_FIELDS |= {"cut_repetition", "n_cmpl"}
 INFILL_FIELDS = LLAMA_FIELDS | {"input_prefix", "input_suffix", "input_extra"}
 MAX_EXTRA_CHUNKS = 256
 
@@ -39,7 +41,7 @@ MAX_EXTRA_CHUNKS = 256
 STOP_TYPES = {"stop": "eos", "length": "limit", "indent": "limit", "repetition": "repetition"}
 
 
-def parse_completion(service: CompletionService, data: dict[str, Any]) -> CompletionRequest:
+def parse_completion(service: CompletionService, data: dict[str, Any]) -> ServedRequest:
     """``POST /completion``: a prompt (text or token ids) completed."""
     check_fields(data, LLAMA_FIELDS)
     prompt = data.get("prompt")
@@ -54,7 +56,7 @@ def parse_completion(service: CompletionService, data: dict[str, Any]) -> Comple
     return service.fit(request)
 
 
-def parse_infill(service: CompletionService, data: dict[str, Any]) -> CompletionRequest:
+def parse_infill(service: CompletionService, data: dict[str, Any]) -> ServedRequest:
     """``POST /infill``: the middle between ``input_prefix`` + ``prompt`` and ``input_suffix``."""
     check_fields(data, INFILL_FIELDS)
     limit = service.config.max_prompt_chars
@@ -80,7 +82,7 @@ def parse_infill(service: CompletionService, data: dict[str, Any]) -> Completion
 
 def _request(
     service: CompletionService, data: dict[str, Any], prompt: Any, suffix: str | None
-) -> CompletionRequest:
+) -> ServedRequest:
     n_predict = data.get("n_predict", -1)
     if not isinstance(n_predict, int) or isinstance(n_predict, bool) or n_predict < -1:
         raise bad(
@@ -102,11 +104,9 @@ def _request(
         and (isinstance(samplers, str) or all(isinstance(s, str) for s in samplers))
     ):
         raise bad("samplers must be an array of strings.", "samplers")
-    seed = data.get("seed")
-    if seed == -1:  # llama.cpp's "a fresh seed"
+    if data.get("seed") == -1:  # llama.cpp's "a fresh seed"
         data = {k: v for k, v in data.items() if k != "seed"}
-    elif isinstance(seed, int) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
-        raise bad(f"seed is {seed}; it must be -1 or an integer from 0 to 2**64 - 1.", "seed")
+    data, names = _completions_asked(data)
     cut = data.get("cut_repetition")
     if cut is not None and not isinstance(cut, bool):
         raise bad(f"cut_repetition must be true or false, got {json_type(cut)}.", "cut_repetition")
@@ -122,7 +122,7 @@ def _request(
         asked,
         LLAMA_DEFAULTS,
         cut=cut,
-        max_tokens_name="n_predict",
+        names=names,
     )
     return dataclasses.replace(
         request,
@@ -131,6 +131,20 @@ def _request(
         response_fields=tuple(fields or ()),
         open_ended=open_ended,
     )
+
+
+def _completions_asked(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``n_cmpl`` (llama.cpp's completions of one prompt; llama.vscode sends its
+    ``max_parallel_completions``) as the contract's ``n``, and the names its 400s use."""
+    if data.get("n_cmpl") is None:
+        return data, LLAMA_NAMES
+    if data.get("n") is not None and data["n"] != data["n_cmpl"]:
+        raise bad(
+            f"n_cmpl is {json.dumps(data['n_cmpl'])[:40]} and n is {json.dumps(data['n'])[:40]}: "
+            "give one of them (both ask for the number of completions).",
+            "n_cmpl",
+        )
+    return data | {"n": data["n_cmpl"]}, LLAMA_NAMES | {"n": "n_cmpl"}
 
 
 def _string(data: dict[str, Any], name: str, limit: int, *, required: bool = False) -> str:
@@ -177,15 +191,19 @@ def _extra(value: Any, limit: int) -> str:
 
 
 def response(
-    service: CompletionService, request: CompletionRequest, pieces: list[Piece]
-) -> dict[str, Any]:
-    """llama.cpp's whole answer (one choice), filtered by ``response_fields``."""
-    piece = pieces[0] if pieces else Piece(0, "", None, "length")
-    return _filtered(_final(service, request, piece, piece.text), request)
+    service: CompletionService, request: ServedRequest, pieces: list[Piece]
+) -> dict[str, Any] | list[dict[str, Any]]:
+    """llama.cpp's whole answer, filtered by ``response_fields``: one object, or for
+    several completions (``n_cmpl``) an array of them in ``index`` order, as llama.cpp
+    answers a request with several results."""
+    if not pieces:  # n_predict 0: a warm-up, nothing generated
+        pieces = [Piece(0, "", None, "length")]
+    answers = [_filtered(_final(service, request, p, p.text), request) for p in pieces]
+    return answers if request.generation.n > 1 else answers[0]
 
 
 def chunks(
-    service: CompletionService, request: CompletionRequest, pieces: Iterator[Piece | None]
+    service: CompletionService, request: ServedRequest, pieces: Iterator[Piece | None]
 ) -> Generator[dict[str, Any] | None, None, None]:
     """A stream: ``{"content", "stop": false}`` per piece, then the final answer's fields."""
     for piece in pieces:
@@ -198,7 +216,7 @@ def chunks(
 
 
 def _final(
-    service: CompletionService, request: CompletionRequest, piece: Piece, content: str
+    service: CompletionService, request: ServedRequest, piece: Piece, content: str
 ) -> dict[str, Any]:
     done = piece.completion
     prompt_n = done.prompt_tokens - done.prompt_cached_tokens if done else 0
@@ -234,7 +252,7 @@ def _final(
     }
 
 
-def _filtered(answer: dict[str, Any], request: CompletionRequest) -> dict[str, Any]:
+def _filtered(answer: dict[str, Any], request: ServedRequest) -> dict[str, Any]:
     """Only the ``response_fields`` asked for, each under its own path (``timings/prompt_n``),
     as llama.cpp answers them; a path that names nothing is left out."""
     fields = request.response_fields

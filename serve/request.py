@@ -21,8 +21,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from codeparrot.errors import CodeparrotError, ConfigError
+from codeparrot.errors import CodeparrotError
 from codeparrot.generation.config import GenerationConfig
+from codeparrot.generation.request import (
+    CompletionRequest,
+    RequestError,
+    RequestLimits,
+    check_stop,
+)
 from codeparrot.serve.config import ServeConfig
 
 # OpenAI's defaults for the completions API (not the harness's): a client that sends
@@ -31,21 +37,7 @@ DEFAULT_MAX_TOKENS = 16
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_TOP_P = 1.0
 
-# what torch's generators accept as a seed
-SEED_RANGE = (-(2**63), 2**64 - 1)
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-# GenerationConfig's flags, as the request names them (its errors name the flags).
-_PARAMS = {
-    "--max-new-tokens": "max_tokens",
-    "--temperature": "temperature",
-    "--top-p": "top_p",
-    "--top-k": "top_k",
-    "--min-p": "min_p",
-    "--n": "n",
-    "--seed": "seed",
-    "--stop": "stop",
-}
 
 # Fields that would change what is generated and that this server cannot honour: refused
 # (400 naming the field) unless given the value that asks for nothing.
@@ -218,8 +210,8 @@ def check_json_content_type(value: str | None) -> None:
 
 
 @dataclass(frozen=True)
-class CompletionRequest:
-    """What a checked request asks for.
+class ServedRequest:
+    """What a checked request asks for, with what the server needs to answer it.
 
     ``prompt`` is text, or token ids taken as they are. ``max_tokens`` is what the
     client asked for; ``generation.max_new_tokens`` what the server will generate once
@@ -258,7 +250,7 @@ def parse_body(body: bytes) -> dict[str, Any]:
 
 def parse_completion_request(
     data: dict[str, Any], config: ServeConfig, context_length: int
-) -> CompletionRequest:
+) -> ServedRequest:
     """Check an OpenAI completions request against the server's limits and the declared
     bounds; ``max_tokens`` is fitted to the context later, once the prompt's tokens are
     counted (:meth:`~codeparrot.serve.server.CompletionService.fit`).
@@ -292,6 +284,11 @@ OPENAI_DEFAULTS = {"temperature": DEFAULT_TEMPERATURE, "top_p": DEFAULT_TOP_P, "
 OPENAI_DEFAULTS |= {"min_p": 0.0}
 
 
+# The request contract's fields (codeparrot.generation.request) as OpenAI's API names them;
+# the other endpoints give their own map (llama.cpp's n_predict, chat's messages).
+OPENAI_NAMES = {"max_new_tokens": "max_tokens"}
+
+
 def sampling_request(
     data: dict[str, Any],
     config: ServeConfig,
@@ -302,49 +299,66 @@ def sampling_request(
     defaults: dict[str, Any],
     *,
     cut: bool | None = None,
-    max_tokens_name: str = "max_tokens",
-) -> CompletionRequest:
-    """The sampling fields every endpoint shares, checked; ``max_tokens`` is the request's
-    own (None: :data:`DEFAULT_MAX_TOKENS`), named ``max_tokens_name`` in errors."""
+    names: dict[str, str] = OPENAI_NAMES,
+) -> ServedRequest:
+    """The sampling fields every endpoint shares, checked by the request contract;
+    ``max_tokens`` is the request's own (None: :data:`DEFAULT_MAX_TOKENS`); ``names`` maps
+    the contract's field names to the endpoint's, for its 400s."""
     stop = _stop(data.get("stop"), config)
     stream = _flag(data, "stream")
     options = data.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise bad("stream_options must be an object.", "stream_options")
     include_usage = _flag(options or {}, "include_usage", "stream_options.include_usage")
-    n = data.get("n", 1)
-    if _is_number(n) and n > config.max_candidates:
-        raise bad(f"n is {n}; this server accepts at most {config.max_candidates}.", "n")
     asked = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-    if not isinstance(asked, int) or isinstance(asked, bool) or asked < 1:
-        raise bad(
-            f"{max_tokens_name} must be a whole number of at least 1, got "
-            f"{json.dumps(asked)[:40]}.",
-            max_tokens_name,
-        )
-    if config.over_context == "refuse" and asked > config.max_tokens_limit:
-        raise bad(
-            f"{max_tokens_name} is {asked}; this server accepts at most {config.max_tokens_limit}.",
-            max_tokens_name,
-        )
-    seed = data.get("seed")
-    if isinstance(seed, int) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
-        raise bad(f"seed is {seed}; it must be an integer from -2**63 to 2**64 - 1.", "seed")
-    generation = _generation_config(
-        max_new_tokens=max(1, min(asked, config.max_tokens_limit, context_length - 1)),
+    limit = config.max_tokens_limit
+    clamped = asked
+    if config.over_context == "clamp" and _is_whole(asked) and asked > limit:
+        clamped = limit  # lowered, not refused: the answer ends with finish_reason "length"
+    completion = _contract(
+        names,
+        prompt=prompt,
+        suffix=suffix,
+        max_new_tokens=clamped,
         temperature=_or(data.get("temperature"), defaults["temperature"]),
         top_p=_or(data.get("top_p"), defaults["top_p"]),
         top_k=_or(data.get("top_k"), defaults["top_k"]),
         min_p=_or(data.get("min_p"), defaults["min_p"]),
-        n=n,
-        seed=seed,
+        n=data.get("n", 1),
+        seed=data.get("seed"),
         stop=stop,
+        limits=request_limits(config),
     )
-    limit = _time_limit(data.get("t_max_predict_ms"))
-    return CompletionRequest(
-        prompt, suffix, generation, stream, include_usage, asked, cut, limit,
-        budget_field=max_tokens_name,
+    generation = completion.generation(max_new_tokens=max(1, min(clamped, context_length - 1)))
+    time_limit = _time_limit(data.get("t_max_predict_ms"))
+    return ServedRequest(
+        prompt, suffix, generation, stream, include_usage, asked, cut, time_limit,
+        budget_field=names.get("max_new_tokens", "max_new_tokens"),
     )  # fmt: skip
+
+
+def request_limits(config: ServeConfig) -> RequestLimits:
+    """The largest request ``serve`` accepts, in the contract's terms."""
+    return RequestLimits(
+        max_new_tokens=config.max_tokens_limit,
+        n=config.max_candidates,
+        stop_sequences=config.max_stop_sequences,
+        stop_chars=config.max_stop_chars,
+    )
+
+
+def _contract(names: dict[str, str], **values: Any) -> CompletionRequest:
+    """The request contract built from ``values``; its refusal is a 400 naming the field
+    as the endpoint does (``names``)."""
+    try:
+        return CompletionRequest(**values)
+    except RequestError as e:
+        name = names.get(e.field, e.field)
+        raise bad(e.message(name), name) from None
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _time_limit(value: Any) -> float | None:
@@ -430,26 +444,18 @@ def _unicode(name: str, value: str) -> None:
 
 
 def _stop(value: Any, config: ServeConfig) -> tuple[str, ...]:
+    """OpenAI's ``stop``: a string or a list of them; their count and sizes are the
+    contract's to check (:func:`~codeparrot.generation.request.check_stop`)."""
     if value is None:
         return ()
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list):
         raise bad(f"stop must be a string or a list of strings, got {json_type(value)}.", "stop")
-    if len(stops) > config.max_stop_sequences:
-        raise bad(
-            f"stop has {len(stops)} strings; this server accepts at most "
-            f"{config.max_stop_sequences}.",
-            "stop",
-        )
+    try:  # before the strings are read: a long list is refused by its length
+        check_stop(stops, request_limits(config))
+    except RequestError as e:
+        raise bad(e.message(), "stop") from None
     for s in stops:
-        if not isinstance(s, str):
-            raise bad(f"stop must hold strings, got {json_type(s)}.", "stop")
-        if len(s) > config.max_stop_chars:
-            raise bad(
-                f"a stop string is {len(s):,} characters; this server accepts at most "
-                f"{config.max_stop_chars}.",
-                "stop",
-            )
         _unicode("stop", s)
     return tuple(stops)
 
@@ -461,19 +467,6 @@ def _flag(data: dict[str, Any], name: str, param: str | None = None) -> bool:
     if not isinstance(value, bool):
         raise bad(f"{param or name} must be true or false, got {json_type(value)}.", param or name)
     return value
-
-
-def _generation_config(**values: Any) -> GenerationConfig:
-    try:
-        return GenerationConfig(**values)
-    except ConfigError as e:
-        lines = [line.strip().removeprefix("- ") for line in str(e).splitlines()[1:]]
-        first = lines[0] if lines else str(e)
-        flag = first.split(" ", 1)[0].rstrip(":")
-        param = _PARAMS.get(flag)
-        if param is not None:
-            first = param + first[len(flag) :]
-        raise bad(first + ".", param) from None
 
 
 def _or(value: Any, default: Any) -> Any:

@@ -44,7 +44,7 @@ from codeparrot.serve.chat import parse_chat_request
 from codeparrot.serve.config import ServeConfig
 from codeparrot.serve.request import (
     ApiError,
-    CompletionRequest,
+    ServedRequest,
     bad,
     check_json_content_type,
     check_sender,
@@ -69,21 +69,21 @@ INFILL_PATH = "/infill"  # llama.cpp's
 class Route:
     """One POST endpoint: its request parser and its answer shapes, whole and streamed."""
 
-    parse: Callable[[CompletionService, dict[str, Any]], CompletionRequest]
-    whole: Callable[[CompletionService, CompletionRequest, list[Piece]], dict[str, Any]]
+    parse: Callable[[CompletionService, dict[str, Any]], ServedRequest]
+    whole: Callable[[CompletionService, ServedRequest, list[Piece]], Any]  # a JSON value
     chunks: Callable[
-        [CompletionService, CompletionRequest, Iterator[Piece | None]],
+        [CompletionService, ServedRequest, Iterator[Piece | None]],
         Generator[dict[str, Any] | None, None, None],
     ]
     done_marker: bool = True  # OpenAI ends a stream with data: [DONE]; llama.cpp does not
 
 
-def _completions(service: CompletionService, data: dict[str, Any]) -> CompletionRequest:
+def _completions(service: CompletionService, data: dict[str, Any]) -> ServedRequest:
     request = parse_completion_request(data, service.config, service.engine.context_length)
     return service.fit(service.with_server_fim(request))
 
 
-def _chat(service: CompletionService, data: dict[str, Any]) -> CompletionRequest:
+def _chat(service: CompletionService, data: dict[str, Any]) -> ServedRequest:
     return service.fit(parse_chat_request(data, service.config, service.engine))
 
 
@@ -364,7 +364,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Access-Control-Allow-Origin", self.cors_origin)
             self.send_header("Vary", "Origin")
 
-    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+    def _send_json(self, status: int, payload: Any) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -451,10 +451,10 @@ def make_server(config: ServeConfig, engine: Any) -> CompletionServer:
 
 def load_engine(config: ServeConfig) -> Any:
     from codeparrot.generation import Engine
-    from codeparrot.hub import with_revision
+    from codeparrot.hub import ModelRef
 
     return Engine.load(
-        with_revision(config.checkpoint, config.revision),
+        ModelRef.parse(config.checkpoint, config.revision),
         device=config.device,
         dtype=config.dtype,
         quantize=config.quantize,

@@ -20,7 +20,7 @@ from typing import Any
 from codeparrot.errors import ConfigError
 from codeparrot.generation.repetition import LineEndRepetitionStream
 from codeparrot.serve.config import ServeConfig
-from codeparrot.serve.request import ApiError, CompletionRequest, bad
+from codeparrot.serve.request import ApiError, ServedRequest, bad
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class CompletionService:
         }
         return {"object": "list", "data": [model]}
 
-    def with_server_fim(self, request: CompletionRequest) -> CompletionRequest:
+    def with_server_fim(self, request: ServedRequest) -> ServedRequest:
         """The request with the server's FIM settings; a suffix the model cannot use is a
         400 naming ``param``."""
         fim = {"fim_order": self.config.fim_order, "fim_tokens": self.config.fim_tokens}
@@ -111,7 +111,7 @@ class CompletionService:
     def can_infill(self) -> bool:
         return self.engine.infill_template(self.config.fim_tokens) is not None
 
-    def fit(self, request: CompletionRequest) -> CompletionRequest:
+    def fit(self, request: ServedRequest) -> ServedRequest:
         """``max_tokens`` fitted to what the context leaves after the prompt.
 
         ``--over-context clamp``: lowered to the room left (at least a quarter of the
@@ -139,7 +139,7 @@ class CompletionService:
         generation = request.generation.replace(max_new_tokens=new)
         return dataclasses.replace(request, generation=generation)
 
-    def prompt_tokens(self, request: CompletionRequest) -> int:
+    def prompt_tokens(self, request: ServedRequest) -> int:
         """Tokens the prompt takes in the context (with BOS and FIM sentinels)."""
         if isinstance(request.prompt, tuple):
             return len(request.prompt)
@@ -149,7 +149,7 @@ class CompletionService:
             used += count(request.suffix) + 3
         return used
 
-    def events(self, request: CompletionRequest, cancel: threading.Event) -> Iterator[Any]:
+    def events(self, request: ServedRequest, cancel: threading.Event) -> Iterator[Any]:
         """The engine's stream for ``request``; checks that need the tokenizer raise here."""
         try:
             if isinstance(request.prompt, tuple):
@@ -162,13 +162,13 @@ class CompletionService:
         except ConfigError as e:
             raise bad(str(e)) from None
 
-    def cuts(self, request: CompletionRequest) -> bool:
+    def cuts(self, request: ServedRequest) -> bool:
         return (
             self.config.cut_repetition if request.cut_repetition is None else request.cut_repetition
         )
 
     def pieces(
-        self, request: CompletionRequest, events: Iterator[Any], cancel: threading.Event
+        self, request: ServedRequest, events: Iterator[Any], cancel: threading.Event
     ) -> Generator[Piece | None, None, None]:
         """The answer's pieces: what the model wrote, through the opt-in repetition cut
         (a hold-back, so that joined pieces equal the whole cut text) and the time limit.
@@ -214,7 +214,7 @@ class CompletionService:
         log_generation(finished)
 
     def whole(
-        self, request: CompletionRequest, events: Iterator[Any], cancel: threading.Event
+        self, request: ServedRequest, events: Iterator[Any], cancel: threading.Event
     ) -> list[Piece]:
         """One piece per choice, in index order: its whole text and its last piece's end."""
         texts: dict[int, list[str]] = {}

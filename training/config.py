@@ -147,6 +147,12 @@ class TrainConfig(Config):
     adam_beta2: float = option(0.95, "AdamW beta2", ge=0, lt=1)
     max_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)", ge=0)
     max_steps: int = MAX_STEPS.field()
+    recipe_steps: int | None = option(
+        None,
+        "the recipe's own step count where --max-steps is only a ceiling that --max-minutes "
+        "fills up to: the plan's line reports the steps against it (default: --max-steps)",
+        ge=1,
+    )
     max_minutes: float | None = MAX_MINUTES.field()
     plan: bool = option(
         True,

@@ -50,6 +50,8 @@ class StepPlan:
     step_seconds: float | None = None
     budget_minutes: float | None = None
     decided_at: int | None = None  # the step at which it was decided
+    # the recipe's own steps where ``max_steps`` is only a ceiling the budget fills up to
+    recipe_steps: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +73,18 @@ class StepPlan:
         """The line a user reads about it."""
         minutes = f"{self.budget_minutes:g} minutes"
         pace = f"{self.step_seconds:.2f} s a step" if self.step_seconds else "unmeasured"
+        recipe = self.recipe_steps
+        if recipe is not None and recipe < self.max_steps:  # max_steps is a ceiling
+            if self.steps >= recipe:
+                return (
+                    f"plan: the budget of {minutes} holds ~{self.steps:,} steps ({pace}), "
+                    f"{self.steps / recipe:.1f}x the recipe's {recipe:,} (ceiling "
+                    f"{self.max_steps:,}); the schedule is laid over {self.steps:,}"
+                )
+            return (
+                f"plan: this machine reaches ~{self.steps:,} of the recipe's {recipe:,} "
+                f"steps in {minutes} ({pace}); the schedule is laid over {self.steps:,}"
+            )
         if not self.shortened:
             return (
                 f"plan: the budget of {minutes} holds all {self.max_steps:,} steps "

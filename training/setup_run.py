@@ -196,7 +196,9 @@ def setup(
     _ready_for_training(model, config, seq_length, accelerator.device)
     on_gpu = accelerator.device.type == "cuda"  # Liger's kernels where installed (say why not)
     apply_fused_kernels(model, accelerator.device, say if on_gpu else None)
-    plan = StepPlan(steps=config.max_steps, max_steps=config.max_steps)
+    plan = StepPlan(
+        steps=config.max_steps, max_steps=config.max_steps, recipe_steps=config.recipe_steps
+    )
     optimizer, scheduler = _optimizer_and_schedule(model, config, plan, choice)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     loss_fn = lm_loss if fim is None else functools.partial(lm_loss, ignore_id=fim.tokens.pad)

@@ -107,7 +107,7 @@ def _load_for_complete(
 ) -> tuple[Engine, CompleteConfig, GenerationConfig, str, str | None]:
     """(engine, configs, prompt, suffix) of a ``complete`` command line."""
     from codeparrot.generation.engine import Engine
-    from codeparrot.hub import with_revision
+    from codeparrot.hub import ModelRef
 
     config, gen = _configs(args)
     prompt = sys.stdin.read() if config.prompt == "-" else config.prompt
@@ -115,7 +115,7 @@ def _load_for_complete(
     if config.suffix_file is not None:
         suffix = read_text_file(config.suffix_file, "--suffix-file")
     engine = Engine.load(
-        with_revision(config.checkpoint, config.revision),
+        ModelRef.parse(config.checkpoint, config.revision),
         device=config.device,
         dtype=config.dtype,
         quantize=config.quantize,

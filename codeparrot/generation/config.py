@@ -20,6 +20,7 @@ from codeparrot.options import (
     FIM_TOKENS,
     LOAD_QUANTIZE,
     MAX_NEW_TOKENS,
+    MIN_P,
     QUANTIZE,
     QUANTIZE_WEIGHTS,
     REVISION,
@@ -39,12 +40,7 @@ class GenerationConfig(Config):
     temperature: float = TEMPERATURE.field()
     top_p: float = TOP_P.field()
     top_k: int = TOP_K.field()
-    min_p: float = option(
-        0.0,
-        "drop tokens less likely than this share of the most likely one's probability (0: off)",
-        ge=0,
-        le=1,
-    )
+    min_p: float = MIN_P.field()
     n: int = CANDIDATES.field()
     seed: int | None = option(None, "random seed (None: a fresh seed, recorded in the result)")
     stop: tuple[str, ...] = option(

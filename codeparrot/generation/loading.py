@@ -25,6 +25,7 @@ from typing import Any
 
 from codeparrot.errors import ConfigError
 from codeparrot.generation.config import DTYPES, LOAD_QUANTIZE
+from codeparrot.hub import ModelRef
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ PROFILE_QUANTIZE = {"batch": "none", "editor": "auto", "server": "auto"}
 
 def load(
     cls: Any,
-    path: str | Path,
+    path: str | Path | ModelRef,
     *,
     device: str | None = None,
     dtype: str = "auto",
@@ -48,6 +49,9 @@ def load(
 ) -> Any:
     """:meth:`Engine.load <codeparrot.generation.engine.Engine.load>`: ``cls`` (the Engine
     class) of the checkpoint at ``path``, prepared for ``profile``.
+
+    ``path``: a :class:`~codeparrot.hub.ModelRef` (or a directory, or ``ORG/NAME[@REV]``,
+    parsed into one), resolved here once: everything below reads the local directory.
 
     ``quantize="int8"``: one-token steps read int8 copies of the weights (CPU, models
     of the lean decoder); ``"auto"`` does so where that applies; None: the profile's
@@ -78,8 +82,12 @@ def load(
 
         torch.set_num_threads(threads or cpu_cores())
 
+    ref = ModelRef.parse(path)
+    local = ref.resolve().path  # the one resolution of this load (a Hub id: its snapshot)
+
     def load_as(quantize: str) -> Any:
-        model, tokenizer, options = engine_options(Path(path), device, dtype, quantize, lean_load)
+        model, tokenizer, options = engine_options(local, device, dtype, quantize, lean_load)
+        options["path"] = Path(ref.name)  # the model as the user named it, for messages
         return cls(model, tokenizer, **options)
 
     engine = load_with_fallback(load_as, quantize, profile)

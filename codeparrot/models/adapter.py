@@ -31,7 +31,7 @@ def is_adapter(path: Path) -> bool:
 
 def read_adapter_config(path: Path) -> dict[str, Any]:
     """``adapter_config.json`` after the checks a checkpoint's config gets."""
-    from codeparrot.models.checkpoint import refuse_custom_code
+    from codeparrot.models.bounds import refuse_custom_code
 
     file = path / ADAPTER_CONFIG
     try:

@@ -14,7 +14,9 @@ are refused in milliseconds with a message naming the file and the value:
 - :func:`check_torch_archive`: a ``torch.save`` zip whose records are stored, not
   compressed, and together no larger than the file;
 - :func:`check_weight_dtypes`: every weight in the safetensors headers is a float (an int8
-  or bool weight loaded, then failed at generation with a raw error).
+  or bool weight loaded, then failed at generation with a raw error);
+  :func:`check_torch_dtypes` asks the same of a ``torch.save`` archive, from its
+  pickle's opcodes (nothing is unpickled).
 
 Standard library only (``transformers`` is imported inside :func:`family_defaults`).
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickletools
 import zipfile
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
@@ -142,6 +145,16 @@ def machine_memory() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, OSError, ValueError):
         return None
+
+
+def refuse_custom_code(file: Path, config: dict[str, Any]) -> None:
+    """Refuse a config file that asks transformers to import Python from the checkpoint."""
+    if "auto_map" in config:
+        raise CheckpointError(
+            f"{file}: asks to run the checkpoint's own Python code (auto_map "
+            f"{json.dumps(config['auto_map'])[:200]}); codeparrot never runs code from a "
+            "checkpoint. Use a checkpoint whose architecture transformers ships."
+        )
 
 
 def check_config_sizes(
@@ -316,6 +329,69 @@ def check_weight_dtypes(directory: Path) -> None:
             )
 
 
+# torch.save's storage classes (in its pickle's persistent ids) of the float dtypes
+FLOAT_STORAGES = frozenset({"FloatStorage", "HalfStorage", "BFloat16Storage", "DoubleStorage"})
+_STRINGS = frozenset({"BINUNICODE", "SHORT_BINUNICODE", "UNICODE", "BINUNICODE8"})
+_GETS = frozenset({"BINGET", "LONG_BINGET", "GET"})
+_PUTS = frozenset({"BINPUT", "LONG_BINPUT", "PUT"})
+
+
+def torch_archive_storages(file: Path) -> dict[str, str]:
+    """Tensor name -> storage class (``FloatStorage``, ``CharStorage``, ...) of a
+    ``torch.save`` archive, read from its pickle's opcodes: nothing is unpickled and no
+    torch is imported. A state dict's pickle names each tensor's key, then its rebuild
+    function, then its storage's class; memoised references are followed."""
+    try:
+        with zipfile.ZipFile(file) as archive:
+            pickles = [n for n in archive.namelist() if n.rsplit("/", 1)[-1] == "data.pkl"]
+            data = archive.read(pickles[0]) if len(pickles) == 1 else b""
+        if not data:
+            raise ValueError(f"{len(pickles)} data.pkl records, not 1")
+        memo: dict[Any, tuple[str, str]] = {}
+        out: dict[str, str] = {}
+        last_string = tensor = None
+        value: tuple[str, str] | None = None
+        for op, arg, _pos in pickletools.genops(data):
+            if op.name in _PUTS or op.name == "MEMOIZE":
+                if value is not None:
+                    memo[len(memo) if op.name == "MEMOIZE" else arg] = value
+                continue
+            value = None
+            if op.name in _STRINGS:
+                value = ("str", str(arg))
+            elif op.name == "GLOBAL":
+                value = ("global", str(arg))
+            elif op.name in _GETS:
+                value = memo.get(arg)
+            if value is None:
+                continue
+            if value[0] == "str":
+                last_string = value[1]
+                continue
+            module, _, name = value[1].partition(" ")
+            if name.startswith("_rebuild_"):
+                tensor = last_string
+            elif module == "torch" and name.endswith("Storage") and tensor is not None:
+                out.setdefault(tensor, name)
+                tensor = None
+        return out
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, KeyError) as e:
+        raise CheckpointError(f"{file}: its pickle of tensors cannot be read ({e})") from e
+
+
+def check_torch_dtypes(file: Path) -> None:
+    """Every weight of a ``torch.save`` archive (checked by :func:`check_torch_archive`
+    first) is stored as a float, as :func:`check_weight_dtypes` asks of safetensors."""
+    for name, storage in torch_archive_storages(file).items():
+        if storage in FLOAT_STORAGES or name.endswith(_INTEGER_BUFFERS):
+            continue
+        raise CheckpointError(
+            f"{file}: tensor {name[:200]!r} is stored as {storage[:40]}; a weight must be a "
+            f"float ({', '.join(sorted(FLOAT_STORAGES))}). Quantised checkpoints are not "
+            "loaded: use the float weights (`--quantize int8` quantises them at load)"
+        )
+
+
 def check_checkpoint_bounds(
     directory: Path,
     config_file: Path,
@@ -330,3 +406,4 @@ def check_checkpoint_bounds(
     check_weight_dtypes(directory)
     for weights in torch_weight_files(directory):
         check_torch_archive(weights, f"checkpoint {directory}")
+        check_torch_dtypes(weights)

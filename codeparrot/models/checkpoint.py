@@ -27,13 +27,16 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codeparrot.errors import CheckpointError
 from codeparrot.families import always_shipped
 from codeparrot.io import atomic_directory, read_json, write_json
 from codeparrot.models.adapter import adapter_base, apply_adapter, is_adapter
-from codeparrot.models.bounds import check_checkpoint_bounds
+from codeparrot.models.bounds import check_checkpoint_bounds, refuse_custom_code
+
+if TYPE_CHECKING:
+    from codeparrot.hub import ModelRef
 
 CHECKPOINT_META = "codeparrot_checkpoint.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -46,7 +49,7 @@ logger = logging.getLogger(__name__)
 ALWAYS_SHIPPED = always_shipped()
 
 
-def resolve_checkpoint(path: str | Path, revision: str | None = None) -> Path:
+def resolve_checkpoint(path: str | Path | ModelRef, revision: str | None = None) -> Path:
     """The local directory of a checkpoint as a command was given it.
 
     A directory that exists wins; ``ORG/NAME`` (``ORG/NAME@REV``, or ``revision``) is a
@@ -170,16 +173,6 @@ def _read_object(file: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CheckpointError(f"{what} {file.parent}: {file.name} is not a JSON object")
     return data
-
-
-def refuse_custom_code(file: Path, config: dict[str, Any]) -> None:
-    """Refuse a config file that asks transformers to import Python from the checkpoint."""
-    if "auto_map" in config:
-        raise CheckpointError(
-            f"{file}: asks to run the checkpoint's own Python code (auto_map "
-            f"{json.dumps(config['auto_map'])[:200]}); codeparrot never runs code from a "
-            "checkpoint. Use a checkpoint whose architecture transformers ships."
-        )
 
 
 def refuse_unknown_model_type(file: Path, config: dict[str, Any]) -> None:

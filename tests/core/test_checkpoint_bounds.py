@@ -241,6 +241,33 @@ def test_a_shard_with_an_integer_weight_is_refused(sharded, tmp_path):
         validate_checkpoint(checkpoint)
 
 
+def test_a_torch_archive_weight_that_is_no_float_is_refused_naming_the_tensor(
+    bin_checkpoint, tmp_path
+):
+    """pytorch_model.bin's dtypes are read from its pickle's opcodes (nothing unpickled)."""
+    import torch
+
+    from codeparrot.models.bounds import torch_archive_storages
+
+    checkpoint = copy(bin_checkpoint, tmp_path)
+    weights = torch.load(checkpoint / "pytorch_model.bin", weights_only=True)
+    storages = torch_archive_storages(checkpoint / "pytorch_model.bin")
+    assert set(storages) == set(weights) and set(storages.values()) == {"FloatStorage"}
+    validate_checkpoint(checkpoint)  # the float archive passes
+    name = next(k for k in sorted(weights) if k.endswith("mlp.c_fc.weight"))
+    weights[name] = weights[name].to(torch.int8)
+    torch.save(weights, checkpoint / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match=f"tensor '{name}' is stored as CharStorage"):
+        validate_checkpoint(checkpoint)
+    # a memoised storage class (the second bf16 tensor) is followed too
+    mixed = {"a": torch.zeros(2, dtype=torch.bfloat16), "b": torch.zeros(2, dtype=torch.bool),
+             "c": torch.zeros(2, dtype=torch.bfloat16), "d": torch.zeros(1, dtype=torch.bool)}  # fmt: skip
+    torch.save(mixed, tmp_path / "mixed.bin")
+    assert torch_archive_storages(tmp_path / "mixed.bin") == {
+        "a": "BFloat16Storage", "b": "BoolStorage", "c": "BFloat16Storage", "d": "BoolStorage"
+    }  # fmt: skip
+
+
 def test_a_damaged_safetensors_header_is_refused(tiny_checkpoint, tmp_path):
     checkpoint = copy(tiny_checkpoint, tmp_path)
     (checkpoint / "model.safetensors").write_bytes((2**62).to_bytes(8, "little") + b"{}")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from codeparrot.errors import CheckpointError, ConfigError
-from codeparrot.hub import with_revision
+from codeparrot.hub import ModelRef
 from tests.core.test_hub_models import SHA, cache_model, hub_cache  # noqa: F401 (fixture)
 
 V1_SHA = "fedcba9876543210fedcba9876543210fedcba98"
@@ -36,13 +36,51 @@ def two_revisions(hub_cache, tiny_checkpoint):  # noqa: F811 (the fixture)
     return hub_cache
 
 
-def test_with_revision_folds_it_into_a_hub_id(tmp_path):
-    assert with_revision(ID, "v1") == Path(f"{ID}@v1")
-    assert with_revision(f"{ID}@v1", "v1") == Path(f"{ID}@v1")
-    assert with_revision(ID, None) == Path(ID)
-    assert with_revision(tmp_path, "v1") == tmp_path  # a directory has no revisions
+def test_a_model_reference_is_parsed_once_from_what_the_user_wrote(tmp_path):
+    assert ModelRef.parse(ID, "v1") == ModelRef(ID, "v1")
+    assert ModelRef.parse(f"{ID}@v1") == ModelRef(ID, "v1")
+    assert ModelRef.parse(f"{ID}@v1", "v1").name == f"{ID}@v1"
+    assert ModelRef.parse(ID) == ModelRef(ID, None) and ModelRef.parse(ID).name == ID
+    local = ModelRef.parse(tmp_path, "v1")  # a directory has no revisions
+    assert local.source == str(tmp_path) and not local.is_hub and local.name == str(tmp_path)
+    assert ModelRef.parse(ModelRef(ID, "v1")) == ModelRef(ID, "v1")  # passed down as it is
+    assert ModelRef.parse(ModelRef(ID), "v1") == ModelRef(ID, "v1")
     with pytest.raises(CheckpointError, match="names revision 'v1' but --revision is 'v2'"):
-        with_revision(f"{ID}@v1", "v2")
+        ModelRef.parse(f"{ID}@v1", "v2")
+    with pytest.raises(CheckpointError, match="names revision 'v1' but --revision is 'v2'"):
+        ModelRef.parse(ModelRef(ID, "v1"), "v2")
+
+
+@pytest.mark.parametrize("how", ["lean", "lean declines", "transformers"])
+def test_a_load_resolves_its_model_once(two_revisions, monkeypatch, how):
+    """Each load looks the Hub id up in the cache (or on the Hub) once, whichever loaders
+    read it (the lean one, then transformers' where the lean one declines, the tokenizer,
+    the checks)."""
+    from codeparrot import hub
+    from codeparrot.generation import Engine
+    from codeparrot.serve.config import ServeConfig
+    from codeparrot.serve.server import load_engine
+
+    lookups = []
+    snapshot = hub._snapshot
+
+    def counted(repo_id, revision):
+        lookups.append((repo_id, revision))
+        return snapshot(repo_id, revision)
+
+    monkeypatch.setattr(hub, "_snapshot", counted)
+    if how == "lean declines":  # as for a variant the lean decoder does not compute
+        monkeypatch.setattr(
+            "codeparrot.models.lean_load.lean_load_problem", lambda *_: "declined by a test"
+        )
+    lean_load = how != "transformers"
+    engine = Engine.load(ModelRef(ID, "v1"), lean_load=lean_load)
+    assert lookups == [(ID, "v1")] and engine.context_length == 256
+    assert str(engine.path) == f"{ID}@v1"  # named as the user named it
+    lookups.clear()
+    monkeypatch.setenv("CODEPARROT_LEAN_LOAD", "1" if lean_load else "0")
+    load_engine(ServeConfig(checkpoint=Path(ID), revision="v1"))  # serve's whole load
+    assert lookups == [(ID, "v1")]
 
 
 def test_complete_takes_revision(two_revisions):
@@ -93,7 +131,7 @@ def test_the_playground_takes_revision(two_revisions):
     from codeparrot.app.ui import EnginePool
 
     config = AppConfig(checkpoints=(Path(ID),), revision="v1")
-    assert config.served_checkpoints == (Path(f"{ID}@v1"),)
+    assert config.served_checkpoints == (ModelRef(ID, "v1"),)
     pool = EnginePool(config.served_checkpoints, device="cpu")
     assert pool.get(f"{ID}@v1").context_length == 256
     with pytest.raises(ConfigError, match="--checkpoint and --revision disagree"):
@@ -106,7 +144,7 @@ def test_eval_takes_revision(two_revisions, tmp_path):
     from codeparrot.eval.lines import LinesConfig
 
     config = GenerateConfig(checkpoint=Path(ID), revision="v1", output=tmp_path / "out")
-    assert config.model_path == Path(f"{ID}@v1")
+    assert config.model_path == ModelRef(ID, "v1") and str(config.model_path) == f"{ID}@v1"
     assert _load_engine(config, None).context_length == 256
     # resume compares what generated the samples: the revision is part of it
     assert _model_settings(config) == {"checkpoint": f"{ID}@v1"}

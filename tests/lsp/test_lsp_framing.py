@@ -92,3 +92,47 @@ def test_content_length_values():
     assert content_length(b"1e9\r\n")[1] is not None
     assert content_length(b"9" * 30)[1] is not None
     assert content_length(b"%d" % (64 * 2**20 + 1))[1] is not None
+
+
+def test_over_tcp_a_huge_content_length_is_answered_and_the_server_stays_up():
+    """``lsp --tcp`` reads through the same guard as stdio: a terabyte header is answered
+    with an error, the next message is read, and the server keeps its memory."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "codeparrot.lsp", "--tcp", f"127.0.0.1:{port}"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client = socket.create_connection(("127.0.0.1", port), timeout=60)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "no TCP server"
+                time.sleep(0.2)
+        with client, client.makefile("rb") as stream:
+            # a header line past the line cap comes in pieces, and is no length
+            client.sendall(b"X-Junk: " + b"j" * 20_000 + b"\r\nContent-Length: nine\r\n\r\n")
+            [error] = read_frames(stream, 1)
+            assert error["id"] is None and "is not a number" in error["error"]["message"]
+            client.sendall(frame(INITIALIZE))  # the next message is read as usual
+            [answer] = read_frames(stream, 1)
+            assert answer["id"] == 1 and "capabilities" in answer["result"]
+            client.sendall(b"Content-Length: 1000000000000\r\n\r\n" + b"x" * 4096)
+            [error] = read_frames(stream, 1)
+            assert (
+                "1,000,000,000,000 is more than the 67,108,864 bytes" in error["error"]["message"]
+            )
+            time.sleep(1.5)
+            assert proc.poll() is None  # alive, not reading a terabyte into memory
+        # the client left inside the skipped message: the server ends, as pygls' does
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

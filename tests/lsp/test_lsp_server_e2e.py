@@ -437,7 +437,7 @@ async def test_utf8_and_checkpoint_from_initialization_options(tiny_checkpoint: 
         )
         await asyncio.sleep(0.3)
         texts = " ".join(m.message for m in c.messages)
-        assert "--temperature must be >= 0" in texts
+        assert "setting 'temperature': cannot use -1: must be a number >= 0" in texts
     finally:
         await stop(c)
 

@@ -172,8 +172,13 @@ def test_on_a_cpu_the_budget_decides_the_steps_unless_max_steps_caps_them(tmp_pa
     seen, _ = run_faked(tmp_path, monkeypatch, CPU)
     # 4 epochs of 28.5M bytes at 3 chars a token, 4,096 tokens a step
     assert seen["plan"].max_steps == int(4 * 30e6 * 0.95 / 3 / 4096) and seen["plan"].fills
+    # the training run is told the recipe's steps, so its plan line counts against them
+    config = quickstart._train_config(QuickstartConfig(output=tmp_path / "qs"), plan=seen["plan"])
+    assert config.max_steps == seen["plan"].max_steps and config.recipe_steps == 1000
     seen, _ = run_faked(tmp_path, monkeypatch, CPU, max_steps=1000, force=True)
     assert seen["plan"].max_steps == 1000 and not seen["plan"].fills
+    capped = quickstart._train_config(QuickstartConfig(output=tmp_path / "qs"), plan=seen["plan"])
+    assert capped.max_steps == 1000 and capped.recipe_steps is None
 
 
 def _trained(**facts: Any) -> dict:

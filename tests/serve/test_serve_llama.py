@@ -176,6 +176,35 @@ def test_llama_vscode_gets_the_middle_in_llama_cpp_shape(fim):
     assert got["timings"]["prompt_n"] + got["tokens_cached"] == got["tokens_evaluated"]
 
 
+def test_llama_vscode_gets_its_parallel_completions(fim):
+    """Recent llama.vscode sends n_cmpl (its max_parallel_completions, 3 by default)
+    and reads an array of answers, one per completion, as llama.cpp sends them."""
+    srv, snippet = fim
+    request = llama_vscode_request(*split(snippet), []) | {"n_cmpl": 3}
+    got = answer(srv, request)
+    assert isinstance(got, list) and [a["index"] for a in got] == [0, 1, 2]
+    assert all(a["stop"] is True and isinstance(a["content"], str) for a in got)
+    greedy = answer(srv, request | {"temperature": 0})
+    assert [a["content"] for a in greedy] == [snippet.MIDDLE] * 3
+    one = answer(srv, request | {"n_cmpl": 1, "temperature": 0})  # one object, as before
+    assert isinstance(one, dict) and one["content"] == snippet.MIDDLE
+    streamed = answer(srv, request | {"temperature": 0, "stream": True})
+    ends = [e for e in streamed if e["stop"]]
+    assert sorted(e["index"] for e in ends) == [0, 1, 2]
+    for i in range(3):
+        assert "".join(e["content"] for e in streamed if e["index"] == i) == snippet.MIDDLE
+
+
+@pytest.mark.parametrize(
+    "change", [{"n_cmpl": 9}, {"n_cmpl": 0}, {"n_cmpl": "3"}, {"n_cmpl": 2, "n": 3}]
+)
+def test_n_cmpl_beyond_the_servers_bound_is_a_400_naming_it(fim, change):
+    srv, snippet = fim
+    status, body = call(srv, llama_vscode_request(*split(snippet), []) | change, "/infill")
+    error = json.loads(body)["error"]
+    assert status == 400 and error["param"] == "n_cmpl" and "n_cmpl" in error["message"]
+
+
 def test_extra_context_goes_before_the_prefix(fim):
     srv, snippet = fim
     bare = answer(srv, llama_vscode_request(*split(snippet), []))

@@ -85,6 +85,19 @@ def test_a_budget_that_holds_every_step_keeps_the_recipe():
     assert "holds all 50 steps" in plan.describe()
 
 
+def test_a_filled_plan_is_read_against_the_recipe_not_the_ceiling():
+    """Where --max-steps is only the ceiling a budget fills up to, the line names the
+    recipe's steps: never "~800 of 21,905 planned steps"."""
+    slow = decide(StepPlan(steps=21_905, max_steps=21_905, recipe_steps=1000),
+                  budget_minutes=806 / 60, elapsed_s=6, done=6, step_s=1.0, eval_every=0,
+                  eval_batches=1, warmup_steps=5)  # fmt: skip
+    assert slow.steps == 6 + 760
+    assert "reaches ~766 of the recipe's 1,000 steps" in slow.describe()
+    assert "21,905" not in slow.describe()
+    plain = StepPlan(steps=766, max_steps=1000, planned=True, budget_minutes=1.0)
+    assert "~766 of 1,000 planned steps" in plain.describe()  # no recipe: as before
+
+
 def test_a_slower_machine_shortens_the_plan_a_faster_one_lengthens_it_before_the_decay():
     plan = decide(StepPlan(steps=1000, max_steps=1000), budget_minutes=106 / 60, elapsed_s=6,
                   done=6, step_s=1.0, eval_every=0, eval_batches=1, warmup_steps=5)  # fmt: skip
@@ -205,8 +218,12 @@ def test_a_machine_that_would_finish_the_recipe_early_trains_more_steps(
     ceiling = fill_ceiling(recipe_steps=10, given_steps=None, tokens_per_step=4 * 64,
                            corpus_tokens=None)  # fmt: skip
     run = tmp_path / "filled"
-    result = train(budgeted(corpus, tiny_checkpoint, run, max_steps=ceiling), log=lines.append)
+    config = budgeted(corpus, tiny_checkpoint, run, max_steps=ceiling, recipe_steps=10)
+    result = train(config, log=lines.append)
     assert result.step == result.planned_steps == 14 and result.stopped_by == "max_steps"
+    # the plan's line counts against the recipe's steps, not the ceiling's 100
+    said = [line for line in lines if line.startswith("plan:")]
+    assert said and "~14 steps" in said[0] and "1.4x the recipe's 10 (ceiling 100)" in said[0]
     lr = lrs(run)
     assert lr[14] == pytest.approx(0.1 * 3e-3) and lr[11] == pytest.approx(3e-3)
     capped = train(budgeted(corpus, tiny_checkpoint, tmp_path / "capped", max_steps=10))
