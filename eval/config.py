@@ -72,7 +72,7 @@ class ExecutionOptions(TaskOptions):
     )
     min_time_limit: float = option(
         4.0,
-        "with --gt-time-limit-factor: the least seconds a task gets (evalplus 0.3: 4.0)",
+        "with --gt-time-limit-factor: the least seconds a test set gets (evalplus: 1.0 per input)",
         gt=0,
         le=60,
     )

@@ -96,9 +96,26 @@ _FIND_ZERO_ORACLE = re.compile(r"_poly\(\*candidate\(\*inp\), inp\)")
 _FIND_ZERO_FIXED = "abs(_poly(*inp, candidate(*inp)))"
 
 
+# The release's `assertion` compares floats with numpy's tolerance alone; evalplus's own
+# evaluator first checks the answer's type (and a list's length), so `[0.5]` or `(0.5,)`
+# is not accepted for 0.5, nor `()` for `[]`.
+_TOLERANCE_CHECK = re.compile(
+    r"^(?P<indent>[ \t]+)(?P<check>assert np\.allclose\(out, exp, rtol=1e-07, atol=atol\)"
+    r"|np\.testing\.assert_allclose\(out, exp, atol=atol\))[ \t]*$",
+    re.MULTILINE,
+)
+_TYPED_CHECK = (
+    "\\g<indent>assert type(out) == type(exp)\n"
+    "\\g<indent>if isinstance(exp, (list, tuple)):\n"
+    "\\g<indent>    assert len(out) == len(exp)\n"
+    "\\g<indent>\\g<check>"
+)
+
+
 def plus_test(test: str) -> str:
-    """An evalplus test as evalplus's evaluator checks it (HumanEval/32's oracle fixed)."""
-    return _FIND_ZERO_ORACLE.sub(_FIND_ZERO_FIXED, test)
+    """An evalplus test as evalplus's evaluator checks it: HumanEval/32's oracle fixed, and
+    answers of the wrong type refused before the float tolerance is applied."""
+    return _TOLERANCE_CHECK.sub(_TYPED_CHECK, _FIND_ZERO_ORACLE.sub(_FIND_ZERO_FIXED, test))
 
 
 def _humanevalplus(record: dict[str, Any], humaneval: dict[str, dict[str, Any]]) -> dict[str, Any]:

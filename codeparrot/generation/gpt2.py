@@ -262,7 +262,10 @@ class GPT2Decoder:
         """
         step = int8 and ids.size(1) == 1 and len(ids) <= INT8_MAX_ROWS
         int8 = self.int8 is not None and (step or self.int8_prompts)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
+        if bf16:
+            with torch.autocast(self.device.type, dtype=torch.bfloat16):
+                x = self._blocks(ids, cache, int8)
+        else:  # entering even a disabled autocast costs a step some microseconds
             x = self._blocks(ids, cache, int8)
         last = self._final_norm(x[:, -1])  # (B, C)
         if int8 and self.lm_head_int8 is not None:
@@ -458,8 +461,8 @@ def attend(
     T = q.size(2)
     t1 = t0 + T
     o = cache.offset  # positions held by a shared prefix (0 without one)
-    cache.keys[i][:, :, t0 - o : t1 - o] = k
-    cache.values[i][:, :, t0 - o : t1 - o] = v
+    cache.keys[i].narrow(2, t0 - o, T).copy_(k)
+    cache.values[i].narrow(2, t0 - o, T).copy_(v)
     start = 0 if window is None else max(0, t0 + 1 - window)  # first position seen
     if cache.prefix is not None and t0 > 0:  # one new token per row after a shared prompt
         kp, vp = cache.prefix.keys[i], cache.prefix.values[i]
@@ -473,8 +476,10 @@ def attend(
     if t0 == 0:  # the prompt (or its first chunk): causal attention over itself
         keys, values, start = k, v, 0
     else:
-        keys = cache.keys[i][:, :, start:t1].to(q.dtype)  # (B, nkv, t1 - start, hs); a
-        values = cache.values[i][:, :, start:t1].to(q.dtype)  # no-op unless under autocast
+        keys = cache.keys[i].narrow(2, start, t1 - start)  # (B, nkv, t1 - start, hs)
+        values = cache.values[i].narrow(2, start, t1 - start)
+        if keys.dtype != q.dtype:  # under autocast
+            keys, values = keys.to(q.dtype), values.to(q.dtype)
     if T == 1:  # one new token sees every position kept: no mask
         return _grouped_query(q, keys, values, scale)
     grouped = keys.size(1) != q.size(1)
@@ -502,6 +507,8 @@ def _grouped_query(
     keys are read once, never repeated."""
     B, nh, _, hs = q.shape
     nkv = keys.size(1)
+    if nkv == nh:  # one query per key/value head: nothing to group
+        return F.scaled_dot_product_attention(q, keys, values, scale=scale)
     grouped = q.reshape(B, nkv, nh // nkv, hs)  # (B, nkv, g, hs)
     y = F.scaled_dot_product_attention(grouped, keys, values, scale=scale)
     return y.reshape(B, nh, 1, hs)

@@ -127,14 +127,18 @@ def _prepack(q: torch.Tensor) -> Any:
         return torch.ops.quantized.linear_prepack(qweight, None)
 
 
-def int8_linear(x: torch.Tensor, m: Int8Matrix) -> torch.Tensor:
+def int8_linear(x: torch.Tensor, m: Int8Matrix, *, cast: bool = True) -> torch.Tensor:
     """``x`` (B, K) times ``m`` (N, K) transposed, plus its bias: (B, N) in ``x``'s dtype
-    (the bias's where it is wider: the residual's)."""
+    (the bias's where it is wider: the residual's). ``cast=False``: for float32
+    ``x``, the weight-only kernel's product without a bias may stay in its own dtype
+    (bf16), for a caller that adds it to a float32 tensor (the same sum, one kernel less)."""
     if m.packed is not None:
         return _dynamic_linear(x, m)
     out = torch.ops.aten._weight_int8pack_mm(x.to(m.scales.dtype), m.weight, m.scales)
-    # one op adds the bias and returns the bias's (the residual's) dtype
-    return out.to(x.dtype) if m.bias is None else torch.add(m.bias, out)
+    if m.bias is not None:  # one op adds the bias and returns the bias's (the residual's) dtype
+        return torch.add(m.bias, out)
+    # into float32 the cast is exact, and the caller's sum does it anyway
+    return out if not cast and x.dtype == torch.float32 else out.to(x.dtype)
 
 
 def _dynamic_linear(x: torch.Tensor, m: Int8Matrix) -> torch.Tensor:

@@ -52,6 +52,11 @@ _MODULES = {
 _PLAIN_MLP = {"up": "c_fc", "down": "c_proj"}
 
 
+# Rotary angles of the first positions (up to the context) are computed once: a table of
+# cos and sin, read by every call instead of a dozen small kernels per step
+ROTARY_TABLE_POSITIONS = 4096
+
+
 @dataclass
 class _Block:
     norms: tuple[tuple[torch.Tensor, torch.Tensor | None], ...]  # input, post-attention
@@ -59,6 +64,10 @@ class _Block:
     weights: dict[str, torch.Tensor]  # nn.Linear weights (out, in) by short name
     biases: dict[str, torch.Tensor | None]  # by group name (concatenated for a group)
     window: int | None  # positions a token sees (itself included), None: all
+    # the float products of each group: (weight, bias or None) per part
+    parts: dict[str, tuple[tuple[torch.Tensor, torch.Tensor | None], ...]] | None = None
+    # Qwen3: the query heads' gain then the key heads', (nh + nkv, hs): both normed at once
+    qk_gain: torch.Tensor | None = None
 
 
 class LlamaDecoder(GPT2Decoder):
@@ -86,6 +95,8 @@ class LlamaDecoder(GPT2Decoder):
         self._init_head(model)
         self.inv_freq = inner.rotary_emb.inv_freq.detach().float()  # (hs/2,)
         self.rope_scale = float(getattr(inner.rotary_emb, "attention_scaling", 1.0))
+        # cos and sin of the first positions (see _rotary)
+        self.rotary_table = self._rotary_angles(0, min(self.context_length, ROTARY_TABLE_POSITIONS))
         self.act = _activation(inner.layers[0].mlp, cfg.hidden_act)
         self.blocks = [self._block(layer, cfg, i) for i, layer in enumerate(inner.layers)]
         self.layers = self.blocks  # new_cache makes one buffer per layer
@@ -112,12 +123,28 @@ class LlamaDecoder(GPT2Decoder):
             for norm in (layer.input_layernorm, layer.post_attention_layernorm)
         )
         qk = (attn.q_norm.weight, attn.k_norm.weight) if self.qk_norm else None
+        gain = None
+        if qk is not None:  # RMS norm times a gain is the norm without it, times the gain
+            gain = torch.cat(
+                [qk[0].detach().expand(self.n_head, -1), qk[1].detach().expand(self.n_kv_head, -1)]
+            )
+        parts = {}
+        for group, names in self.groups.items():
+            bias = biases[group]
+            pieces = (
+                [None] * len(names)
+                if bias is None
+                else bias.split([modules[p].weight.size(0) for p in names])
+            )
+            parts[group] = tuple((modules[p].weight, b) for p, b in zip(names, pieces, strict=True))
         return _Block(
             norms=norms,
             qk_norm=qk,
             weights={k: m.weight for k, m in modules.items()},
             biases=biases,
             window=_window(cfg, i),
+            parts=parts,
+            qk_gain=gain,
         )
 
     @classmethod
@@ -154,26 +181,52 @@ class LlamaDecoder(GPT2Decoder):
             return F.layer_norm(x, (x.size(-1),), norm[0], norm[1], self.eps)
         return _rms_norm(x, norm[0], self.eps)
 
-    def _lin(self, x: torch.Tensor, i: int, group: str, int8: bool) -> torch.Tensor:
+    def _lin(
+        self, x: torch.Tensor, i: int, group: str, int8: bool, residual: bool = False
+    ) -> torch.Tensor:
         """``x`` (N, in) times a group's matrices (``qkv``, ``o``, ``up``, ``down``): the
-        outputs side by side, from the int8 copy when ``int8``."""
-        block = self.blocks[i]
-        bias = block.biases[group]
+        outputs side by side, from the int8 copy when ``int8``. ``residual``: the output
+        is added to the float32 residual, and may be left in the int8 kernel's dtype."""
         if int8:
-            return int8_linear(x, self.int8[i][group])  # type: ignore[index]
-        parts = self.groups[group]
+            return int8_linear(x, self.int8[i][group], cast=not residual)  # type: ignore[index]
+        parts = self.blocks[i].parts[group]  # type: ignore[index]
         if len(parts) == 1:
-            return F.linear(x, block.weights[parts[0]], bias)
-        out = torch.cat([F.linear(x, block.weights[p]) for p in parts], dim=-1)
+            return F.linear(x, *parts[0])
+        out = torch.cat([F.linear(x, w) for w, _ in parts], dim=-1)
+        bias = self.blocks[i].biases[group]
         return out if bias is None else out + bias
 
-    def _rotary(self, t0: int, t1: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin (T, hs) of positions ``t0:t1``, as the model's rotary module."""
+    def _mlp(self, h: torch.Tensor, i: int, int8: bool) -> torch.Tensor:
+        """The MLP's hidden activations of ``h`` (N, C): act(gate) * up, or act(up)."""
+        if not self.gated:
+            return self.act(self._lin(h, i, "up", int8))
+        if int8:
+            gate, up = self._lin(h, i, "up", int8).chunk(2, dim=-1)
+        else:  # the two float products as they are, with no joined copy to split again
+            (wg, bg), (wu, bu) = self.blocks[i].parts["up"]  # type: ignore[index]
+            gate, up = F.linear(h, wg), F.linear(h, wu)
+            if bg is not None:  # the group's bias, added as to the joined outputs
+                gate, up = gate + bg, up + bu
+        return self.act(gate) * up
+
+    def _rotary_angles(self, t0: int, t1: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin (T, hs) of positions ``t0:t1``, as the model's rotary module
+        computes cos and sin; the sin's first half negated (see :func:`_rotate_rolled`)."""
         positions = torch.arange(t0, t1, device=self.device, dtype=torch.float32)
         freqs = positions[:, None] * self.inv_freq.to(self.device)  # (T, hs/2)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
+        half = sin.size(-1) // 2
+        sin[:, :half].neg_()  # negation is exact: -(a * s) == a * (-s)
         return cos.to(self.dtype), sin.to(self.dtype)
+
+    def _rotary(self, t0: int, t1: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin (T, hs) of positions ``t0:t1``: rows of the table where it
+        holds them (the same values), else computed."""
+        cos, sin = self.rotary_table
+        if t1 <= cos.size(0):
+            return cos[t0:t1], sin[t0:t1]
+        return self._rotary_angles(t0, t1)
 
     def _blocks(self, ids: torch.Tensor, cache: KVCache, int8: bool = False) -> torch.Tensor:
         B, T = ids.shape
@@ -184,22 +237,16 @@ class LlamaDecoder(GPT2Decoder):
         for i, block in enumerate(self.blocks):
             h = self._norm(x, block.norms[0]).view(B * T, C)
             qkv = self._lin(h, i, "qkv", int8).view(B, T, nh + 2 * nkv, hs)
-            q, k, v = qkv.split((nh, nkv, nkv), dim=2)  # (B, T, heads, hs)
-            if block.qk_norm is not None:
-                q = _rms_norm(q, block.qk_norm[0], self.eps)
-                k = _rms_norm(k, block.qk_norm[1], self.eps)
-            q = _rotate(q.transpose(1, 2), cos, sin)  # (B, nh, T, hs)
-            k = _rotate(k.transpose(1, 2), cos, sin)  # (B, nkv, T, hs)
+            qk, v = qkv[:, :, : nh + nkv], qkv[:, :, nh + nkv :]  # (B, T, heads, hs)
+            if block.qk_gain is not None:  # the queries' and keys' norms in one
+                qk = _rms_norm(qk, None, self.eps) * block.qk_gain
+            qk = _rotate_rolled(qk.transpose(1, 2), cos, sin)  # (B, nh + nkv, T, hs)
+            q, k = qk[:, :nh], qk[:, nh:]  # (B, nh, T, hs), (B, nkv, T, hs)
             y = attend(q, k, v.transpose(1, 2), cache, i, t0, self.scaling, block.window)
             y = y.transpose(1, 2).reshape(B * T, nh * hs)
-            x = x + self._lin(y, i, "o", int8).view(B, T, C)
+            x = x + self._lin(y, i, "o", int8, residual=True).view(B, T, C)
             h = self._norm(x, block.norms[1]).view(B * T, C)
-            if self.gated:
-                gate, up = self._lin(h, i, "up", int8).chunk(2, dim=-1)
-                h = self.act(gate) * up
-            else:
-                h = self.act(self._lin(h, i, "up", int8))
-            x = x + self._lin(h, i, "down", int8).view(B, T, C)
+            x = x + self._lin(self._mlp(h, i, int8), i, "down", int8, residual=True).view(B, T, C)
         cache.length = t0 + T
         return x
 
@@ -232,6 +279,13 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return xf.to(x.dtype) if weight is None else weight * xf.to(x.dtype)
+
+
+def _rotate_rolled(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """:func:`_rotate` with ``sin``'s first half negated (:meth:`LlamaDecoder._rotary`): the
+    halves swap by one roll, and the sign is in the table (four kernels instead of six, the
+    same values)."""
+    return x * cos + x.roll(x.size(-1) // 2, dims=-1) * sin
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from codeparrot.errors import DataError
 from codeparrot.eval.config import ExecuteConfig
 from codeparrot.eval.data import load_problems
 from codeparrot.eval.humaneval import execute
-from codeparrot.eval.tasks import load_task
+from codeparrot.eval.tasks import load_task, plus_test
 
 ASSERTION = """\
 import numpy as np
@@ -53,6 +53,25 @@ def _poly(xs: list, x: float):
     """
     return sum([coeff * math.pow(x, i) for i, coeff in enumerate(xs)])
 '''
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        "np.testing.assert_allclose(out, exp, atol=atol)",  # the older releases
+        "assert np.allclose(out, exp, rtol=1e-07, atol=atol)",  # the current one
+    ],
+)
+def test_the_release_assertion_checks_types_as_evalplus_does(check):
+    namespace: dict = {}
+    exec(plus_test(ASSERTION.replace("np.testing.assert_allclose(out, exp, atol=atol)", check)),
+         namespace)  # fmt: skip
+    assertion = namespace["assertion"]
+    assertion(0.5 + 1e-9, 0.5, 0)  # within the tolerance
+    assertion([1.0, 2.0 + 1e-9], [1.0, 2.0], 0)
+    for out, exp in (([0.5], 0.5), ((1.0, 2.0 + 1e-9), [1.0, 2.0]), ((), []), ([1.0], [1.0, 1.0])):
+        with pytest.raises(AssertionError):
+            assertion(out, exp, 0)
 
 
 def diff_test(inputs, results, assertion) -> str:

@@ -22,7 +22,7 @@ from codeparrot.errors import DataError
 from codeparrot.eval.config import ExecuteConfig
 from codeparrot.eval.data import load_problems
 from codeparrot.eval.humaneval import execute
-from codeparrot.eval.tasks import load_task, mbpp_prompt
+from codeparrot.eval.tasks import load_task, mbpp_prompt, plus_test
 
 # HumanEval/2 (truncate_number) with plus inputs in evalplus's form: numpy imported by the
 # checker, floats compared with evalplus's tolerance (1e6 + 0.1 has no exact fractional
@@ -142,7 +142,8 @@ def test_loaders_read_each_schema(tmp_path):
     assert list(plus.problems) == ["HumanEval/2", "HumanEval/0"] and not plus.errors
     p2 = plus.problems["HumanEval/2"]
     assert p2["test"] == load_problems()["HumanEval/2"]["test"]  # base: HumanEval's own
-    assert p2["plus_test"] == PLUS_TEST
+    # the file's own, its answers' types checked as evalplus's evaluator checks them
+    assert p2["plus_test"] == plus_test(PLUS_TEST) != PLUS_TEST
 
     mbpp = load_task("mbpp", mbpp_parquet(tmp_path))
     assert list(mbpp.problems) == ["Mbpp/2", "Mbpp/3"]
@@ -196,23 +197,30 @@ def test_humanevalplus_base_and_plus_side_by_side(tmp_path, allowed, capsys):
             ("HumanEval/2", canonical),
             ("HumanEval/2", BASE_ONLY),
             ("HumanEval/2", "    return 0.5\n"),
+            # within evalplus's float tolerance: HumanEval's `candidate(3.5) == 0.5` fails it,
+            # evalplus's verdict (the plus test, which holds the base inputs too) passes it
+            ("HumanEval/2", "    return number % 1.0 + 1e-9\n"),
+            # numpy's tolerance alone takes [0.5] for 0.5; evalplus's evaluator checks the type
+            ("HumanEval/2", "    return [number % 1.0]\n"),
         ],
     )
     argv = ["eval", "execute", str(samples), "--task", "humanevalplus", "--problem-file",
             str(problems), "--ks", "1", "--workers", "2"]  # fmt: skip
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "pass@1: 66.67% (base tests), 33.33% (base + plus)" in printed
+    assert "pass@1: 40.00% (base tests), 40.00% (base + plus)" in printed
     rows = [json.loads(line) for line in (tmp_path / "s_results.jsonl").read_text().splitlines()]
     assert [(r["passed"], r["plus_passed"]) for r in rows] == [
         (True, True),
         (True, False),
         (False, False),
+        (False, True),
+        (False, False),
     ]
-    assert [r["note"] for r in rows] == ["#0", "#1", "#2"]
+    assert [r["note"] for r in rows] == ["#0", "#1", "#2", "#3", "#4"]
     summary = json.loads((tmp_path / "s_results.summary.json").read_text())
-    assert summary["pass_at_k"]["pass@1"] == pytest.approx(2 / 3)
-    assert summary["pass_at_k_plus"]["pass@1"] == pytest.approx(1 / 3)
+    assert summary["pass_at_k"]["pass@1"] == pytest.approx(2 / 5)
+    assert summary["pass_at_k_plus"]["pass@1"] == pytest.approx(2 / 5)
     assert summary["scoring"]["task"] == "humanevalplus"
 
 

@@ -189,3 +189,30 @@ def test_linear_rope_scaling_is_computed(family_dirs) -> None:
     with torch.inference_mode():
         got = decoder.forward(ids, decoder.new_cache(2, 40))
         assert torch.allclose(got, model(ids).logits[:, -1], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["codeparrot-qwen3", "qwen2.5-coder"])
+def test_positions_past_the_rotary_table_are_the_same(family_dirs, name: str) -> None:
+    """Steps read rotary angles from a table of the first positions and compute the rest;
+    both give the very same logits (a long completion must not change past the table)."""
+    lean, _ = engines(family_dirs[name])
+    decoder = lean.decoder.lean
+    ids = torch.tensor([lean.tokenizer(LONGER)["input_ids"]])  # (1, T)
+    T = ids.size(1)
+    full = decoder.rotary_table
+
+    def logits() -> list[torch.Tensor]:
+        cache = decoder.new_cache(1, T)
+        out = [decoder.forward(ids[:, : T - 4], cache)]
+        return out + [decoder.step(ids[:, t : t + 1], cache) for t in range(T - 4, T)]
+
+    with torch.inference_mode():
+        from_table = logits()
+        decoder.rotary_table = tuple(t[:3] for t in full)  # every position computed
+        try:
+            computed = logits()
+        finally:
+            decoder.rotary_table = full
+    assert full[0].size(0) >= T
+    for a, b in zip(from_table, computed, strict=True):
+        assert torch.equal(a, b)
