@@ -86,11 +86,12 @@ def build_plus_samples(plus: dict, original: dict) -> list[dict]:
     return samples
 
 
-def _timed(command: list[str]) -> tuple[float, float]:
+def _timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """Run ``command`` to its end: (wall seconds, CPU seconds of it and its children)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(command, capture_output=True, text=True, check=True)
+    environ = None if env is None else os.environ | env
+    subprocess.run(command, capture_output=True, text=True, check=True, env=environ)
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -133,9 +134,11 @@ def run_ours(
     zygote: Path | None = None,
     eval_dir: Path | None = None,
     flags: tuple[str, ...] = (),
+    kept: Path | None = None,
 ) -> tuple[float, float, list[dict]]:
     """``codeparrot eval execute``, as a user runs it (the file alone, no --task; with
-    ``zygote`` or a whole ``eval_dir`` swapped in if given)."""
+    ``zygote`` or a whole ``eval_dir`` swapped in if given; ``kept``: the folder of kept
+    recordings, else none is kept)."""
     out = samples_path.with_name("ours_results.jsonl")
     command = [sys.executable, "-m", "codeparrot", "eval", "execute", str(samples_path)]
     if zygote is not None:
@@ -146,7 +149,7 @@ def run_ours(
     command += ["--workers", str(workers)] if workers else []
     command += ["--problem-file", str(problem_file)] if problem_file else []
     command += list(flags)
-    seconds, cpu = _timed(command)
+    seconds, cpu = _timed(command, {"CODEPARROT_RECORDINGS_CACHE": str(kept or 0)})
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     for row in rows:  # a plus task: the verdict is the base + plus tests'
         row["passed"] = row.get("plus_passed", row["passed"])
@@ -194,6 +197,9 @@ def versus_python(problem_file: Path, repeat: int) -> None:
         print(f"canonical solutions passing with --gt-time-limit-factor 4: {passed}/{len(rows)}")
 
 
+NO_FEEDBACK = ("--no-feedback",)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=None, help="ours (default: its own)")
@@ -223,7 +229,8 @@ def main() -> None:
         "--no-feedback-cost",
         action="store_true",
         help="also time ours with --no-feedback (each test recorded against its reference, "
-        "every call answered at once)",
+        "every call answered at once): with no recording kept, and with a folder of kept "
+        "recordings (filled before the timed runs)",
     )
     parser.add_argument(
         "--versus-python",
@@ -264,9 +271,13 @@ def main() -> None:
         labels[f"codeparrot eval execute, {ours_workers} workers, zygote before"] = lambda p: (
             run_ours(p, args.workers, **extra, zygote=args.zygote_before)
         )
-    if args.no_feedback_cost:
-        labels[f"codeparrot eval execute, {ours_workers} workers, --no-feedback"] = lambda p: (
-            run_ours(p, args.workers, **extra, flags=("--no-feedback",))
+    replayed = f"codeparrot eval execute, {ours_workers} workers, --no-feedback"
+    if args.no_feedback_cost:  # none kept: every test recorded; kept: a folder filled before
+        labels[f"{replayed}, recordings cold"] = lambda p: run_ours(
+            p, args.workers, **extra, flags=NO_FEEDBACK
+        )
+        labels[f"{replayed}, recordings kept"] = lambda p: run_ours(
+            p, args.workers, **extra, flags=NO_FEEDBACK, kept=p.with_name("kept")
         )
     for name, folder in befores:
         labels[f"codeparrot eval execute, {ours_workers} workers, {name}"] = (
@@ -279,6 +290,8 @@ def main() -> None:
                 json.dumps({k: s[k] for k in ("task_id", "completion")}) + "\n" for s in samples
             )
         )
+        if args.no_feedback_cost:
+            run_ours(path, args.workers, **extra, flags=NO_FEEDBACK, kept=path.with_name("kept"))
         for _ in range(args.repeat):
             for label, run in labels.items():
                 runs.setdefault(label, []).append(run(path))
@@ -301,10 +314,16 @@ def main() -> None:
             )
     report_agreement(samples, runs[next(iter(list(labels)[1:]))][-1][2], runs[base_label][-1][2])
     if args.no_feedback_cost:
-        ours = runs[list(labels)[1]][-1][2]
-        replayed = runs[next(k for k in labels if k.endswith("--no-feedback"))][-1][2]
-        changed = sum(a["passed"] != b["passed"] for a, b in zip(ours, replayed, strict=True))
-        print(f"verdicts changed by --no-feedback: {changed} of {n}")
+        base = runs[list(labels)[1]]
+        for label in (k for k in labels if k.startswith(replayed)):
+            last = zip(base[-1][2], runs[label][-1][2], strict=True)
+            changed = sum(a["passed"] != b["passed"] for a, b in last)
+            costs = sorted(r[0] / b[0] for b, r in zip(base, runs[label], strict=True))
+            cpu = sorted(r[1] / b[1] for b, r in zip(base, runs[label], strict=True))
+            print(
+                f"{label}: {1 / costs[len(costs) // 2]:.2f}x the samples/s of call by call, "
+                f"{cpu[len(cpu) // 2]:.2f}x its CPU (medians); {changed} of {n} verdicts differ"
+            )
     if args.versus_python and args.problem_file is not None:
         versus_python(args.problem_file, args.repeat)
 

@@ -293,6 +293,8 @@ def main() -> None:
                 print(f"compiled steps ready after {time.perf_counter() - started:.1f} s")
                 engines["ours-int8-comp"] = compiled
             baseline = Engine.load(path, dtype="float32", lean_load=False).model  # HF generate
+            for e in engines.values():  # the editor's engine: (a') reuses the typed prompt's start
+                e.reuse_prompt_starts = True
         params = sum(p.numel() for p in baseline.parameters())
         print(
             f"\n== {positions} positions: torch {torch.__version__}, {torch.get_num_threads()} "

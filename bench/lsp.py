@@ -407,6 +407,7 @@ def baseline(
     )
     torch.set_num_threads(cpu_cores())  # as the server's default, threads auto
     engine = Engine.load(checkpoint, quantize=config.quantize)
+    engine.reuse_prompt_starts = True  # as the language server's (editor profile) engine
     print(f"baseline engine: {tune_decode_threads(engine).describe()}")
     if config.compile:
         engine.compile_steps(background=False)

@@ -1,6 +1,7 @@
 """Served generation (`eval --backend openai` against `codeparrot serve`) vs the direct engine.
 
     .venv/bin/python bench/served.py [--checkpoint DIR] [--problems 8] [--n 4] [--repeat 3]
+    .venv/bin/python bench/served.py --checkpoint DIR --repeat 0 --greedy 164 --max-new-tokens 24
 
 Without ``--checkpoint`` it builds a `tiny`-preset GPT-2 (4 layers, 256 wide, random
 weights, 1,024 positions; see bench/generate.py). The server runs as a subprocess, as a
@@ -13,10 +14,15 @@ ways, in alternating order so that load from other jobs hits all alike:
 - direct, one problem at a time;
 - served, ``--concurrency`` requests in flight (default 4).
 
-Prints samples/s of each, the ratio served / direct (median over rounds) and whether the
-served samples equal the direct ones in the first round, where the engine and the server
-are both fresh (a prompt met before is not prefilled the same way again: later rounds can
-differ by the engine's prompt cache, whatever the backend).
+Prints samples/s of each, the ratio served / direct (median over rounds) and in how many
+rounds the served samples equal the direct ones (every one: a prompt gets the same text
+whatever the server or the engine ran before it).
+
+``--greedy N``: then greedy samples (one per problem) of HumanEval's first N problems,
+direct and served, at ``--max-new-tokens``; prints how many are identical and the ids of
+those that are not. Where a prompt and ``--max-new-tokens`` do not fit the model's context
+the two differ by design: the server keeps the whole prompt and clamps ``max_tokens``, the
+local engine cuts the prompt's start; those problems are counted apart.
 """
 
 from __future__ import annotations
@@ -59,7 +65,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4, help="samples per problem (one request)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="timed rounds (0: none)")
+    parser.add_argument("--greedy", type=int, default=0, help="problems of the greedy check")
     args = parser.parse_args()
 
     from codeparrot.eval.config import GenerateConfig
@@ -95,7 +102,7 @@ def main() -> None:
             "served": lambda out: timed_generate(served_config(out), problems, None),
         }
         rates: dict[str, list[float]] = {name: [] for name in sides}
-        fresh_equal = None
+        equal_rounds = 0
         try:
             for r in range(args.repeat):
                 order = list(sides) if r % 2 == 0 else list(reversed(sides))
@@ -103,11 +110,43 @@ def main() -> None:
                 for name in order:
                     seconds, made[name] = sides[name](Path(tmp) / f"{name}-{r}")
                     rates[name].append(len(made[name]) / seconds)
-                if r == 0:  # the engine and the server both fresh (see the note printed)
-                    fresh_equal = made["served"] == made["direct"]
+                equal_rounds += made["served"] == made["direct"] == made["direct-1-thread"]
+            if args.greedy:
+                greedy_check(args, checkpoint, engine, url, Path(tmp))
         finally:
             server.terminate()
             server.wait(timeout=30)
+    if args.repeat:
+        report_rates(args, checkpoint, rates, equal_rounds)
+
+
+def greedy_check(args, checkpoint: Path, engine, url: str, tmp: Path) -> None:
+    """Greedy samples of the first ``--greedy`` problems, direct and served: how many equal."""
+    from codeparrot.eval.config import GenerateConfig
+    from codeparrot.eval.data import load_problems, select_problems
+
+    problems = select_problems(load_problems(), limit=args.greedy)
+    common = dict(n=1, temperature=0.0, max_new_tokens=args.max_new_tokens)
+    direct_config = GenerateConfig(checkpoint=checkpoint, output=tmp / "greedy-direct", **common)
+    served_config = GenerateConfig(backend="openai", base_url=url, model="bench",
+                                   output=tmp / "greedy-served", **common)  # fmt: skip
+    _, direct = timed_generate(direct_config, problems, engine)
+    _, served = timed_generate(served_config, problems, None)
+    budget = engine.context_length - args.max_new_tokens
+    over = {t for t, p in problems.items() if len(engine.encode_prompt(p["prompt"], 1)[0]) > budget}
+    differ = [d[0] for d, s in zip(sorted(direct), sorted(served), strict=True) if d != s]
+    fit = [t for t in problems if t not in over]
+    print(f"greedy, {args.max_new_tokens} new tokens at most, {len(problems)} problems: "
+          f"{len(problems) - len(differ)}/{len(problems)} served samples equal direct's; "
+          f"of the {len(fit)} whose prompt fits the context with them: "
+          f"{sum(t not in differ for t in fit)}/{len(fit)}")  # fmt: skip
+    if differ:
+        print(
+            "differ: " + ", ".join(t + (" (prompt too long)" if t in over else "") for t in differ)
+        )
+
+
+def report_rates(args, checkpoint, rates: dict[str, list[float]], equal_rounds: int) -> None:
     samples = args.problems * args.n
     print(f"{samples} samples ({args.problems} problems x {args.n}), {args.max_new_tokens} new "
           f"tokens at most, {args.repeat} alternating rounds; checkpoint {checkpoint}")  # fmt: skip
@@ -117,10 +156,7 @@ def main() -> None:
     for base in ("direct", "direct-1-thread"):
         ratios = [s / d for s, d in zip(rates["served"], rates[base], strict=True)]
         print(f"served / {base}: {statistics.median(ratios):.2f}x (median of rounds)")
-    print(f"first round, fresh engine and fresh server: served samples equal direct's: "
-          f"{fresh_equal}")  # fmt: skip
-    print("(later rounds reuse both, and a prompt met before is no longer prefilled the same "
-          "way: the engine's prompt cache)")  # fmt: skip
+    print(f"served samples equal direct's (both ways) in {equal_rounds} of {args.repeat} rounds")
 
 
 if __name__ == "__main__":

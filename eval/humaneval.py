@@ -22,6 +22,7 @@ from codeparrot.eval.config import (
     TaskOptions,
 )
 from codeparrot.eval.data import SampleFile, read_samples, select_problems
+from codeparrot.eval.recordings import RecordingCache
 from codeparrot.eval.report import summarize, write_chart, write_results, write_summary
 from codeparrot.eval.sandbox import (
     Isolation,
@@ -544,6 +545,7 @@ def score(
         time_limits=time_limits,
         no_feedback=not config.feedback,
         stats=replay,
+        recordings=None if config.feedback else RecordingCache.default(),
     )
     if not config.feedback:
         timing = timing | {"no_feedback": replay}

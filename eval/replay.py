@@ -25,10 +25,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from codeparrot.eval.recordings import (
+    RecordingCache,
+    recording_codec,
+    recording_key,
+    valid_recording,
+)
 from codeparrot.eval.sandbox import Verdict
 
 if TYPE_CHECKING:
@@ -44,55 +51,86 @@ CAP_FACTOR = 4
 MAX_PLAN = 15 << 20  # the checker reads frames of up to 16 MiB
 
 
+def recording_from(result: str) -> bytes | None:
+    """The recording in a record job's result; None where the reference did not pass (its
+    calls are no sure guide) or the result holds none."""
+    verdict, sep, data = result.partition(RECORDING)
+    if not sep or verdict != "passed":
+        return None
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def plan_of(recording: bytes) -> bytes | None:
+    """The replay plan of a recording: the answers' cap, then the calls (each one's encoded
+    arguments; the checker needs nothing of the reference's answers). None where the
+    recording is not one (:func:`~codeparrot.eval.recordings.valid_recording`)."""
+    if not valid_recording(recording):
+        return None
+    codec = recording_codec()
+    cap = CAP_FLOOR + CAP_FACTOR * len(recording)
+    keys = codec.encode([key for key, _ in codec.decode(recording)], MAX_PLAN)
+    plan = REPLAY + b"%010d" % min(cap, 10**10 - 1) + keys
+    return plan if len(plan) <= MAX_PLAN else None
+
+
 def plan_from(result: str) -> bytes | None:
     """The replay plan from a record job's result: its recording and the answers' cap.
 
     None where the reference did not pass (its calls are no sure guide), or made no call.
     """
-    verdict, sep, data = result.partition(RECORDING)
-    if not sep or verdict != "passed":
-        return None
-    try:
-        recording = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    cap = CAP_FLOOR + CAP_FACTOR * len(recording)
-    plan = REPLAY + b"%010d" % min(cap, 10**10 - 1) + recording
-    return plan if len(plan) <= MAX_PLAN else None
+    recording = recording_from(result)
+    return None if recording is None else plan_of(recording)
 
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # "record", "sample" (replayed where a plan exists) or "fallback"
-    index: int  # into the references for "record", into the programs otherwise
+    # "records" (several references at once), "record" (one), "sample" (replayed where a
+    # plan exists) or "fallback"
+    kind: str
+    index: int  # into the batches for "records", the references for "record", else programs
     program: Program
     plan: bytes = b""
+
+
+BATCH = 16  # references recorded in one sandbox run, at most
+BATCH_BYTES = 4 << 20  # and at most this much of their code and tests
 
 
 @dataclass
 class Schedule:
     """The jobs of one run without per-call feedback, handed out as they become ready.
 
-    ``programs`` with a ``reference`` wait for their problem's record job; the others
-    (and all where ``enabled`` is False) run as before. ``fallbacks`` counts the samples
-    whose test made a call that was not recorded, ``unrecorded`` those whose reference
-    gave no plan (it failed or made no call).
+    ``programs`` with a ``reference`` wait for their problem's recording: kept from an
+    earlier run in ``cache`` (``kept`` counts these), or recorded in this one, up to
+    :data:`BATCH` problems per sandbox run (``record_all`` in ``eval/_zygote.py``; a run
+    that fails as a whole records its problems one at a time instead). The others (and
+    all where ``enabled`` is False) run as before. ``fallbacks`` counts the samples whose
+    test made a call that was not recorded, ``unrecorded`` those whose reference gave no
+    plan (it failed or made no call). ``timeout``: the sandbox's limit, for programs with
+    none of their own.
     """
 
     programs: Sequence[Program]
     enabled: bool = True
+    cache: RecordingCache | None = None
+    timeout: float = 3.0
     verdicts: list[Verdict | None] = field(init=False)
     fallbacks: int = 0
     unrecorded: int = 0
+    kept: int = 0
     _waiting: dict[tuple, list[int]] = field(default_factory=dict)
     _references: list[tuple] = field(default_factory=list)
+    _batches: list[list[int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.verdicts = [None] * len(self.programs)
 
     @property
     def recorded(self) -> int:
-        """References recorded (one per problem)."""
+        """References recorded or kept (one per problem)."""
         return len(self._references)
 
     def first(self) -> list[Job]:
@@ -105,22 +143,80 @@ class Schedule:
             if key not in self._waiting:
                 self._waiting[key] = []
                 self._references.append(key)
-                reference = replace(p, program=p.reference)
-                jobs.append(Job("record", len(self._references) - 1, reference, RECORD))
             self._waiting[key].append(i)
+        missing = []
+        for index, key in enumerate(self._references):
+            kept = self.cache.get(self._cache_key(key)) if self.cache is not None else None
+            plan = None if kept is None else plan_of(kept)
+            if plan is None:
+                missing.append(index)
+                continue
+            self.kept += 1
+            jobs += [Job("sample", i, self.programs[i], plan) for i in self._waiting.pop(key)]
+        return self._batch(missing) + jobs
+
+    @staticmethod
+    def _cache_key(key: tuple) -> str:
+        reference, test, entry_point, prompt, _ = key
+        return recording_key(prompt, reference, test, entry_point)
+
+    def _batch(self, indices: list[int]) -> list[Job]:
+        """Record jobs for the references ``indices``, several problems to a job."""
+        jobs, items, size, members = [], [], 0, []
+        for index in [*indices, None]:
+            if index is not None:
+                reference, test, entry_point, prompt, timeout = self._references[index]
+                item = [prompt, reference, test, entry_point, timeout or self.timeout]
+                length = sum(len(part) for part in item[:4])
+            if items and (index is None or len(items) == BATCH or size + length > BATCH_BYTES):
+                seconds = sum(item[4] for item in items)
+                first = self.programs[self._waiting[self._references[members[0]]][0]]
+                program = replace(first, program="", test=json.dumps(items), entry_point="",
+                                  prompt="", timeout=seconds, reference="")  # fmt: skip
+                jobs.append(Job("records", len(self._batches), program))
+                self._batches.append(members)
+                items, size, members = [], 0, []
+            if index is not None:
+                items.append(item)
+                size += length
+                members.append(index)
         return jobs
+
+    def _recorded(self, index: int, result: str) -> list[Job]:
+        """The sample jobs a reference's record result makes ready."""
+        key = self._references[index]
+        waiting = self._waiting.pop(key)
+        recording = recording_from(result)
+        plan = None if recording is None else plan_of(recording)
+        if plan is None:
+            self.unrecorded += len(waiting)
+            return [Job("sample", i, self.programs[i]) for i in waiting]
+        if self.cache is not None:
+            self.cache.put(self._cache_key(key), recording)
+        return [Job("sample", i, self.programs[i], plan) for i in waiting]
 
     def done(self, job: Job, verdict: Verdict) -> list[Job]:
         """Take a job's verdict; the jobs it makes ready."""
+        if job.kind == "records":
+            members = self._batches[job.index]
+            try:
+                results = json.loads(verdict.result)
+            except ValueError:
+                results = None
+            ok = type(results) is list and len(results) == len(members)
+            if not (ok and all(type(r) is str for r in results)):  # record each alone
+                return [self._record_job(index) for index in members]
+            pairs = zip(members, results, strict=True)
+            return [ready for i, r in pairs for ready in self._recorded(i, r)]
         if job.kind == "record":
-            plan = plan_from(verdict.result)
-            waiting = self._waiting.pop(self._references[job.index])
-            if plan is None:
-                self.unrecorded += len(waiting)
-                return [Job("sample", i, self.programs[i]) for i in waiting]
-            return [Job("sample", i, self.programs[i], plan) for i in waiting]
+            return self._recorded(job.index, verdict.result)
         if job.plan and verdict.result.startswith(NOT_RECORDED):
             self.fallbacks += 1
             return [Job("fallback", job.index, job.program)]
         self.verdicts[job.index] = verdict
         return []
+
+    def _record_job(self, index: int) -> Job:
+        key = self._references[index]
+        program = replace(self.programs[self._waiting[key][0]], program=key[0])
+        return Job("record", index, program, RECORD)

@@ -463,10 +463,12 @@ class RuntimeCopy:
             shutil.rmtree(manifest["tree"], ignore_errors=True)
 
 
-def limits_header(limits: Limits) -> bytes:
-    """The per-sample header the zygote reads: ``Limits``' own field names, as JSON."""
+def limits_header(limits: Limits, records: bool = False) -> bytes:
+    """The per-sample header the zygote reads: ``Limits``' own field names, as JSON
+    (``"records": true`` beside them for a job that records references)."""
     values = asdict(limits)
-    return json.dumps({name: values[name] for name in WIRE_LIMITS}, sort_keys=True).encode()
+    header = {name: values[name] for name in WIRE_LIMITS} | ({"records": True} if records else {})
+    return json.dumps(header, sort_keys=True).encode()
 
 
 def _frame(payload: bytes) -> bytes:
@@ -582,6 +584,7 @@ class Sandbox:
         prompt: str = "",
         timeout: float | None = None,
         plan: bytes = b"",
+        records: bool = False,
     ) -> Verdict:
         """Run ``program``, then ``test`` against it; ``entry_point`` is proxied into the test.
 
@@ -590,13 +593,15 @@ class Sandbox:
         function of the program that the test uses is proxied (the ``code_eval`` form).
         ``timeout``: this sample's wall-clock limit instead of ``limits.timeout``.
         ``plan``: how the test's calls reach the program (``codeparrot.eval.replay``):
-        empty for one by one.
+        empty for one by one. ``records``: no sample; ``test`` is the JSON list of the
+        references to record (``record_all`` in ``eval/_zygote.py``), the result the JSON
+        list of their record results.
         """
         self.start()
         assert self._proc is not None
         limits = self.limits if timeout is None else replace(self.limits, timeout=timeout)
         message = (
-            _frame(limits_header(limits))
+            _frame(limits_header(limits, records))
             + b"".join(
                 _frame(part.encode("utf-8", "surrogatepass"))
                 for part in (program, prompt, test, entry_point)

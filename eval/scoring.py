@@ -19,6 +19,7 @@ from typing import Any
 from codeparrot.eval.data import Sample
 from codeparrot.eval.execution import Program, run_programs
 from codeparrot.eval.infill import exact_match, infilled
+from codeparrot.eval.recordings import RecordingCache
 from codeparrot.eval.sandbox import Isolation, Limits
 
 
@@ -78,10 +79,11 @@ def score_samples(
     time_limits: dict[tuple[str, str], float] | None = None,
     no_feedback: bool = False,
     stats: dict[str, int] | None = None,
+    recordings: RecordingCache | None = None,
 ) -> list[dict[str, Any]]:
     """One result row per sample, in order. Needs permission checked by the caller.
 
-    ``no_feedback``, ``stats``: see :func:`~codeparrot.eval.execution.run_programs`.
+    ``no_feedback``, ``stats``, ``recordings``: see :func:`~codeparrot.eval.execution.run_programs`.
 
     ``time_limits``: seconds per (task id, ``"base"`` or ``"plus"``) test set, where a
     limit of its own replaces ``limits.timeout`` (see :mod:`codeparrot.eval.timing`).
@@ -121,6 +123,7 @@ def score_samples(
         secret_dirs=secret_dirs,
         no_feedback=no_feedback,
         stats=stats,
+        recordings=recordings,
     )
     rows = []
     for i, s in enumerate(samples):

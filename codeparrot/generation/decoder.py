@@ -31,6 +31,12 @@ class Decoder:
     ``bf16_prefill``: run long prompts' matrix products in bf16 (CPU autocast), and
     the output projection of every step from a bf16 copy (lean path).
     ``prompt_cache_entries``: recent prompts whose keys/values are kept for reuse.
+    ``reuse_prompt_starts``: a prompt that starts as a kept one prefills only the rest
+    (an editor's latency while typing). Off, a kept prompt is reused only when it comes
+    again whole, so that a prompt's logits never depend on what ran before: prefilling
+    the rest after a reused start splits the prompt elsewhere than one pass does, and
+    the matrix kernels round rows differently for each split (a logit moves in its last
+    bits, and bf16 logits tie often, so greedy text can change).
     ``lean_gpt2``: use the lean decoder (:mod:`codeparrot.generation.lean`) for the
     models it covers (``False``: the ``transformers`` forward, as for others).
     ``decode_threads``: intra-op threads for the one-token steps (``None``: torch's
@@ -57,6 +63,7 @@ class Decoder:
         path: Path | None = None,
         bf16_prefill: bool = False,
         prompt_cache_entries: int = 4,
+        reuse_prompt_starts: bool = False,
         lean_gpt2: bool = True,
         decode_threads: int | None = None,
         quantize: str = "none",
@@ -85,6 +92,7 @@ class Decoder:
         if quantize == "int8":
             self.enable_int8(int8_rows_cache)
         self.prompt_cache = PromptCache(prompt_cache_entries)
+        self.reuse_prompt_starts = reuse_prompt_starts
         # see compile_steps: set once the compile has finished, well or not
         self.steps_compiled = threading.Event()
         self.compile_error: BaseException | None = None
@@ -200,6 +208,7 @@ class LeanSteps:
     def __init__(self, owner: Decoder, ids: list[int], n: int, max_new_tokens: int) -> None:
         self.decoder, self.ids, self.n = owner.lean, ids, n
         self.prompts = owner.prompt_cache
+        self.reuse_starts = owner.reuse_prompt_starts
         self.bf16_prefill = owner.bf16_prefill
         self.length = len(ids) + max_new_tokens
         self.cache: Any = None
@@ -216,8 +225,10 @@ class LeanSteps:
             one.copy_prefix(earlier, shared)
             self.cached_tokens = shared
             logits = earlier.logits.clone()
-        else:
+        elif self.reuse_starts:
             logits = self._run_prompt(one, earlier, shared)
+        else:  # the whole prompt in one pass, as a first call of it runs it
+            logits = self._run_prompt(one, None, 0)
         if self.n == 1:
             self.cache = one
         else:  # the n rows share the prompt's keys/values and keep only their own

@@ -96,8 +96,8 @@ class Engine:
         :func:`codeparrot.fim.resolve_order`).
 
         ``decoding``: the :class:`~codeparrot.generation.decoder.Decoder`'s options
-        (``bf16_prefill``, ``prompt_cache_entries``, ``lean_gpt2``, ``decode_threads``,
-        ``quantize``, ``int8_rows_cache``, ``kept_speeds``).
+        (``bf16_prefill``, ``prompt_cache_entries``, ``reuse_prompt_starts``, ``lean_gpt2``,
+        ``decode_threads``, ``quantize``, ``int8_rows_cache``, ``kept_speeds``).
         """
         self.model = model
         self.tokenizer = tokenizer
@@ -141,6 +141,9 @@ class Engine:
     decode_threads = _on("decoder", "decode_threads", "intra-op threads of one-token steps")
     prompt_threads = _on("decoder", "prompt_threads", "intra-op threads of prompts")
     prompt_cache = _on("decoder", "prompt_cache", "recent prompts' keys/values")
+    reuse_prompt_starts = _on(
+        "decoder", "reuse_prompt_starts", "prefill only the rest after a kept prompt's start"
+    )
     quantize = _on("decoder", "quantize", '"int8" or "none"')
     bf16_prefill = _on("decoder", "bf16_prefill", "long prompts in bf16 matrix products")
     kept_speeds = _on("decoder", "kept_speeds", "probe answers kept from earlier starts")

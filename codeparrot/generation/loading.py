@@ -13,7 +13,15 @@ A profile is what the engine is loaded for:
   (:attr:`Engine.tuning`, a :class:`~codeparrot.generation.threads.LiveTuning`).
 - ``"server"`` (``serve`` and the playground: calls from many threads): as the editor,
   except that the steps' threads are measured at load
-  (:func:`~codeparrot.generation.threads.tune_decode_threads`) and prompts are not timed.
+  (:func:`~codeparrot.generation.threads.tune_decode_threads`), prompts are not timed
+  and their starts are not reused (below).
+
+Every profile keeps recent prompts' keys/values, and a prompt that comes again whole is
+not prefilled again. Only the editor's also prefills just the rest of a prompt that starts
+as a kept one (typing grows the prompt at its end); elsewhere a prompt's logits never
+depend on what ran before, so that the same request gets the same text whatever the
+order (``serve`` and ``eval generate`` agree, greedy; see
+:class:`~codeparrot.generation.decoder.Decoder`'s ``reuse_prompt_starts``).
 """
 
 from __future__ import annotations
@@ -88,7 +96,7 @@ def load(
     def load_as(quantize: str) -> Any:
         model, tokenizer, options = engine_options(local, device, dtype, quantize, lean_load)
         options["path"] = Path(ref.name)  # the model as the user named it, for messages
-        return cls(model, tokenizer, **options)
+        return cls(model, tokenizer, reuse_prompt_starts=profile == "editor", **options)
 
     engine = load_with_fallback(load_as, quantize, profile)
     prepare(engine, profile, threads, compile)

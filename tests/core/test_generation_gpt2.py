@@ -107,6 +107,7 @@ def test_n_candidates_come_back_in_order(engine):
 
 def test_a_growing_prompt_reuses_the_cached_start(tiny_checkpoint):
     engine = Engine.load(tiny_checkpoint, dtype="float32")
+    engine.reuse_prompt_starts = True  # the editor profile's (see test_profiles)
     config = GenerationConfig(temperature=0, max_new_tokens=12, stop_at_eos=False)
     (cold,) = engine.generate(PROMPT, config)
     assert cold.prompt_cached_tokens == 0

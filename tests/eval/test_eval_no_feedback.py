@@ -37,7 +37,7 @@ def test_a_sample_sees_every_call_even_after_a_wrong_answer(isolation):
     assert run([program], isolation)[0] == ["failed: AssertionError"]  # call by call
     results, stats = run([program], isolation, no_feedback=True)
     assert results == ["timed out"]  # it answered the third call before any was checked
-    assert stats == {"recorded": 1, "fallbacks": 0, "unrecorded": 0}
+    assert stats == {"recorded": 1, "fallbacks": 0, "unrecorded": 0, "kept": 0}
 
 
 def test_verdicts_of_replayed_answers(isolation):
@@ -57,7 +57,7 @@ def test_verdicts_of_replayed_answers(isolation):
     assert results[3] == "failed: the sample process exited"
     assert results[4] == "passed"
     assert results[5].startswith("failed: AssertionError")
-    assert stats == {"recorded": 2, "fallbacks": 0, "unrecorded": 0}
+    assert stats == {"recorded": 2, "fallbacks": 0, "unrecorded": 0, "kept": 0}
 
 
 def test_a_call_not_recorded_falls_back_to_calls_one_by_one_and_is_counted(isolation):
@@ -68,7 +68,7 @@ def test_a_call_not_recorded_falls_back_to_calls_one_by_one_and_is_counted(isola
     ]
     results, stats = run(programs, isolation, no_feedback=True)
     assert results == ["failed: AssertionError", "passed", "passed"]
-    assert stats == {"recorded": 2, "fallbacks": 1, "unrecorded": 1}
+    assert stats == {"recorded": 2, "fallbacks": 1, "unrecorded": 1, "kept": 0}
 
 
 def test_answers_beyond_the_cap_fail_the_sample(isolation):
@@ -87,15 +87,24 @@ def test_humaneval_canonical_solutions_pass_replayed(isolation):
     results, stats = run(programs, isolation, no_feedback=True)
     assert results == ["passed"] * len(problems)
     # HumanEval/38, /50 and /53 call with unseeded random inputs: call by call
-    assert stats == {"recorded": 164, "fallbacks": 3, "unrecorded": 0}
+    assert stats == {"recorded": 164, "fallbacks": 3, "unrecorded": 0, "kept": 0}
 
 
 def test_a_plan_comes_only_from_a_passed_reference():
-    assert plan_from("failed: AssertionError\n\0recording:AAAA") is None
+    import base64
+
+    from codeparrot.eval import _zygote as codec
+
+    key = codec.encode(((1,), {}))
+    recording = codec.encode([(key, ("ok", 2, None))])
+    text = base64.b64encode(recording).decode()
+    assert plan_from("failed: AssertionError\n\0recording:" + text) is None
     assert plan_from("passed") is None
     assert plan_from("passed\n\0recording:not base64!") is None
-    plan = plan_from("passed\n\0recording:AAAA")
-    assert plan == REPLAY + b"%010d" % (CAP_FLOOR + CAP_FACTOR * 3) + b"\0\0\0"
+    assert plan_from("passed\n\0recording:AAAA") is None  # not the codec's
+    plan = plan_from("passed\n\0recording:" + text)
+    cap = CAP_FLOOR + CAP_FACTOR * len(recording)
+    assert plan == REPLAY + b"%010d" % cap + codec.encode([key])  # the calls only
 
 
 def test_eval_execute_no_feedback_reports_its_recordings(tmp_path, capsys, monkeypatch):
@@ -105,6 +114,7 @@ def test_eval_execute_no_feedback_reports_its_recordings(tmp_path, capsys, monke
     from codeparrot.eval.data import load_problems
 
     monkeypatch.setenv("CODEPARROT_ALLOW_CODE_EXECUTION", "1")
+    monkeypatch.setenv("CODEPARROT_RECORDINGS_CACHE", str(tmp_path / "kept"))
     problems = load_problems()
     path, out = tmp_path / "s.jsonl", tmp_path / "r.jsonl"
     lines = [
@@ -115,9 +125,197 @@ def test_eval_execute_no_feedback_reports_its_recordings(tmp_path, capsys, monke
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     command = ["eval", "execute", str(path), "--output", str(out), "--no-feedback"]
     assert main([*command, "--ks", "1", "--workers", "2"]) == 0
-    assert "2 tests recorded; 1 samples made a call" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "2 tests recorded (0 kept from an earlier run); 1 samples made a call" in printed
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["passed"] for r in rows] == [True, False, True, False]
     summary = json.loads(out.with_name("r.summary.json").read_text())
     # HumanEval/53's canonical solution reaches its unseeded random calls; None fails first
-    assert summary["scoring"]["no_feedback"] == {"recorded": 2, "fallbacks": 1, "unrecorded": 0}
+    assert summary["scoring"]["no_feedback"] == {
+        "recorded": 2,
+        "fallbacks": 1,
+        "unrecorded": 0,
+        "kept": 0,
+    }
+    assert main([*command, "--ks", "1", "--workers", "2"]) == 0  # again: both kept
+    assert "2 tests recorded (2 kept from an earlier run)" in capsys.readouterr().out
+    assert [json.loads(line)["passed"] for line in out.read_text().splitlines()] == [
+        True,
+        False,
+        True,
+        False,
+    ]
+    assert main([*command[:-1], "--ks", "1", "--workers", "2"]) == 0  # call by call
+    assert "tests recorded" not in capsys.readouterr().out
+    assert "no_feedback" not in json.loads(out.with_name("r.summary.json").read_text())["scoring"]
+
+
+def test_references_recorded_several_to_a_run_each_on_its_own(isolation):
+    """One sandbox run records several problems; one that hangs, exits or fails costs
+    only its own recording."""
+    hangs = "def f(x):\n    while True:\n        pass\n"
+    exits = "import os\ndef f(x):\n    os._exit(0)\n"
+    uses = "import math\ndef f(x):\n    return math.floor(x) + 1\n"
+    references = [REFERENCE, hangs, exits, "def f(x):\n    return 0\n", uses, SORTS]
+    programs = [
+        Program(r, SORT_TEST if r == SORTS else TEST, "f", reference=r, timeout=1.0)
+        for r in references
+    ]
+    results, stats = run(programs, isolation, no_feedback=True)
+    assert results == [
+        "passed",
+        "timed out",
+        "failed: the sample process exited",
+        "failed: AssertionError",
+        "passed",
+        "passed",
+    ]
+    assert stats == {"recorded": 6, "fallbacks": 0, "unrecorded": 3, "kept": 0}
+
+
+def kept_runs(programs, isolation, folder):
+    from codeparrot.eval.recordings import RecordingCache
+
+    cache = RecordingCache(folder)
+    stats: dict[str, int] = {}
+    verdicts = run_programs(
+        programs, workers=2, isolation=isolation, stats=stats, no_feedback=True, recordings=cache
+    )
+    return [v.result for v in verdicts], stats, cache
+
+
+def test_recordings_are_kept_and_read_back(isolation, tmp_path):
+    programs = [
+        Program(REFERENCE, TEST, "f", reference=REFERENCE),
+        Program("def f(x):\n    return 0\n", TEST, "f", reference=REFERENCE),
+        Program(SORTS, SORT_TEST, "f", reference=SORTS),
+    ]
+    first, stats, cache = kept_runs(programs, isolation, tmp_path)
+    assert first == ["passed", "failed: AssertionError", "passed"]
+    assert stats["kept"] == 0 and cache.written == 2
+    assert len(list(tmp_path.glob("*.rec"))) == 2
+    again, stats, cache = kept_runs(programs, isolation, tmp_path)
+    assert again == first
+    assert stats == {"recorded": 2, "fallbacks": 0, "unrecorded": 0, "kept": 2}
+    assert cache.written == 0
+
+
+def test_a_kept_recording_that_is_not_valid_is_recorded_again(isolation, tmp_path):
+    import hashlib
+
+    from codeparrot.eval import _zygote as codec
+    from codeparrot.eval.recordings import MAGIC
+
+    programs = [Program(REFERENCE, TEST, "f", reference=REFERENCE)]
+    kept_runs(programs, isolation, tmp_path)
+    (file,) = tmp_path.glob("*.rec")
+    good = file.read_bytes()
+    header = MAGIC + file.stem.encode() + b"\n"
+
+    def signed(body: bytes) -> bytes:
+        return header + hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+
+    bad = [
+        b"",
+        good[:-1],  # truncated: the digest no longer matches
+        good.replace(file.stem.encode(), b"0" * 64),  # another problem's name
+        signed(b"\xff" * 20),  # not the codec's
+        signed(codec.encode([("not bytes", ("ok", 2, None))])),  # the wrong shape
+        signed(codec.encode([(codec.encode([1]), ("ok", 2, None))])),  # a call is (args, kw)
+        signed(codec.encode([(codec.encode(((1,), {})), ("maybe", 2))])),  # an outcome
+    ]
+    for data in bad:
+        file.write_bytes(data)
+        results, stats, cache = kept_runs(programs, isolation, tmp_path)
+        assert results == ["passed"] and stats["kept"] == 0, data
+        assert cache.ignored == 1 and cache.written == 1
+        assert file.read_bytes() == good  # recorded again
+
+
+def test_a_kept_recording_that_lies_cannot_make_a_sample_pass(isolation, tmp_path):
+    """A well-formed recording only chooses the calls a sample answers ahead: the test
+    still runs in full against the sample's own answers."""
+    import hashlib
+
+    from codeparrot.eval import _zygote as codec
+    from codeparrot.eval.recordings import MAGIC, recording_key
+
+    wrong = "def f(x):\n    return 0\n"
+    programs = [
+        Program(REFERENCE, TEST, "f", reference=REFERENCE),
+        Program(wrong, TEST, "f", reference=REFERENCE),
+    ]
+    key = recording_key("", REFERENCE, TEST, "f")
+    for calls in ([], [1], [1, 2, 3, 4], [5, 6, 7]):  # fewer, more, other calls
+        record = [(codec.encode(((x,), {})), ("ok", 0, None)) for x in calls] or [
+            (codec.encode(((0,), {})), ("err", "x"))
+        ]
+        body = codec.encode(record)
+        digest = hashlib.sha256(body).hexdigest().encode()
+        (tmp_path / f"{key}.rec").write_bytes(MAGIC + key.encode() + b"\n" + digest + b"\n" + body)
+        results, stats, _ = kept_runs(programs, isolation, tmp_path)
+        assert results == ["passed", "failed: AssertionError"], calls
+        assert stats["kept"] == 1
+
+
+def test_the_kept_recordings_folder_must_be_the_users_alone(tmp_path, monkeypatch):
+    from codeparrot.eval.recordings import ENV, RecordingCache
+
+    folder = tmp_path / "kept"
+    monkeypatch.setenv(ENV, str(folder))
+    assert RecordingCache.default().folder == folder
+    assert folder.stat().st_mode & 0o777 == 0o700
+    folder.chmod(0o777)
+    assert RecordingCache.default() is None
+    folder.rmdir()
+    folder.symlink_to(tmp_path)
+    assert RecordingCache.default() is None
+    monkeypatch.setenv(ENV, "0")
+    assert RecordingCache.default() is None
+
+
+def test_a_records_job_records_each_problem_within_its_own_limit(isolation):
+    import json
+
+    from codeparrot.eval.replay import recording_from
+    from codeparrot.eval.sandbox import Sandbox
+
+    items = [
+        ["", REFERENCE, TEST, "f", 2.0],
+        ["", "def f(x):\n    while True:\n        pass\n", TEST, "f", 0.5],
+        ["", "import os\ndef f(x):\n    os._exit(0)\n", TEST, "f", 2.0],
+        ["", "import math\ndef f(x):\n    return math.floor(x) + 1\n", TEST, "f", 2.0],
+        ["", SORTS, SORT_TEST, "f", 2.0],
+        ["", "def g(x):\n    return x\n", TEST, "f", 2.0],
+        ["", "def f(x):\n    return 'x' * (x * 300_000)\n", "f(1)\nf(2)\n", "f", 2.0],
+        ["", REFERENCE, TEST, "f", 2.0],
+    ]
+    with Sandbox(isolation) as box:
+        verdict = box.run("", json.dumps(items), "", "", 10.0, records=True)
+    results = json.loads(verdict.result)
+    assert [r.partition("\n")[0] for r in results] == [
+        "passed",
+        "timed out",
+        "failed: the reference's process exited",
+        "passed",
+        "passed",
+        "failed: KeyError: 'f'",
+        "passed",  # a recording larger than a pipe's buffer
+        "passed",
+    ]
+    assert recording_from(results[0]) == recording_from(results[3]) == recording_from(results[-1])
+    assert len(recording_from(results[-2])) > 900_000
+    assert recording_from(results[1]) is None
+
+
+def test_a_call_that_repeats_an_earlier_one_gets_its_answer_without_a_fallback(isolation):
+    """An assert's message that calls the candidate again (HumanEval/77, /78, ...)."""
+    test = "assert f(1) == 2, f(1)\nassert f(2) == 3, f(2)\n"
+    programs = [
+        Program(REFERENCE, test, "f", reference=REFERENCE),
+        Program("def f(x):\n    return x * 10\n", test, "f", reference=REFERENCE),
+    ]
+    assert run(programs, isolation)[0] == ["passed", "failed: AssertionError 10"]
+    results, stats = run(programs, isolation, no_feedback=True)
+    assert results == ["passed", "failed: AssertionError 10"]
+    assert stats["fallbacks"] == 0

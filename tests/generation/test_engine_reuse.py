@@ -37,3 +37,32 @@ def test_the_same_prompt_twice_through_one_engine_equals_a_fresh_engine(tmp_path
     fresh = [c.text for c in engine().generate(prompt, config)]
     assert first == fresh
     assert [c.text for c in second] == fresh
+
+
+def test_a_prompt_gets_what_it_gets_alone_after_one_that_starts_the_same(tmp_path) -> None:
+    """A server's requests come in any order: a prompt that starts as an earlier one used
+    to prefill only its rest after the earlier one's keys/values (its last 20-odd tokens
+    in float32, where alone the whole prompt is one bf16 pass), so served samples differed
+    from direct ones. Only an engine that reuses prompt starts (the editor's) does that."""
+    loaded = Engine.load(build_family("qwen2.5-coder", tmp_path / "m"), dtype="float32")
+    with torch.no_grad():  # peaked logits: the precision's rounding shows in the samples
+        for p in loaded.model.parameters():
+            p.mul_(8.0 if p.dim() == 2 else 1.0)
+    prompt = Path(textwrap.__file__).read_text()[:1500]
+    earlier = prompt[:-80] + "\n# another ending of the same start\n"
+
+    def engine(**kw) -> Engine:
+        return Engine(loaded.model, loaded.tokenizer, bf16_prefill=True, **kw)
+
+    config = GenerationConfig(n=8, seed=3, temperature=1.0, max_new_tokens=48, stop_at_eos=False)
+    alone = [c.text for c in engine().generate(prompt, config)]
+    served = engine()
+    served.generate(earlier, config.replace(n=1))
+    after = served.generate(prompt, config)
+    assert [c.text for c in after] == alone
+    assert after[0].prompt_cached_tokens == 0  # prefilled whole, as alone
+    # the editor's engine reuses the start (latency while typing), its rest in float32
+    typing = engine(reuse_prompt_starts=True)
+    typing.generate(earlier, config.replace(n=1))
+    grown = typing.generate(prompt, config)
+    assert 0 < grown[0].prompt_cached_tokens < grown[0].prompt_tokens - 1

@@ -22,6 +22,23 @@ def test_batch_is_the_plain_load(tiny_checkpoint) -> None:
     assert engine.tuning is None and engine.prompt_ms_per_token is None
 
 
+def test_only_the_editor_reuses_prompt_starts(tiny_checkpoint, monkeypatch) -> None:
+    """`serve` and `eval generate` give a prompt what it gets alone, whatever ran before
+    (greedy served = direct); the editor prefills only what typing added."""
+    monkeypatch.setattr(th, "time_prompt", lambda engine, threads=None: 5.0)
+    start = "def fibonacci(n):\n    if n < 2:\n        return n\n"
+    config = GenerationConfig(temperature=0, max_new_tokens=8, stop_at_eos=False)
+    cached = {}
+    for profile in ("batch", "server", "editor"):
+        engine = Engine.load(
+            tiny_checkpoint, device="cpu", quantize="none", profile=profile, threads=1
+        )
+        engine.generate(start + "    x = 1\n", config)
+        cached[profile] = engine.generate(start + "    return 2\n", config)[0].prompt_cached_tokens
+    assert cached["batch"] == cached["server"] == 0
+    assert cached["editor"] > 5
+
+
 def test_an_unknown_profile_is_named(tiny_checkpoint) -> None:
     with pytest.raises(ConfigError, match="profile must be one of batch, editor, server"):
         Engine.load(tiny_checkpoint, profile="laptop")

@@ -99,8 +99,11 @@ def test_empty_document_prompt(engine):
 
 
 def test_typing_keeps_the_prompt_start_so_the_engine_reuses_it(engine):
+    from codeparrot.generation import Engine
     from codeparrot.prompting import prompt_quantum
 
+    # as the language server loads it (profile="editor": only it reuses prompt starts)
+    engine = Engine.load(engine.path, device="cpu", profile="editor", quantize="none")
     spy = Spy(engine)
     config = LspConfig(max_new_tokens=2, context_tokens=4096)
     text = "".join(f"result_{i} = transform(data[{i}])\n" for i in range(400))
