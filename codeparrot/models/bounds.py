@@ -316,17 +316,23 @@ def safetensors_dtypes(file: Path) -> dict[str, str]:
     }
 
 
+def refuse_non_floats(file: Path, dtypes: dict[str, str], floats: frozenset[str]) -> None:
+    """A :class:`CheckpointError` naming the first tensor of ``dtypes`` (name -> the
+    file format's dtype name) that is not in ``floats`` and is no integer buffer."""
+    for name, dtype in dtypes.items():
+        if dtype in floats or name.endswith(_INTEGER_BUFFERS):
+            continue
+        raise CheckpointError(
+            f"{file}: tensor {name[:200]!r} is stored as {dtype[:40]}; a weight must be a "
+            f"float ({', '.join(sorted(floats))}). Quantised checkpoints are not "
+            "loaded: use the float weights (`--quantize int8` quantises them at load)"
+        )
+
+
 def check_weight_dtypes(directory: Path) -> None:
     """Every weight of the checkpoint's safetensors files is stored as a float."""
     for file in safetensors_files(directory):
-        for name, dtype in safetensors_dtypes(file).items():
-            if dtype in FLOAT_DTYPES or name.endswith(_INTEGER_BUFFERS):
-                continue
-            raise CheckpointError(
-                f"{file}: tensor {name[:200]!r} is stored as {dtype[:20]}; a weight must be "
-                f"a float ({', '.join(sorted(FLOAT_DTYPES))}). Quantised checkpoints are not "
-                "loaded: use the float weights (`--quantize int8` quantises them at load)"
-            )
+        refuse_non_floats(file, safetensors_dtypes(file), FLOAT_DTYPES)
 
 
 # torch.save's storage classes (in its pickle's persistent ids) of the float dtypes
@@ -382,14 +388,7 @@ def torch_archive_storages(file: Path) -> dict[str, str]:
 def check_torch_dtypes(file: Path) -> None:
     """Every weight of a ``torch.save`` archive (checked by :func:`check_torch_archive`
     first) is stored as a float, as :func:`check_weight_dtypes` asks of safetensors."""
-    for name, storage in torch_archive_storages(file).items():
-        if storage in FLOAT_STORAGES or name.endswith(_INTEGER_BUFFERS):
-            continue
-        raise CheckpointError(
-            f"{file}: tensor {name[:200]!r} is stored as {storage[:40]}; a weight must be a "
-            f"float ({', '.join(sorted(FLOAT_STORAGES))}). Quantised checkpoints are not "
-            "loaded: use the float weights (`--quantize int8` quantises them at load)"
-        )
+    refuse_non_floats(file, torch_archive_storages(file), FLOAT_STORAGES)
 
 
 def check_checkpoint_bounds(
