@@ -97,11 +97,14 @@ class Decoder:
         self.steps_compiled = threading.Event()
         self.compile_error: BaseException | None = None
 
-    def steps(self, ids: list[int], n: int, max_new_tokens: int) -> Any:
+    def steps(
+        self, ids: list[int], n: int, max_new_tokens: int, reuse_start: bool | None = None
+    ) -> Any:
         """The forward steps of one call: ``prefill()``, ``decode(next_ids)``, ``keep(rows,
-        next_ids)`` and ``cached_tokens``."""
+        next_ids)`` and ``cached_tokens``. ``reuse_start``: may the prompt reuse a kept
+        prompt's start (None: :attr:`reuse_prompt_starts`)."""
         if self.lean is not None:
-            return LeanSteps(self, ids, n, max_new_tokens)
+            return LeanSteps(self, ids, n, max_new_tokens, reuse_start)
         return HFSteps(self.model, ids, n, self.device)
 
     def _why_not_lean(self) -> str:
@@ -205,10 +208,17 @@ class Decoder:
 class LeanSteps:
     """Prefill and decode steps over :class:`~codeparrot.generation.gpt2.GPT2Decoder`."""
 
-    def __init__(self, owner: Decoder, ids: list[int], n: int, max_new_tokens: int) -> None:
+    def __init__(
+        self,
+        owner: Decoder,
+        ids: list[int],
+        n: int,
+        max_new_tokens: int,
+        reuse_start: bool | None = None,
+    ) -> None:
         self.decoder, self.ids, self.n = owner.lean, ids, n
         self.prompts = owner.prompt_cache
-        self.reuse_starts = owner.reuse_prompt_starts
+        self.reuse_starts = owner.reuse_prompt_starts if reuse_start is None else reuse_start
         self.bf16_prefill = owner.bf16_prefill
         self.length = len(ids) + max_new_tokens
         self.cache: Any = None
