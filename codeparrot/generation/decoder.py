@@ -128,16 +128,22 @@ class Decoder:
             )
         # the probes' answers of an earlier start here, where kept (speeds_cache)
         speeds = self.kept_speeds
-        kernel = speeds.get("int8 kernel") if speeds is not None else None
+        kernel, head = (
+            speeds.get(name) if speeds is not None else None
+            for name in ("int8 kernel", "int8 output kernel")
+        )
         if kernel not in KERNELS or not kernel_supported(kernel):
             kernel = None
-        self.lean.quantize_int8(kernel or "auto", rows_cache=rows_cache)
+        if head not in KERNELS or not kernel_supported(head):
+            head = None
+        self.lean.quantize_int8(kernel or "auto", rows_cache=rows_cache, head_kernel=head or "auto")
         prompts = speeds.get("int8 prompts") if speeds is not None else None
         if not isinstance(prompts, bool):
             prompts = None
         self.lean.choose_int8_prompts(self.bf16_prefill, prompts)
         for name, kept, answer, line in (
             ("int8 kernel", kernel, self.lean.int8_kernel, "int8 steps: the %s kernel"),
+            ("int8 output kernel", head, self.lean.int8_head_kernel, "int8 output: the %s kernel"),
             ("int8 prompts", prompts, self.lean.int8_prompts, "int8 prompts: %s"),
         ):
             if kept is not None:
