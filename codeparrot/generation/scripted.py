@@ -59,7 +59,16 @@ def _norm(
 ) -> torch.Tensor:
     if layer_norm:
         return F.layer_norm(x, [x.size(-1)], weight, bias, eps)
-    return torch.rms_norm(x, [x.size(-1)], weight, eps)
+    return weight * _rms(x, eps)
+
+
+def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """``torch.rms_norm`` without a weight, written out: the same values to the bit (its
+    CPU kernel computes the mean of squares as their sum divided by their count), in
+    fewer ops and allocations (it also casts to and from float32, and its mean makes a
+    tensor to divide)."""
+    squares = x.pow(2).sum(-1, keepdim=True)
+    return x * squares.div_(x.size(-1)).add_(eps).rsqrt_()
 
 
 def _mlp(
@@ -135,11 +144,11 @@ def one_token_blocks(
         qk = qkv[:, : nh + nkv]
         gain = gains[i]
         if gain is not None:
-            qk = torch.rms_norm(qk, [hs], None, eps) * gain
+            qk = _rms(qk, eps) * gain
         qk = qk * cos + qk.roll(hs // 2, dims=-1) * sin
         k, v = keys[i], values[i]
-        k.narrow(2, t0, 1).copy_(qk[:, nh:, None])
-        v.narrow(2, t0, 1).copy_(qkv[:, nh + nkv :, None])
+        k.select(2, t0).copy_(qk[:, nh:])
+        v.select(2, t0).copy_(qkv[:, nh + nkv :])
         start = 0 if windows[i] <= 0 else max(0, t1 - windows[i])
         k, v = k.narrow(2, start, t1 - start), v.narrow(2, start, t1 - start)
         y = _attention(qk[:, :nh, None], k, v, scaling)
