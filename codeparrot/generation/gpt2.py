@@ -325,6 +325,10 @@ class GPT2Decoder:
         # unlike torch.compiler.set_stance, which would bind every thread of the process)
         self._compiled = torch._dynamo.run(compiled)
 
+    def prepare_steps(self) -> None:
+        """Make now what the first one-token step would otherwise make (the Llama family's
+        scripted step, :meth:`LlamaDecoder.prepare_steps`); nothing for GPT-2."""
+
     def use_bf16_head(self) -> None:
         """Keep a bf16 copy of the output projection and use it for the logits.
 

@@ -297,6 +297,11 @@ class LlamaDecoder(GPT2Decoder):
         cache.length = t1
         return x.view(B, 1, -1)
 
+    def prepare_steps(self) -> None:
+        """Script the one-token step the engine's steps will take (some 0.1 s), so that
+        the first completion does not wait for it."""
+        self._scripted_step(self.int8 is not None)
+
     def _scripted_step(self, int8: bool) -> tuple[Any, tuple[Any, ...]] | None:
         """The scripted one-token blocks and the arguments that follow the cache's (made
         once per weights: :meth:`quantize_int8` starts again), or None where they do not
