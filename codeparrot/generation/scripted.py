@@ -59,7 +59,7 @@ def _norm(
 ) -> torch.Tensor:
     if layer_norm:
         return F.layer_norm(x, [x.size(-1)], weight, bias, eps)
-    return weight * _rms(x, eps)
+    return _rms(x, eps).mul_(weight)
 
 
 def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -92,7 +92,7 @@ def _mlp(
             parts = bias.split([weights[0].size(0), weights[1].size(0)])
             gate, up = gate + parts[0], up + parts[1]
     act = F.silu(gate) if activation == 0 else F.gelu(gate, approximate="tanh")
-    return act * up
+    return act.mul_(up)
 
 
 def _attention(
@@ -130,7 +130,9 @@ def one_token_blocks(
     per block its norms (input weight and bias, post-attention weight and bias), query/key
     gain, the matrices and biases of its groups (query/key/value, output, up, down),
     window (0: none); ``shape`` the heads, key/value heads and head size; ``flags``
-    int8, layer norm, gated MLP. Writes the keys and values at ``t0``; returns (B, C)."""
+    int8, layer norm, gated MLP. Writes the keys and values at ``t0``; returns ``x`` (its
+    own: it is added to in place) after the blocks. In-place ops where the eager step
+    makes a new tensor: the same values, fewer allocations."""
     nh, nkv, hs = shape[0], shape[1], shape[2]
     int8, layer_norm, gated = flags[0], flags[1], flags[2]
     B = x.size(0)
@@ -144,20 +146,20 @@ def one_token_blocks(
         qk = qkv[:, : nh + nkv]
         gain = gains[i]
         if gain is not None:
-            qk = _rms(qk, eps) * gain
-        qk = qk * cos + qk.roll(hs // 2, dims=-1) * sin
+            qk = _rms(qk, eps).mul_(gain)
+        qk = (qk * cos).add_(qk.roll(hs // 2, dims=-1).mul_(sin))
         k, v = keys[i], values[i]
         k.select(2, t0).copy_(qk[:, nh:])
         v.select(2, t0).copy_(qkv[:, nh + nkv :])
         start = 0 if windows[i] <= 0 else max(0, t1 - windows[i])
         k, v = k.narrow(2, start, t1 - start), v.narrow(2, start, t1 - start)
         y = _attention(qk[:, :nh, None], k, v, scaling)
-        x = x + _linear(y.reshape(B, nh * hs), mats[1], bias[1], int8, False)
+        x = x.add_(_linear(y.reshape(B, nh * hs), mats[1], bias[1], int8, False))
         n1 = norm[2]
         assert n1 is not None
         h = _norm(x, n1, norm[3], layer_norm, eps)
-        x = x + _linear(_mlp(h, mats[2], bias[2], int8, gated, activation), mats[3], bias[3],
-                        int8, False)  # fmt: skip
+        x = x.add_(_linear(_mlp(h, mats[2], bias[2], int8, gated, activation), mats[3],
+                           bias[3], int8, False))  # fmt: skip
     return x
 
 
