@@ -54,6 +54,7 @@ def load(
     profile: str = "batch",
     threads: int = 0,
     compile: bool = False,
+    fim: Any = None,
 ) -> Any:
     """:meth:`Engine.load <codeparrot.generation.engine.Engine.load>`: ``cls`` (the Engine
     class) of the checkpoint at ``path``, prepared for ``profile``.
@@ -80,6 +81,11 @@ def load(
     ``threads`` (editor and server): intra-op threads of prompts and steps (0: every
     core, the steps' count measured). ``compile``: compile the one-token step in the
     background (``Engine.compile_steps``).
+
+    ``fim``: the :class:`~codeparrot.generation.config.FimSettings` of the server or run
+    (None: the defaults), resolved against the checkpoint here, once: its template (a
+    ``fim_tokens`` override the tokenizer lacks is refused, naming it) and its order
+    (``auto``: the family's own).
     """
     quantize = PROFILE_QUANTIZE.get(profile, "none") if quantize is None else quantize
     check_load_options(dtype, quantize, profile)
@@ -96,7 +102,7 @@ def load(
     def load_as(quantize: str) -> Any:
         model, tokenizer, options = engine_options(local, device, dtype, quantize, lean_load)
         options["path"] = Path(ref.name)  # the model as the user named it, for messages
-        return cls(model, tokenizer, reuse_prompt_starts=profile == "editor", **options)
+        return cls(model, tokenizer, reuse_prompt_starts=profile == "editor", fim=fim, **options)
 
     engine = load_with_fallback(load_as, quantize, profile)
     prepare(engine, profile, threads, compile)

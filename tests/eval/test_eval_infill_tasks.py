@@ -84,21 +84,26 @@ def build_fim_tokenizer_checkpoint(out: Path) -> Path:
 
 
 def test_infill_end_to_end_sends_the_suffix(tmp_path, monkeypatch):
-    from codeparrot.eval import humaneval
     from codeparrot.generation import Engine
 
     checkpoint = build_fim_tokenizer_checkpoint(tmp_path / "fim")
-    engine = Engine.load(checkpoint)
     seen = []
+    real_load = Engine.load
 
     class Recording:
-        fim = engine.fim
+        """The run's engine (loaded with the run's FIM settings), its calls recorded."""
+
+        def __init__(self, engine: Engine) -> None:
+            self.engine, self.fim, self.fim_layout = engine, engine.fim, engine.fim_layout
 
         def generate(self, prompt, config, **kwargs):
-            seen.append((prompt, kwargs.get("suffix"), config.fim_suffix_share))
-            return engine.generate(prompt, config, **kwargs)
+            seen.append((prompt, kwargs.get("suffix"), self.fim_layout.suffix_share))
+            return self.engine.generate(prompt, config, **kwargs)
 
-    monkeypatch.setattr(humaneval, "_load_engine", lambda config, group: Recording())
+    def load(*args, **kwargs):
+        return Recording(real_load(*args, **kwargs))
+
+    monkeypatch.setattr(Engine, "load", load)
     monkeypatch.setenv("CODEPARROT_ALLOW_CODE_EXECUTION", "1")
     out = tmp_path / "out"
     argv = ["eval", "humaneval", "--task", "infill-single-line", "--checkpoint", str(checkpoint),

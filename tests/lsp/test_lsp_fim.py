@@ -68,7 +68,7 @@ def engine_calls(monkeypatch) -> list[dict]:
     def spy(self, prompt, config, cancel=None, **kwargs):
         calls.append(
             {"prompt": prompt, "suffix": kwargs.get("suffix"), "fim": self.fim,
-             "order": self.fim_order(config.fim_order) if self.fim else config.fim_order}
+             "order": self.fim_layout.order}
         )  # fmt: skip
         return real(self, prompt, config, cancel, **kwargs)
 
