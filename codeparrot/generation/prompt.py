@@ -62,7 +62,7 @@ class PromptBuilder:
 
     ``infills``: whether the model learnt fill-in-the-middle (None: it did if its tokenizer
     has the sentinels); ``own_checkpoint``: trained here (order ``auto`` is then SPM, see
-    :func:`codeparrot.fim.resolve_order`); ``fim``: the FIM settings, resolved at once
+    :func:`codeparrot.fim.resolve_order`); ``fim``: the FIM settings, resolved here, once
     (:attr:`fim_layout`).
     """
 
