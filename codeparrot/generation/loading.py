@@ -215,11 +215,14 @@ def int8_missing(model: Any, on_cpu: bool) -> str:
 def load_with_fallback(load: Any, quantize: str, profile: str) -> Any:
     """``load(quantize)``; in the editor and server profiles an int8 request that does not
     apply (an architecture without the lean decoder) loads the model's own weights instead:
-    an unsupported architecture must not leave every suggestion empty."""
+    an unsupported architecture must not leave every suggestion empty. FIM settings the
+    tokenizer cannot use fail either way: they are raised at once."""
+    from codeparrot.generation.prompt import FimSettingsError
+
     try:
         return load(quantize)
     except ConfigError as e:
-        if quantize != "int8" or profile == "batch":
+        if quantize != "int8" or profile == "batch" or isinstance(e, FimSettingsError):
             raise
         logger.warning("--quantize int8 does not apply (%s): decoding with its own weights", e)
         return load("none")

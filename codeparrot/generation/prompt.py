@@ -33,6 +33,11 @@ TRUNCATION_STRIDE = 64
 Healed = tuple[str, list[int]]
 
 
+class FimSettingsError(ConfigError):
+    """FIM settings the checkpoint's tokenizer cannot use (``--fim-tokens`` naming tokens
+    it lacks): refused at load whatever the weights, so no fallback retries the load."""
+
+
 @dataclass(frozen=True)
 class FimLayout:
     """The FIM settings resolved against one tokenizer (at load, once).
@@ -167,13 +172,14 @@ class PromptBuilder:
     def resolve_fim(self, settings: FimSettings) -> FimLayout:
         """``settings`` resolved against this tokenizer: the template (the ``fim_tokens``
         override, else :attr:`fim`) and the order (``auto``: the template's). A
-        ``fim_tokens`` override the tokenizer lacks raises :class:`ConfigError` naming it."""
+        ``fim_tokens`` override the tokenizer lacks raises :class:`FimSettingsError` (a
+        :class:`ConfigError`) naming it."""
         prompter = self.fim
         if settings.fim_tokens:
             try:
                 prompter = detect_template(self.tokenizer, settings.fim_tokens)
             except ValueError as e:
-                raise ConfigError(f"checkpoint {self.path or 'in memory'}: {e}") from None
+                raise FimSettingsError(f"checkpoint {self.path or 'in memory'}: {e}") from None
         order = None
         if prompter is not None:
             order = resolve_order(settings.fim_order, prompter.template, self.own_checkpoint)

@@ -187,7 +187,11 @@ def test_the_fim_settings_are_resolved_once_per_load(engines, monkeypatch) -> No
     assert engine.infill_template().template.name == "custom"
 
 
-def test_fim_tokens_the_tokenizer_lacks_are_refused_at_load(engines, capsys) -> None:
+def test_fim_tokens_the_tokenizer_lacks_are_refused_at_load(engines, capsys, caplog) -> None:
+    import logging
+
+    import torch
+
     from codeparrot.cli import main
 
     path = engines["qwen2.5-coder"].path
@@ -196,6 +200,18 @@ def test_fim_tokens_the_tokenizer_lacks_are_refused_at_load(engines, capsys) -> 
         Engine.load(path, fim=FimSettings(fim_tokens=bad))
     with pytest.raises(ConfigError, match=r"--fim-tokens '<a>,<b>': expected PREFIX,SUFFIX"):
         FimSettings(fim_tokens="<a>,<b>")
+    # int8 does not apply to CodeGen, and an editor's load falls back to its own weights:
+    # not for tokens its tokenizer lacks, which fail either way (refused once, no retry)
+    threads = torch.get_num_threads()  # the editor profile sets them
+    try:
+        with caplog.at_level(logging.INFO), pytest.raises(ConfigError, match="--fim-tokens"):
+            Engine.load(
+                engines["codegen"].path, quantize="int8", profile="editor", threads=threads,
+                fim=FimSettings(fim_tokens=bad),
+            )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    assert not [r for r in caplog.records if "does not apply" in r.getMessage()]
     # the command line says so before any completion, whether or not a suffix is given
     argv = ["complete", "--checkpoint", str(path), "--fim-tokens", bad, "def f():"]
     assert main(argv) != 0
