@@ -99,7 +99,8 @@ def run_programs(
     limits = limits or Limits()
     if isolation.mode == "none":
         recordings = None
-    schedule = Schedule(programs, no_feedback, recordings, limits.timeout)
+    workers = max(1, min(workers or default_workers(), len(programs)))
+    schedule = Schedule(programs, no_feedback, recordings, limits.timeout, workers)
     if isolation.mode == "none":
         verdicts = _run_all(
             programs, workers, limits, isolation, progress, secret_dirs, None, schedule
@@ -123,7 +124,7 @@ def run_programs(
 
 def _run_all(
     programs: Sequence[Program],
-    workers: int | None,
+    workers: int,
     limits: Limits,
     isolation: Isolation,
     progress: bool,
@@ -131,7 +132,6 @@ def _run_all(
     runtime: RuntimeCopy | None,
     schedule: Schedule,
 ) -> list[Verdict]:
-    workers = max(1, min(workers or default_workers(), len(programs)))
     jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
     first = schedule.first()
     outstanding = [len(first)]
