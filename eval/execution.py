@@ -134,10 +134,7 @@ def _run_all(
     schedule: Schedule,
 ) -> list[Verdict]:
     jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-    first = schedule.first()
-    outstanding = [len(first)]
-    for job in first:
-        jobs.put(job)
+    outstanding = [0]
     bar = None
     if progress:
         from tqdm.autonotebook import tqdm  # tqdm.auto would import asyncio too
@@ -146,16 +143,21 @@ def _run_all(
     lock = threading.Lock()
     failure: list[BaseException] = []
 
-    def finish(job: Job, verdict: Verdict | None) -> None:
+    def finish(job: Job | None, verdict: Verdict | None) -> None:
         with lock:
-            follow = schedule.done(job, verdict) if verdict is not None else []
+            follow = [] if job is None or verdict is None else schedule.done(job, verdict)
             outstanding[0] += len(follow) - 1
             for j in follow:
                 jobs.put(j)
             if outstanding[0] == 0 or verdict is None:  # all done, or a worker failed
                 for _ in range(workers):
                     jobs.put(None)
-            if bar is not None and job.kind not in ("record", "records") and not follow:
+            if (
+                bar is not None
+                and job is not None
+                and not follow
+                and job.kind not in ("record", "records")
+            ):
                 bar.update(1)
 
     def work(slot: int) -> None:
@@ -177,11 +179,21 @@ def _run_all(
                     finish(job, verdict)
         except BaseException as e:  # surfaced in the caller's thread
             failure.append(e)
-            finish(job or first[0], None)
+            finish(job, None)
 
     threads = [threading.Thread(target=work, args=(s,), daemon=True) for s in range(workers)]
     for t in threads:
         t.start()
+    try:
+        with lock:  # the first jobs (kept recordings read and checked) while zygotes start
+            first = schedule.first()
+            outstanding[0] += len(first)
+            for job in first:
+                jobs.put(job)
+    except BaseException as e:
+        failure.append(e)
+        for _ in range(workers):
+            jobs.put(None)
     for t in threads:
         t.join()
     if bar is not None:

@@ -158,6 +158,8 @@ class Schedule:
                 continue
             self.kept += 1
             jobs += [Job("sample", i, self.programs[i], plan) for i in self._waiting.pop(key)]
+        if missing:  # the codec, imported now (while the zygotes start), not at a recording
+            recording_codec()
         return self._batch(missing) + jobs
 
     @staticmethod
