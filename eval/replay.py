@@ -16,9 +16,14 @@ that outlives it (a counter of the kernel, say) carries that to the next sample.
    that replays those answers, in-place changes of the arguments included. Whether call
    j+1 happens never depends on answer j.
 
-A call the reference's run did not make (a test whose calls depend on the answers, or
-on unseeded randomness) stops the replay, and that sample runs again as before, its
-calls answered one by one. :class:`Schedule` counts these (``fallbacks``).
+A call the reference's run did not make (a test whose calls depend on the answers) stops
+the replay, and that sample runs again, its calls answered one by one. :class:`Schedule`
+counts these (``fallbacks``). The checker's ``random`` is seeded alike at the recording
+and at each replay (``TEST_SEED`` in ``eval/_zygote.py``), so a test that draws its
+inputs from it makes the same calls both times.
+
+This is how the harness runs by default; ``--feedback`` (``no_feedback=False``) answers
+every test's calls one by one, as the test makes them.
 """
 
 from __future__ import annotations
