@@ -54,6 +54,7 @@ def load(
     profile: str = "batch",
     threads: int = 0,
     compile: bool = False,
+    fim: Any = None,
 ) -> Any:
     """:meth:`Engine.load <codeparrot.generation.engine.Engine.load>`: ``cls`` (the Engine
     class) of the checkpoint at ``path``, prepared for ``profile``.
@@ -80,6 +81,11 @@ def load(
     ``threads`` (editor and server): intra-op threads of prompts and steps (0: every
     core, the steps' count measured). ``compile``: compile the one-token step in the
     background (``Engine.compile_steps``).
+
+    ``fim``: the :class:`~codeparrot.generation.config.FimSettings` of the server or run
+    (None: the defaults), resolved against the checkpoint here, once: its template (a
+    ``fim_tokens`` override the tokenizer lacks is refused, naming it) and its order
+    (``auto``: the family's own).
     """
     quantize = PROFILE_QUANTIZE.get(profile, "none") if quantize is None else quantize
     check_load_options(dtype, quantize, profile)
@@ -96,7 +102,7 @@ def load(
     def load_as(quantize: str) -> Any:
         model, tokenizer, options = engine_options(local, device, dtype, quantize, lean_load)
         options["path"] = Path(ref.name)  # the model as the user named it, for messages
-        return cls(model, tokenizer, reuse_prompt_starts=profile == "editor", **options)
+        return cls(model, tokenizer, reuse_prompt_starts=profile == "editor", fim=fim, **options)
 
     engine = load_with_fallback(load_as, quantize, profile)
     prepare(engine, profile, threads, compile)
@@ -209,11 +215,14 @@ def int8_missing(model: Any, on_cpu: bool) -> str:
 def load_with_fallback(load: Any, quantize: str, profile: str) -> Any:
     """``load(quantize)``; in the editor and server profiles an int8 request that does not
     apply (an architecture without the lean decoder) loads the model's own weights instead:
-    an unsupported architecture must not leave every suggestion empty."""
+    an unsupported architecture must not leave every suggestion empty. FIM settings the
+    tokenizer cannot use fail either way: they are raised at once."""
+    from codeparrot.generation.prompt import FimSettingsError
+
     try:
         return load(quantize)
     except ConfigError as e:
-        if quantize != "int8" or profile == "batch":
+        if quantize != "int8" or profile == "batch" or isinstance(e, FimSettingsError):
             raise
         logger.warning("--quantize int8 does not apply (%s): decoding with its own weights", e)
         return load("none")

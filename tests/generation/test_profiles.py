@@ -106,14 +106,17 @@ def test_int8_that_does_not_apply_falls_back_except_in_a_batch(
 
 
 def test_the_language_server_loads_with_the_editor_profile(tiny_checkpoint, monkeypatch) -> None:
+    from codeparrot.generation.config import FimSettings
     from codeparrot.lsp import server
 
     calls = []
     monkeypatch.setattr(Engine, "load", classmethod(lambda cls, path, **kw: calls.append(kw)))
-    server._load(tiny_checkpoint, None, 3, "auto", True)
+    fim = FimSettings(fim_order="spm")
+    server._load(tiny_checkpoint, None, 3, "auto", True, fim)
     assert calls == [
-        {"device": None, "quantize": "auto", "profile": "editor", "threads": 3, "compile": True}
-    ]
+        {"device": None, "quantize": "auto", "profile": "editor", "threads": 3, "compile": True,
+         "fim": fim}
+    ]  # fmt: skip
 
 
 def test_the_playground_loads_with_the_server_profile(tiny_checkpoint, monkeypatch) -> None:
