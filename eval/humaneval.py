@@ -630,6 +630,8 @@ def scoring_settings(
         "sanitize": config.sanitize,
         "timeout": config.timeout,
         "memory_mb": config.memory_mb,
+        # False (the default): each sample answered all of its test's calls at once
+        "feedback": config.feedback,
         "time_limit": {k: v for k, v in timing.items() if k != "no_feedback"}
         if timing
         else {"mode": "flat", "seconds": config.timeout},
