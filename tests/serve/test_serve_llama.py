@@ -212,6 +212,21 @@ def test_extra_context_goes_before_the_prefix(fim):
     assert with_extra["tokens_evaluated"] > bare["tokens_evaluated"]
 
 
+def test_infill_reuses_the_prompt_start_unless_cache_prompt_is_false(fim):
+    """The plugins' next request after a keystroke starts as the last one: its
+    ``tokens_cached`` counts what it took from the prompt cache (llama.cpp's default is
+    cache_prompt true); false prefills it whole."""
+    srv, snippet = fim
+    before, middle, after = split(snippet)
+    answer(srv, llama_vscode_request(before, middle, after, []))
+    typed = llama_vscode_request(before, middle + "x = 1", after, [])
+    exact = answer(srv, typed | {"cache_prompt": False})
+    assert exact["tokens_cached"] == 0 and exact["timings"]["prompt_n"] > 0
+    typed = llama_vscode_request(before, middle + "y = 2", after, [])
+    reused = answer(srv, typed)  # cache_prompt true, as the plugins send it
+    assert 0 < reused["tokens_cached"] < reused["tokens_evaluated"]
+
+
 def test_the_warm_up_is_answered_without_generating(fim):
     srv, _ = fim
     assert answer(srv, warm_up_request(EXTRA)) == {}
