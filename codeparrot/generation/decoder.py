@@ -45,9 +45,10 @@ class Decoder:
     turn (:func:`codeparrot.generation.threads.tune_decode_threads` measures both).
     ``quantize``: ``"int8"`` runs the one-token steps on int8 copies of the matrices
     (the lean decoder's models, on a CPU), through whichever of torch's two int8 kernels
-    a probe finds faster (:mod:`codeparrot.generation.int8`): 2-4x faster steps than
-    float32, logits within ~2% of their spread; prompts read them too where a second
-    probe finds that faster than bf16. ``"none"``: the model's own weights.
+    a probe finds faster, for the blocks' matrices and again for the output projection
+    (:mod:`codeparrot.generation.int8`): 2-4x faster steps than float32, logits within
+    ~2% of their spread; prompts read them too where a second probe finds that faster
+    than bf16. ``"none"``: the model's own weights.
     ``int8_rows_cache``: a :class:`~codeparrot.generation.int8_cache.RowsCache` that
     keeps the int8 rows of these weights from one start to the next.
     ``kept_speeds``: a :class:`~codeparrot.generation.speeds_cache.KeptSpeeds` whose
