@@ -27,11 +27,14 @@ from codeparrot.models.lean_variants import gpt2_config_problem
 class GPTBigCodeDecoder(GPT2Decoder):
     """Forward passes of a ``GPTBigCodeForCausalLM`` written out over its parameters."""
 
+    _float_kernel = 1  # scripted_gpt2.FLOAT_LINEAR
+
     def __init__(self, model: Any) -> None:
         cfg = model.config
         t = model.transformer
         self.n_head = cfg.n_head
         self.n_kv_head = 1 if cfg.multi_query else cfg.n_head
+        self._split_kind = 1 if cfg.multi_query else 2  # scripted_gpt2's SPLIT_* codes
         self.n_embd = cfg.n_embd
         self.head_dim = cfg.n_embd // cfg.n_head
         self.eps = cfg.layer_norm_epsilon

@@ -59,7 +59,7 @@ class _Layer:
     scaling: float
 
 
-_LINEARS = ("c_attn", "c_proj", "c_fc", "mlp_proj")
+_LINEARS = ("c_attn", "c_proj", "c_fc", "mlp_proj")  # scripted_gpt2's matrices 0-3
 
 
 class KVCache:
@@ -178,6 +178,10 @@ def _common_prefix(a: tuple[int, ...], b: list[int]) -> int:
 
 class GPT2Decoder:
     """Forward passes of a ``GPT2LMHeadModel`` written out over its parameters."""
+
+    # how scripted_gpt2 multiplies the float matrices and splits the fused projection
+    _float_kernel = 0  # FLOAT_CONV1D
+    _split_kind = 0  # SPLIT_GPT2
 
     def __init__(self, model: Any) -> None:
         cfg = model.config
@@ -326,8 +330,63 @@ class GPT2Decoder:
         self._compiled = torch._dynamo.run(compiled)
 
     def prepare_steps(self) -> None:
-        """Make now what the first one-token step would otherwise make (the Llama family's
-        scripted step, :meth:`LlamaDecoder.prepare_steps`); nothing for GPT-2."""
+        """Script the one-token step the engine's steps will take (a fraction of a
+        second), so that the first completion does not wait for it."""
+        self._scripted_step(self.int8 is not None)
+
+    def _scripted_step(self, int8: bool) -> tuple[Any, tuple[Any, ...]] | None:
+        """The scripted one-token blocks (:mod:`codeparrot.generation.scripted_gpt2`) and
+        the arguments that follow the cache's, made once per weights (:meth:`quantize_int8`
+        starts again), or None where they do not apply or TorchScript is missing."""
+        kept = self._scripted.get(int8, False)
+        if kept is not False:
+            return kept
+        made = None
+        if self._scriptable(int8):
+            from codeparrot.generation.scripted_gpt2 import script_steps
+
+            function = script_steps()
+            if function is not None:
+                made = (function, self._scripted_arguments(int8))
+        self._scripted[int8] = made
+        return made
+
+    def _scriptable(self, int8: bool) -> bool:
+        if self.dtype != torch.float32 or self.device.type != "cpu" or not self.fast_gelu:
+            return False
+        if int8:
+            if self.int8 is None:
+                return False
+            kinds = {(m.kernel, m.reduce_range) for layer in self.int8 for m in layer.values()}
+            return len(kinds) == 1
+        return True
+
+    def _scripted_arguments(self, int8: bool) -> tuple[Any, ...]:
+        """The blocks' tensors as :func:`~codeparrot.generation.scripted_gpt2.one_token_blocks`
+        takes them (after the input, position and cache)."""
+        from codeparrot.generation import scripted_gpt2 as sg
+
+        norms = [[*layer.ln_1, *layer.ln_2] for layer in self.layers]
+        weights, scales, biases, packed = [], [], [], []
+        kernel, reduce_range = self._float_kernel, True
+        for i, layer in enumerate(self.layers):
+            if int8:
+                mats = [self.int8[i][name] for name in _LINEARS]  # type: ignore[index]
+                kernel = sg.DYNAMIC if mats[0].kernel == "dynamic" else sg.WEIGHT_ONLY
+                reduce_range = mats[0].reduce_range
+                if kernel == sg.DYNAMIC:
+                    packed.append([m.packed for m in mats])
+                else:
+                    weights.append([m.weight for m in mats])
+                scales.append([m.scales for m in mats])
+                biases.append([m.bias for m in mats])
+            else:
+                weights.append([getattr(layer, name)[0] for name in _LINEARS])
+                biases.append([getattr(layer, name)[1] for name in _LINEARS])
+        shape = [self.n_head, self.head_dim, self._split_kind]
+        scalings = [layer.scaling for layer in self.layers]
+        return (norms, weights, scales, biases, packed, scalings, shape, kernel, reduce_range,
+                self.eps)  # fmt: skip
 
     def use_bf16_head(self) -> None:
         """Keep a bf16 copy of the output projection and use it for the logits.
@@ -444,6 +503,14 @@ class GPT2Decoder:
         t1 = t0 + T
         C = self.n_embd
         x = F.embedding(ids, self.wte) + self.wpe[t0:t1]  # (B, T, C)
+        if T == 1 and cache.prefix is None and not torch.is_autocast_enabled(self.device.type):
+            # one new token per row: the same ops as one TorchScript function, where it applies
+            scripted = None if torch.compiler.is_compiling() else self._scripted_step(int8)
+            if scripted is not None:
+                function, arguments = scripted
+                x = function(x.view(B, C), t0, cache.keys, cache.values, *arguments)
+                cache.length = t1
+                return x.view(B, 1, C)
         for i, layer in enumerate(self.layers):
             h = F.layer_norm(x, (C,), *layer.ln_1, self.eps)
             qkv = self._linear(h.view(B * T, C), i, "c_attn", layer, int8)  # (B*T, 3C)
