@@ -12,9 +12,10 @@ for that model on one thread (RESULTS.md, Against llama.cpp). Scripting it takes
 TorchScript is deprecated (torch 2.10 and later warn), so :func:`script_steps` returns
 None (and the eager step serves) wherever ``torch.jit.script`` is missing or fails;
 ``torch.compile`` is the supported compiler but takes minutes on a CPU for this step.
-It covers float32 models on the float weights or the ``weight-only`` int8 kernel (the
-``dynamic`` kernel's packed weights are not a type TorchScript passes): the decoder
-keeps the eager step for the rest.
+It covers float32 models on the float weights or the ``weight-only`` int8 kernel: the
+decoder keeps the eager step for the rest (GPT-2's scripted step,
+:mod:`~codeparrot.generation.scripted_gpt2`, shows that the ``dynamic`` kernel's packed
+weights can be passed too).
 """
 
 from __future__ import annotations
