@@ -96,3 +96,12 @@ def test_an_activation_it_does_not_compute_keeps_the_eager_step(dirs) -> None:
     decoder = engine.decoder.lean
     _steps(decoder, True, False, 1)
     assert decoder._scripted[False] is None
+
+
+@pytest.mark.parametrize("name", ["codeparrot-small", "tiny_starcoder_py"])
+def test_the_editor_profile_scripts_the_step_at_load(dirs, name: str) -> None:
+    """The first completion does not wait for TorchScript: the editor's load made it."""
+    if not kernel_supported("weight-only") and not kernel_supported("dynamic"):
+        pytest.skip("no int8 kernel here")
+    engine = Engine.load(dirs[name], quantize="int8", profile="editor", threads=1)
+    assert engine.decoder.lean._scripted.get(True) is not None
