@@ -753,6 +753,34 @@ def replayer(channel, name, plan, sample):
     return candidate
 
 
+BYTECODE = b"\0bytecode\0"  # + the magic number of the harness's Python + marshal data
+
+
+def trusted_code(frame):
+    """The prompt or the test in a job frame: its text, or the code object the harness
+    compiled from it (``BYTECODE``, the magic number of its Python, ``marshal`` data; sent
+    only to a zygote of the harness's own interpreter, and refused from any other)."""
+    if not frame.startswith(BYTECODE):
+        return frame.decode("utf-8", "surrogatepass")
+    import marshal
+    from importlib._bootstrap_external import MAGIC_NUMBER
+
+    magic = frame[len(BYTECODE) : len(BYTECODE) + len(MAGIC_NUMBER)]
+    if magic != MAGIC_NUMBER:
+        raise ValueError("bytecode of another Python version")
+    code = marshal.loads(frame[len(BYTECODE) + len(MAGIC_NUMBER) :])
+    if type(code) is not type(trusted_code.__code__):
+        raise ValueError("the bytecode is not a code object")
+    return code
+
+
+def _compiled(source, name):
+    """``source`` compiled (as the harness compiles it), or the code object it already is."""
+    if type(source) is str:
+        return compile(source, name, "exec", dont_inherit=True, optimize=0)
+    return source
+
+
 def referenced_names(code):
     names = set(code.co_names)
     for const in code.co_consts:
@@ -777,8 +805,8 @@ def check(prompt, test, entry_point, channel, plan=b"", sample=0, record=None):
         detail = ready[1] if type(ready) is tuple and len(ready) > 1 else ready
         return f"failed: {detail}"
     namespace = {}
-    exec(compile(prompt, "<prompt>", "exec"), namespace)
-    code = compile(test, "<test>", "exec")
+    exec(_compiled(prompt, "<prompt>"), namespace)
+    code = _compiled(test, "<test>")
     if entry_point and plan.startswith(REPLAY):
         proxied = set()
         namespace[entry_point] = replayer(channel, entry_point, plan, sample)
@@ -847,8 +875,8 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
     verdict = "failed: checker error"
     record = []
     try:
-        prompt = read_frame(job_fd).decode("utf-8", "surrogatepass")
-        test = read_frame(job_fd).decode("utf-8", "surrogatepass")
+        prompt = trusted_code(read_frame(job_fd))
+        test = trusted_code(read_frame(job_fd))
         entry_point = read_frame(job_fd).decode("utf-8", "surrogatepass")
         plan = read_frame(job_fd)
         os.close(job_fd)
@@ -1647,7 +1675,7 @@ def warm_up(libc):
     compile("", "<zygote>", "exec")
     for name in ("prctl", "unshare", "setns", "umount2", "sethostname", "syscall", "mount"):
         getattr(libc, name)
-    for name in PRELOADED:
+    for name in (*PRELOADED, "marshal", "importlib._bootstrap_external"):  # trusted_code's
         __import__(name)
     gc.collect()
     gc.freeze()

