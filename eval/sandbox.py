@@ -295,6 +295,11 @@ def _command(
     return zygote
 
 
+def strongest_mode() -> str:
+    """The mode :func:`detect_isolation` tries first here (it may not work)."""
+    return _candidate_modes()[0]
+
+
 def _candidate_modes() -> list[str]:
     modes = []
     if shutil.which("unshare") and sys.platform.startswith("linux"):
@@ -436,6 +441,9 @@ class RuntimeCopy:
         self.checker = checker_paths(checker_packages)
         self.secret = default_secret_dirs() if secret_dirs is None else secret_dirs
         self.manifest: dict | None = None  # {"tree": folder, "bound": host files}, once made
+        self._made = False
+        self._making: threading.Thread | None = None
+        self._error: BaseException | None = None
 
     def __enter__(self) -> RuntimeCopy:
         self.create()
@@ -444,10 +452,31 @@ class RuntimeCopy:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def start(self) -> None:
+        """Begin making the copy in a thread (while the isolation is probed, say);
+        :meth:`create` waits for it."""
+        if not self._made and self._making is None:
+            self._making = threading.Thread(target=self._make_in_thread, daemon=True)
+            self._making.start()
+
+    def _make_in_thread(self) -> None:
+        try:
+            self._make()
+        except BaseException as e:  # raised by create()
+            self._error = e
+
     def create(self) -> None:
-        """Make the copy (once). Raises :class:`SandboxError`."""
-        if self.manifest is not None:
-            return
+        """Make the copy (once), or wait for :meth:`start`'s. Raises :class:`SandboxError`."""
+        making, self._making = self._making, None
+        if making is not None:
+            making.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        if not self._made:
+            self._make()
+
+    def _make(self) -> None:
         base = shared_tmpfs()
         if base is None:
             message = (
@@ -457,6 +486,7 @@ class RuntimeCopy:
             )
             warnings.warn(message, RuntimeWarning, stacklevel=2)
             logger.warning(message)
+            self._made = True
             return
         _remove_stale_copies(base)
         prepare = {"base": base, "owner": os.getpid()}
@@ -475,9 +505,14 @@ class RuntimeCopy:
         if Path(tree).parent != Path(base) or not Path(tree).name.startswith(RUNTIME_PREFIX):
             raise SandboxError(f"the runtime's copy is not where it was asked for: {tree!r}")
         self.manifest = manifest
+        self._made = True
 
     def close(self) -> None:
         """Remove the copy (the zygotes that bound it are gone or keep their own mounts)."""
+        making, self._making = self._making, None
+        if making is not None:
+            making.join()
+        self._error, self._made = None, False
         manifest, self.manifest = self.manifest, None
         if manifest is not None:
             shutil.rmtree(manifest["tree"], ignore_errors=True)
