@@ -1329,26 +1329,39 @@ def tree_files(root, secret=()):
     if not os.path.isdir(root):
         return [("", os.stat(root).st_mtime_ns)]
     hidden = {os.path.realpath(path) for path in secret}
+    real_root = os.path.realpath(root)
     found = []
-    for folder, folders, names in os.walk(root):
-        folders[:] = [
-            d
-            for d in folders
-            if d not in LEFT_OUT
-            and not d.startswith("config-")
-            and os.path.realpath(os.path.join(folder, d)) not in hidden
-        ]
-        for name in names:
-            path = os.path.join(folder, name)
-            if ".opt-" not in name and os.path.isfile(path):
-                found.append((os.path.relpath(path, root), os.stat(path).st_mtime_ns))
+    todo = [""]
+    while todo:  # as os.walk: a link to a folder is not followed, a link to a file is
+        relative = todo.pop()
+        try:
+            entries = list(os.scandir(os.path.join(root, relative)))
+        except OSError:  # unreadable: skipped, as os.walk does
+            continue
+        for entry in entries:
+            inner = os.path.join(relative, entry.name)
+            if entry.is_dir():
+                if (
+                    not entry.is_symlink()
+                    and entry.name not in LEFT_OUT
+                    and not entry.name.startswith("config-")
+                    and os.path.join(real_root, inner) not in hidden
+                ):
+                    todo.append(inner)
+            elif ".opt-" not in entry.name and entry.is_file():
+                found.append((inner, entry.stat().st_mtime_ns))
     return found
 
 
-def _copy_file(source, destination, mtime):
+def _copy_file(source, destination, mtime, made=None):
     """Copy ``source`` to the new file ``destination`` (mode 0755) in the kernel, keeping
-    its modification time (bytecode is checked against its source's)."""
-    os.makedirs(os.path.dirname(destination), exist_ok=True)
+    its modification time (bytecode is checked against its source's). ``made``: the
+    folders made so far (a set, updated)."""
+    folder = os.path.dirname(destination)
+    if made is None or folder not in made:
+        os.makedirs(folder, exist_ok=True)
+        if made is not None:
+            made.add(folder)
     src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
     try:
         out = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o755)
@@ -1387,6 +1400,7 @@ def prepare_runtime(base, owner, secret, checker):
     loaded = {os.path.realpath(path) for path in mapped_objects()}
     tree = tempfile.mkdtemp(prefix=f"{RUNTIME_PREFIX}{owner}-", dir=base)
     bound = []
+    made = set()
     try:
         for path in paths:
             if not os.path.isdir(path) and os.path.realpath(path) in loaded:
@@ -1396,7 +1410,7 @@ def prepare_runtime(base, owner, secret, checker):
                 continue
             for relative, mtime in tree_files(path, secret):
                 source = os.path.join(path, relative) if relative else path
-                _copy_file(source, tree + source, mtime)
+                _copy_file(source, tree + source, mtime, made)
     except BaseException:
         import shutil
 
