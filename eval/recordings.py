@@ -70,26 +70,32 @@ def recording_codec() -> Any:
     return _zygote
 
 
-def valid_recording(data: bytes) -> bool:
-    """Whether ``data`` decodes (with the sandbox's codec) to a recording: a non-empty list
-    of (the encoded ``(args tuple, kwargs dict)`` of a call, its outcome), an outcome being
-    ``("ok", result, None or the arguments after the call)`` or ``("err", message)``."""
+def recorded_calls(data: bytes) -> list[bytes] | None:
+    """The calls of a recording, in order (each the encoded ``(args tuple, kwargs dict)``),
+    or None where ``data`` does not decode (with the sandbox's codec) to a recording: a
+    non-empty list of (a call, its outcome), an outcome being ``("ok", result, None or
+    the arguments after the call)`` or ``("err", message)``."""
     codec = recording_codec()
     try:
         record = codec.decode(data)
         if type(record) is not list or not record:
-            return False
+            return None
         for item in record:
             if type(item) is not tuple or len(item) != 2 or type(item[0]) is not bytes:
-                return False
+                return None
             call = codec.decode(item[0])
             ok = type(call) is tuple and len(call) == 2 and type(call[0]) is tuple
             if not (ok and type(call[1]) is dict and all(type(k) is str for k in call[1])):
-                return False
+                return None
             codec._outcome(item[1])
     except (ValueError, TypeError, IndexError, OverflowError, UnicodeError, codec.SampleFailed):
-        return False
-    return True
+        return None
+    return [key for key, _ in record]
+
+
+def valid_recording(data: bytes) -> bool:
+    """Whether ``data`` is a recording (:func:`recorded_calls`)."""
+    return recorded_calls(data) is not None
 
 
 def _private_folder(folder: Path) -> bool:

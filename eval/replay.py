@@ -16,9 +16,14 @@ that outlives it (a counter of the kernel, say) carries that to the next sample.
    that replays those answers, in-place changes of the arguments included. Whether call
    j+1 happens never depends on answer j.
 
-A call the reference's run did not make (a test whose calls depend on the answers, or
-on unseeded randomness) stops the replay, and that sample runs again as before, its
-calls answered one by one. :class:`Schedule` counts these (``fallbacks``).
+A call the reference's run did not make (a test whose calls depend on the answers) stops
+the replay, and that sample runs again, its calls answered one by one. :class:`Schedule`
+counts these (``fallbacks``). The checker's ``random`` is seeded alike at the recording
+and at each replay (``TEST_SEED`` in ``eval/_zygote.py``), so a test that draws its
+inputs from it makes the same calls both times.
+
+This is how the harness runs by default; ``--feedback`` (``no_feedback=False``) answers
+every test's calls one by one, as the test makes them.
 """
 
 from __future__ import annotations
@@ -32,9 +37,9 @@ from typing import TYPE_CHECKING
 
 from codeparrot.eval.recordings import (
     RecordingCache,
+    recorded_calls,
     recording_codec,
     recording_key,
-    valid_recording,
 )
 from codeparrot.eval.sandbox import Verdict
 
@@ -66,12 +71,12 @@ def recording_from(result: str) -> bytes | None:
 def plan_of(recording: bytes) -> bytes | None:
     """The replay plan of a recording: the answers' cap, then the calls (each one's encoded
     arguments; the checker needs nothing of the reference's answers). None where the
-    recording is not one (:func:`~codeparrot.eval.recordings.valid_recording`)."""
-    if not valid_recording(recording):
+    recording is not one (:func:`~codeparrot.eval.recordings.recorded_calls`)."""
+    calls = recorded_calls(recording)
+    if calls is None:
         return None
-    codec = recording_codec()
     cap = CAP_FLOOR + CAP_FACTOR * len(recording)
-    keys = codec.encode([key for key, _ in codec.decode(recording)], MAX_PLAN)
+    keys = recording_codec().encode(calls, MAX_PLAN)
     plan = REPLAY + b"%010d" % min(cap, 10**10 - 1) + keys
     return plan if len(plan) <= MAX_PLAN else None
 
@@ -95,8 +100,11 @@ class Job:
     plan: bytes = b""
 
 
-BATCH = 16  # references recorded in one sandbox run, at most
-BATCH_BYTES = 4 << 20  # and at most this much of their code and tests
+# References recorded in one sandbox run: as many as spread them evenly over the workers
+# (each sandbox run costs about as much as a sample's: one run per worker pays it least),
+# but at most BATCH, and at most BATCH_BYTES of their code and tests.
+BATCH = 64
+BATCH_BYTES = 4 << 20
 
 
 @dataclass
@@ -105,8 +113,9 @@ class Schedule:
 
     ``programs`` with a ``reference`` wait for their problem's recording: kept from an
     earlier run in ``cache`` (``kept`` counts these), or recorded in this one, up to
-    :data:`BATCH` problems per sandbox run (``record_all`` in ``eval/_zygote.py``; a run
-    that fails as a whole records its problems one at a time instead). The others (and
+    :data:`BATCH` problems per sandbox run, spread evenly over ``workers`` runs where
+    fewer are needed (``record_all`` in ``eval/_zygote.py``; a run that fails as a whole
+    records its problems one at a time instead). The others (and
     all where ``enabled`` is False) run as before. ``fallbacks`` counts the samples whose
     test made a call that was not recorded, ``unrecorded`` those whose reference gave no
     plan (it failed or made no call). ``timeout``: the sandbox's limit, for programs with
@@ -117,6 +126,7 @@ class Schedule:
     enabled: bool = True
     cache: RecordingCache | None = None
     timeout: float = 3.0
+    workers: int = 1
     verdicts: list[Verdict | None] = field(init=False)
     fallbacks: int = 0
     unrecorded: int = 0
@@ -153,6 +163,8 @@ class Schedule:
                 continue
             self.kept += 1
             jobs += [Job("sample", i, self.programs[i], plan) for i in self._waiting.pop(key)]
+        if missing:  # the codec, imported now (while the zygotes start), not at a recording
+            recording_codec()
         return self._batch(missing) + jobs
 
     @staticmethod
@@ -163,12 +175,13 @@ class Schedule:
     def _batch(self, indices: list[int]) -> list[Job]:
         """Record jobs for the references ``indices``, several problems to a job."""
         jobs, items, size, members = [], [], 0, []
+        most = min(BATCH, -(-len(indices) // max(1, self.workers)))
         for index in [*indices, None]:
             if index is not None:
                 reference, test, entry_point, prompt, timeout = self._references[index]
                 item = [prompt, reference, test, entry_point, timeout or self.timeout]
                 length = sum(len(part) for part in item[:4])
-            if items and (index is None or len(items) == BATCH or size + length > BATCH_BYTES):
+            if items and (index is None or len(items) == most or size + length > BATCH_BYTES):
                 seconds = sum(item[4] for item in items)
                 first = self.programs[self._waiting[self._references[members[0]]][0]]
                 program = replace(first, program="", test=json.dumps(items), entry_point="",

@@ -77,7 +77,7 @@ def score_samples(
     progress: bool = False,
     secret_dirs: tuple[str, ...] | None = None,
     time_limits: dict[tuple[str, str], float] | None = None,
-    no_feedback: bool = False,
+    no_feedback: bool = True,
     stats: dict[str, int] | None = None,
     recordings: RecordingCache | None = None,
     runtime: RuntimeCopy | None = None,

@@ -93,7 +93,7 @@ def suggest(
         seed=0,
         stop=MULTILINE_STOPS if multiline else ("\n",),
     )
-    gen = request.generation(fim_order=config.fim_order, fim_tokens=config.fim_tokens)
+    gen = request.generation()
     raw, finish, prompt_tokens, new_tokens, cached, timing = _draw(
         engine, prompt, suffix, gen, cancel, base_indent
     )
@@ -200,13 +200,13 @@ def fim_prompt(
     """(prefix, suffix) of the prompt within ``budget`` tokens; suffix ``None``: prefix only.
 
     :func:`codeparrot.prompting.prompt_parts` with the editor's settings: workspace
-    snippets of ``others`` within ``workspace_share`` of the budget; with a FIM checkpoint
-    (and ``config.fim``) the suffix window takes whole lines after the cursor, at most
-    ``fim_suffix_share`` of the rest and :func:`suffix_tokens`, and the prefix the
-    remainder; a checkpoint without the sentinels, or nothing but blanks after the cursor,
+    snippets of ``others`` within ``workspace_share`` of the budget; with a FIM template
+    (the engine's, resolved at load) and ``config.fim`` the suffix window takes whole lines
+    after the cursor, at most ``fim_suffix_share`` of the rest and :func:`suffix_tokens`,
+    and the prefix the remainder; a checkpoint without the sentinels, or nothing but blanks after the cursor,
     gets the prefix alone.
     """
-    fim = config.fim and _can_infill(engine, config)
+    fim = config.fim and engine.infill_template() is not None
     parts = prompting.prompt_parts(
         engine.count_tokens,
         window.prefix,
@@ -228,21 +228,15 @@ def suffix_tokens(engine: Engine, config: LspConfig) -> int | None:
     changes the prefix, and the suffix after it is read again, so it gets what the model
     reads in :data:`SUFFIX_REREAD_MS` at the speed measured at load
     (``engine.prompt_ms_per_token``), at least :data:`SUFFIX_MIN_TOKENS`. In SPM order the
-    suffix comes first and typing keeps its keys and values in the prompt cache.
+    suffix comes first and typing keeps its keys and values in the prompt cache. The order
+    is the engine's (``fim_order`` resolved at load, ``Engine.fim_layout``).
     """
     if config.fim_suffix_tokens:
         return config.fim_suffix_tokens
     ms = getattr(engine, "prompt_ms_per_token", None)
-    if not ms or engine.fim_order(config.fim_order, config.fim_tokens) != PSM:
+    if not ms or engine.fim_layout.order != PSM:
         return None
     return max(SUFFIX_MIN_TOKENS, int(SUFFIX_REREAD_MS / ms))
-
-
-def _can_infill(engine: Engine, config: LspConfig) -> bool:
-    """Has the model a FIM template: its family's, or the ``fim_tokens`` setting's?"""
-    if not config.fim_tokens:
-        return getattr(engine, "fim", None) is not None
-    return engine.infill_template(config.fim_tokens) is not None
 
 
 def _block_ended(text: str, base: int | None) -> bool:

@@ -37,6 +37,7 @@ from pygls.protocol.language_server import lsp_method
 
 from codeparrot import __version__
 from codeparrot.errors import CodeparrotError
+from codeparrot.generation.config import FimSettings
 from codeparrot.generation.syntax import fits_in_window
 from codeparrot.lsp.cache import PREFIX_KEY, SuggestionCache
 from codeparrot.lsp.completion import Outcome, suffix_tokens, suggest
@@ -190,7 +191,14 @@ class CodeparrotServer(LanguageServer):
         from codeparrot.generation.heap import settle_heap
 
         try:
-            engine = _load(path, config.device, config.threads, config.quantize, config.compile)
+            engine = _load(
+                path,
+                config.device,
+                config.threads,
+                config.quantize,
+                config.compile,
+                FimSettings.of(config),
+            )
         finally:
             settle_heap()  # the start is over (lsp.cli paused collections for it)
         self._tuning = engine.tuning
@@ -241,10 +249,28 @@ class CodeparrotServer(LanguageServer):
                 logger.exception("loading %s failed", self._engine_path)
                 self.show(types.MessageType.Error, f"codeparrot: {e}")
             return None
+        self._follow_fim_settings(engine)
         if engine.compile_error is not None and not self._compile_error_logged:
             self._compile_error_logged = True  # the eager step serves on: a log line only
             logger.warning("compiling the decoding step failed: %s", engine.compile_error)
         return engine
+
+    def _follow_fim_settings(self, engine: Any) -> None:
+        """Give the engine the editor's FIM settings where they changed since it was
+        loaded (resolved then, once, not at each keystroke); settings its tokenizer
+        cannot use are reported and the engine's kept."""
+        wanted = FimSettings.of(self.config)
+        have = engine.fim_layout.settings
+        if wanted == have:
+            return
+        try:
+            engine.use_fim(wanted)
+        except CodeparrotError as e:
+            self.show(types.MessageType.Error, f"codeparrot: settings rejected: {e}")
+            self.config = self.config.replace(**have.to_dict())
+            return
+        self.cache.clear()  # suggestions made with the old layout
+        logger.info("%s: fill-in-the-middle settings %s", self._engine_path, wanted.to_dict())
 
     # -- documents -----------------------------------------------------------------------
     def touched(self, uri: str) -> None:
@@ -458,14 +484,28 @@ class CodeparrotServer(LanguageServer):
         logger.error("%s: %s", getattr(source, "__name__", source), error)
 
 
-def _load(path, device: str | None, threads: int, quantize: str, compile: bool):
+def _load(
+    path: Any,
+    device: str | None,
+    threads: int,
+    quantize: str,
+    compile: bool,
+    fim: FimSettings | None = None,
+) -> Any:
     """Runs in the generation thread, which is the one that decodes: the editor profile
-    (:mod:`codeparrot.generation.loading`). Unless ``threads`` or compiled steps fix them
-    there, the steps' threads are chosen by the first suggestions (``engine.tuning``)."""
+    (:mod:`codeparrot.generation.loading`), the FIM settings ``fim`` resolved once. Unless
+    ``threads`` or compiled steps fix them there, the steps' threads are chosen by the
+    first suggestions (``engine.tuning``)."""
     from codeparrot.generation import Engine
 
     return Engine.load(
-        path, device=device, quantize=quantize, profile="editor", threads=threads, compile=compile
+        path,
+        device=device,
+        quantize=quantize,
+        profile="editor",
+        threads=threads,
+        compile=compile,
+        fim=fim,
     )
 
 

@@ -77,7 +77,7 @@ def parse_infill(service: CompletionService, data: dict[str, Any]) -> ServedRequ
         )
     request = _request(service, data, extra + prefix + middle, suffix)
     request = dataclasses.replace(request, prompt_field="input_prefix", suffix_field="input_suffix")
-    return service.fit(service.with_server_fim(request))
+    return service.fit(service.check_suffix(request))
 
 
 def _request(

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from codeparrot.errors import ConfigError
 from codeparrot.serve import llama, openai
 from codeparrot.serve.chat import parse_chat_request
 from codeparrot.serve.config import ServeConfig
@@ -80,7 +81,7 @@ class Route:
 
 def _completions(service: CompletionService, data: dict[str, Any]) -> ServedRequest:
     request = parse_completion_request(data, service.config, service.engine.context_length)
-    return service.fit(service.with_server_fim(request))
+    return service.fit(service.check_suffix(request))
 
 
 def _chat(service: CompletionService, data: dict[str, Any]) -> ServedRequest:
@@ -445,12 +446,24 @@ def model_name_of(config: ServeConfig) -> str:
 
 
 def make_server(config: ServeConfig, engine: Any) -> CompletionServer:
-    """A bound server for ``engine`` (not yet serving: call ``serve_forever``)."""
+    """A bound server for ``engine`` (not yet serving: call ``serve_forever``); the engine
+    must have been loaded with the server's FIM settings (:func:`load_engine` does)."""
+    from codeparrot.generation.config import FimSettings
+
+    layout = getattr(engine, "fim_layout", None)
+    if layout is not None and layout.settings != FimSettings.of(config):
+        raise ConfigError(
+            f"the engine was loaded with the FIM settings {layout.settings.to_dict()}, the "
+            f"server's are {FimSettings.of(config).to_dict()}: load it with load_engine"
+        )
     return CompletionServer(config, CompletionService(config, engine, model_name_of(config)))
 
 
 def load_engine(config: ServeConfig) -> Any:
+    """The engine of ``config``: the server profile, the server's FIM settings resolved
+    once (a ``--fim-tokens`` the tokenizer lacks is refused here, naming it)."""
     from codeparrot.generation import Engine
+    from codeparrot.generation.config import FimSettings
     from codeparrot.hub import ModelRef
 
     return Engine.load(
@@ -459,4 +472,5 @@ def load_engine(config: ServeConfig) -> Any:
         dtype=config.dtype,
         quantize=config.quantize,
         profile="server",  # tuned at load as the language server's engine is
+        fim=FimSettings.of(config),
     )

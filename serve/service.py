@@ -93,11 +93,9 @@ class CompletionService:
         }
         return {"object": "list", "data": [model]}
 
-    def with_server_fim(self, request: ServedRequest) -> ServedRequest:
-        """The request with the server's FIM settings; a suffix the model cannot use is a
-        400 naming ``param``."""
-        fim = {"fim_order": self.config.fim_order, "fim_tokens": self.config.fim_tokens}
-        request = dataclasses.replace(request, generation=request.generation.replace(**fim))
+    def check_suffix(self, request: ServedRequest) -> ServedRequest:
+        """The request, whose suffix (if any) the model must be able to use (the server's
+        FIM settings are the engine's, resolved at load); else a 400 naming the field."""
         if request.suffix is not None and not self.can_infill():
             raise bad(
                 f"{request.suffix_field}: this checkpoint cannot fill in the middle (its "
@@ -109,7 +107,7 @@ class CompletionService:
         return request
 
     def can_infill(self) -> bool:
-        return self.engine.infill_template(self.config.fim_tokens) is not None
+        return self.engine.infill_template() is not None
 
     def fit(self, request: ServedRequest) -> ServedRequest:
         """``max_tokens`` fitted to what the context leaves after the prompt.

@@ -18,17 +18,20 @@ import pytest
 def _caches_of_the_session(tmp_path_factory: pytest.TempPathFactory):
     """What loads keep for the next start (the int8 rows of
     codeparrot.generation.int8_cache, transformers' facts of codeparrot.models.start_cache)
-    goes to the session's temporary folder, never to the user's cache. The speeds a start
+    and the tests' recordings an evaluation keeps (codeparrot.eval.recordings: every run
+    that executes HumanEval samples records by default, the quickstart's too) go to the
+    session's temporary folder, never to the user's cache. The speeds a start
     measured (codeparrot.generation.speeds_cache) are not kept: tests that fix a probe's
     answer must see the probe run; tests/generation/test_speeds_cache.py turns them on."""
     import os
 
+    from codeparrot.eval import recordings
     from codeparrot.generation import int8_cache, speeds_cache
     from codeparrot.models import start_cache
 
-    envs = (int8_cache.ENV, start_cache.ENV, speeds_cache.ENV)
+    envs = (int8_cache.ENV, start_cache.ENV, speeds_cache.ENV, recordings.ENV)
     before = {env: os.environ.get(env) for env in envs}
-    for env in (int8_cache.ENV, start_cache.ENV):
+    for env in (int8_cache.ENV, start_cache.ENV, recordings.ENV):
         os.environ[env] = str(tmp_path_factory.mktemp(env.lower()))
     os.environ[speeds_cache.ENV] = "0"
     yield

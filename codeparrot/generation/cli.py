@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from codeparrot.config import add_config_arguments, config_from_args
 from codeparrot.errors import ConfigError
-from codeparrot.generation.config import CompleteConfig, GenerationConfig
+from codeparrot.generation.config import CompleteConfig, FimSettings, GenerationConfig
 from codeparrot.generation.stopping import HUMANEVAL_STOP_SEQUENCES, decode_escapes
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_config_arguments(parser, CompleteConfig, positional=("prompt",))
     add_config_arguments(parser, GenerationConfig, skip=("stop",))
+    add_config_arguments(parser, FimSettings)
     parser.add_argument(
         "--stop",
         action="append",
@@ -49,10 +50,12 @@ def stop_strings(given: list[str] | None, humaneval: bool) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _configs(args: argparse.Namespace) -> tuple[CompleteConfig, GenerationConfig]:
-    """Both configs, or one error listing the problems of both."""
+def _configs(
+    args: argparse.Namespace,
+) -> tuple[CompleteConfig, GenerationConfig, FimSettings]:
+    """The three configs, or one error listing the problems of all."""
     errors = []
-    config = gen = None
+    config = gen = fim = None
     try:
         config = config_from_args(CompleteConfig, args)
     except ConfigError as e:
@@ -62,10 +65,14 @@ def _configs(args: argparse.Namespace) -> tuple[CompleteConfig, GenerationConfig
         gen = config_from_args(GenerationConfig, args, stop=stops)
     except ConfigError as e:
         errors.append(str(e))
+    try:
+        fim = config_from_args(FimSettings, args)
+    except ConfigError as e:
+        errors.append(str(e))
     if errors:
         raise ConfigError("\n".join(errors))
-    assert config is not None and gen is not None
-    return config, gen
+    assert config is not None and gen is not None and fim is not None
+    return config, gen, fim
 
 
 def run_complete(args: argparse.Namespace) -> int:
@@ -109,7 +116,7 @@ def _load_for_complete(
     from codeparrot.generation.engine import Engine
     from codeparrot.hub import ModelRef
 
-    config, gen = _configs(args)
+    config, gen, fim = _configs(args)
     prompt = sys.stdin.read() if config.prompt == "-" else config.prompt
     suffix = config.suffix
     if config.suffix_file is not None:
@@ -119,6 +126,7 @@ def _load_for_complete(
         device=config.device,
         dtype=config.dtype,
         quantize=config.quantize,
+        fim=fim,
     )
     return engine, config, gen, prompt, suffix
 

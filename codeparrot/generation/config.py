@@ -5,8 +5,9 @@ Standard library only: the CLI imports it for ``--help``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from codeparrot.config import Config, option
 from codeparrot.options import (
@@ -29,7 +30,14 @@ from codeparrot.options import (
     TOP_P,
 )
 
-__all__ = ["DTYPES", "LOAD_QUANTIZE", "QUANTIZE", "CompleteConfig", "GenerationConfig"]
+__all__ = [
+    "DTYPES",
+    "LOAD_QUANTIZE",
+    "QUANTIZE",
+    "CompleteConfig",
+    "FimSettings",
+    "GenerationConfig",
+]
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,19 @@ class GenerationConfig(Config):
         "be any token that starts with that text (a prompt ending in a line break or half a "
         "word otherwise ends on a token the model rarely saw there)",
     )
+
+    def problems(self) -> list[str]:
+        return ["--stop strings must not be empty"] if "" in self.stop else []
+
+
+@dataclass(frozen=True)
+class FimSettings(Config):
+    """How a prompt with a suffix (fill in the middle) is laid out: a server's or a run's
+    settings, not a request's. Given to :meth:`Engine.load
+    <codeparrot.generation.engine.Engine.load>` (``fim=``), which resolves them once
+    against the checkpoint: the template (the ``fim_tokens`` override, else the family's),
+    and the order (``auto``: the family's own)."""
+
     fim_order: str = FIM_ORDER.field()
     fim_suffix_share: float = FIM_SUFFIX_SHARE.field()
     fim_tokens: str = FIM_TOKENS.field()
@@ -60,12 +81,17 @@ class GenerationConfig(Config):
     def problems(self) -> list[str]:
         from codeparrot.fim import parse_fim_tokens
 
-        out = ["--stop strings must not be empty"] if "" in self.stop else []
         try:
             parse_fim_tokens(self.fim_tokens)
         except ValueError as e:
-            out.append(str(e))
-        return out
+            return [str(e)]
+        return []
+
+    @classmethod
+    def of(cls, config: Any) -> FimSettings:
+        """The settings a front door's config holds (a field it lacks: the default)."""
+        names = [f.name for f in fields(cls)]
+        return cls(**{n: getattr(config, n) for n in names if hasattr(config, n)})
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from codeparrot.errors import ConfigError
-from codeparrot.generation.config import GenerationConfig
+from codeparrot.generation.config import FimSettings, GenerationConfig
 from codeparrot.generation.decoder import Decoder
 from codeparrot.generation.detokenize import Candidate, Detokenizer
 from codeparrot.generation.events import Completion as Completion
@@ -85,6 +85,7 @@ class Engine:
         path: Path | None = None,
         infills: bool | None = None,
         own_checkpoint: bool = False,
+        fim: FimSettings | None = None,
         **decoding: Any,
     ) -> None:
         """Wrap a loaded model; :meth:`load` is the usual way in.
@@ -93,7 +94,10 @@ class Engine:
         tokenizer has the sentinels). A model that did not is never sent a suffix
         (:attr:`fim` is None) even when its tokenizer has the sentinels.
         ``own_checkpoint``: trained here (FIM order ``auto`` is then SPM, see
-        :func:`codeparrot.fim.resolve_order`).
+        :func:`codeparrot.fim.resolve_order`). ``fim``: how prompts with a suffix are laid
+        out (:class:`~codeparrot.generation.config.FimSettings`; None: the defaults),
+        resolved here once (:attr:`fim_layout`); a ``fim_tokens`` override the tokenizer
+        lacks raises :class:`ConfigError` naming it.
 
         ``decoding``: the :class:`~codeparrot.generation.decoder.Decoder`'s options
         (``bf16_prefill``, ``prompt_cache_entries``, ``reuse_prompt_starts``, ``lean_gpt2``,
@@ -116,6 +120,7 @@ class Engine:
             infills=infills,
             own_checkpoint=own_checkpoint,
             path=path,
+            fim=fim,
         )
         # ids that end a completion: every end id of generation_config.json, and every
         # special token (a special token's text is never a completion's)
@@ -138,6 +143,7 @@ class Engine:
     sentinels = _on("prompts", "sentinels", "the FIM template of the tokenizer, or None")
     bos_ids = _on("prompts", "bos_ids", "ids the tokenizer puts before a text")
     own_checkpoint = _on("prompts", "own_checkpoint", "trained here")
+    fim_layout = _on("prompts", "fim_layout", "the FIM settings resolved at load (FimLayout)")
     decode_threads = _on("decoder", "decode_threads", "intra-op threads of one-token steps")
     prompt_threads = _on("decoder", "prompt_threads", "intra-op threads of prompts")
     prompt_cache = _on("decoder", "prompt_cache", "recent prompts' keys/values")
@@ -168,9 +174,11 @@ class Engine:
         profile: str = "batch",
         threads: int = 0,
         compile: bool = False,
+        fim: FimSettings | None = None,
     ) -> Engine:
         """Load a checkpoint directory (ours, or any local Hugging Face causal LM), prepared
-        for ``profile``: ``"batch"``, ``"editor"`` or ``"server"``; see
+        for ``profile``: ``"batch"``, ``"editor"`` or ``"server"``, its prompts with a
+        suffix laid out as ``fim`` says (resolved here, once); see
         :func:`codeparrot.generation.loading.load` for every option."""
         from codeparrot.generation import loading
 
@@ -184,6 +192,7 @@ class Engine:
             profile=profile,
             threads=threads,
             compile=compile,
+            fim=fim,
         )
 
     # -- prompts ---------------------------------------------------------------------
@@ -197,18 +206,20 @@ class Engine:
         return self.prompts.count_tokens(text)
 
     def encode_infill(
-        self, prefix: str, suffix: str, max_new_tokens: int, *args: Any, **kwargs: Any
+        self, prefix: str, suffix: str, max_new_tokens: int
     ) -> tuple[list[int], bool]:
         """See :meth:`codeparrot.generation.prompt.PromptBuilder.encode_infill`."""
-        return self.prompts.encode_infill(prefix, suffix, max_new_tokens, *args, **kwargs)
+        return self.prompts.encode_infill(prefix, suffix, max_new_tokens)
 
-    def infill_template(self, fim_tokens: str = "") -> Any:
+    def infill_template(self) -> Any:
         """See :meth:`codeparrot.generation.prompt.PromptBuilder.infill_template`."""
-        return self.prompts.infill_template(fim_tokens)
+        return self.prompts.infill_template()
 
-    def fim_order(self, order: str, fim_tokens: str = "") -> str:
-        """See :meth:`codeparrot.generation.prompt.PromptBuilder.fim_order`."""
-        return self.prompts.fim_order(order, fim_tokens)
+    def use_fim(self, settings: FimSettings) -> None:
+        """Lay out prompts with a suffix by ``settings`` from now on (an editor changed
+        them), resolved here once; see
+        :meth:`codeparrot.generation.prompt.PromptBuilder.use_fim`."""
+        self.prompts.use_fim(settings)
 
     # -- generation ------------------------------------------------------------------
     def generate(
@@ -246,7 +257,7 @@ class Engine:
 
         ``suffix`` (fill in the middle; needs a checkpoint with the sentinels, see
         :attr:`fim`): ``prompt`` is the prefix, and the model writes the middle in
-        ``config.fim_order`` until end-of-text or a sentinel (finish reason ``"eos"``).
+        the engine's FIM order (:attr:`fim_layout`) until end-of-text or a sentinel (finish reason ``"eos"``).
         """
         config = config or GenerationConfig()
         if suffix is not None:
@@ -411,7 +422,7 @@ class Engine:
         (none of them is ever text). ``stop_at_eos=False`` (benchmarks of a fixed length)
         keeps going through the end ids alone."""
         ends = set(self.special_ids)
-        for fim in (self.sentinels, self.infill_template(config.fim_tokens)):
+        for fim in (self.sentinels, self.infill_template()):
             if fim is not None:
                 ends |= fim.ids
         if not config.stop_at_eos:

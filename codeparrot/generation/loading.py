@@ -7,14 +7,15 @@ A profile is what the engine is loaded for:
   on a CPU, prompts on torch's setting, nothing measured at load.
 - ``"editor"`` (the language server): int8 steps where they apply (``quantize="auto"``),
   and an int8 request that does not apply falls back to the model's own weights; on a
-  CPU, prompts on every core, and how long a prompt token takes is measured (or read from
-  an earlier start here) to size the suffix window; the steps' threads are fixed by
+  CPU, prompts on one thread or every core, whichever reads a prompt faster (measured, or
+  read from an earlier start here; :func:`~codeparrot.generation.threads.choose_prompt_threads`),
+  and that figure sizes the suffix window; the steps' threads are fixed by
   ``threads``, measured before compiling, or else chosen by the first calls
   (:attr:`Engine.tuning`, a :class:`~codeparrot.generation.threads.LiveTuning`).
 - ``"server"`` (``serve`` and the playground: calls from many threads): as the editor,
   except that the steps' threads are measured at load
-  (:func:`~codeparrot.generation.threads.tune_decode_threads`), prompts are not timed
-  and their starts are not reused (below).
+  (:func:`~codeparrot.generation.threads.tune_decode_threads`), and a prompt's start is
+  not reused (below).
 
 Every profile keeps recent prompts' keys/values, and a prompt that comes again whole is
 not prefilled again. Only the editor's also prefills just the rest of a prompt that starts
@@ -54,6 +55,7 @@ def load(
     profile: str = "batch",
     threads: int = 0,
     compile: bool = False,
+    fim: Any = None,
 ) -> Any:
     """:meth:`Engine.load <codeparrot.generation.engine.Engine.load>`: ``cls`` (the Engine
     class) of the checkpoint at ``path``, prepared for ``profile``.
@@ -80,6 +82,11 @@ def load(
     ``threads`` (editor and server): intra-op threads of prompts and steps (0: every
     core, the steps' count measured). ``compile``: compile the one-token step in the
     background (``Engine.compile_steps``).
+
+    ``fim``: the :class:`~codeparrot.generation.config.FimSettings` of the server or run
+    (None: the defaults), resolved against the checkpoint here, once: its template (a
+    ``fim_tokens`` override the tokenizer lacks is refused, naming it) and its order
+    (``auto``: the family's own).
     """
     quantize = PROFILE_QUANTIZE.get(profile, "none") if quantize is None else quantize
     check_load_options(dtype, quantize, profile)
@@ -96,7 +103,7 @@ def load(
     def load_as(quantize: str) -> Any:
         model, tokenizer, options = engine_options(local, device, dtype, quantize, lean_load)
         options["path"] = Path(ref.name)  # the model as the user named it, for messages
-        return cls(model, tokenizer, reuse_prompt_starts=profile == "editor", **options)
+        return cls(model, tokenizer, reuse_prompt_starts=profile == "editor", fim=fim, **options)
 
     engine = load_with_fallback(load_as, quantize, profile)
     prepare(engine, profile, threads, compile)
@@ -209,11 +216,14 @@ def int8_missing(model: Any, on_cpu: bool) -> str:
 def load_with_fallback(load: Any, quantize: str, profile: str) -> Any:
     """``load(quantize)``; in the editor and server profiles an int8 request that does not
     apply (an architecture without the lean decoder) loads the model's own weights instead:
-    an unsupported architecture must not leave every suggestion empty."""
+    an unsupported architecture must not leave every suggestion empty. FIM settings the
+    tokenizer cannot use fail either way: they are raised at once."""
+    from codeparrot.generation.prompt import FimSettingsError
+
     try:
         return load(quantize)
     except ConfigError as e:
-        if quantize != "int8" or profile == "batch":
+        if quantize != "int8" or profile == "batch" or isinstance(e, FimSettingsError):
             raise
         logger.warning("--quantize int8 does not apply (%s): decoding with its own weights", e)
         return load("none")
@@ -223,7 +233,7 @@ def prepare(engine: Any, profile: str, threads: int, compile: bool) -> None:
     """The profile's preparation of a loaded engine (see the module's text)."""
     from codeparrot.generation.threads import (
         LiveTuning,
-        cpu_cores,
+        choose_prompt_threads,
         kept_or_timed_prompt,
         tune_decode_threads,
     )
@@ -242,13 +252,16 @@ def prepare(engine: Any, profile: str, threads: int, compile: bool) -> None:
             logger.info("%s: %s", path, tune_decode_threads(engine.decoder).describe())
         else:  # the first calls choose the steps' threads
             engine.tuning = LiveTuning(engine)
-        if profile == "editor":
-            # sizes the suffix window read again at each keystroke (completion.suffix_tokens);
-            # measured here once (or by an earlier start here), so that the window stays the
-            # same from the first suggestion
-            ms, kept = kept_or_timed_prompt(engine.decoder, threads or cpu_cores())
-            engine.prompt_ms_per_token = ms
-            how = " (as an earlier start here measured)" if kept else ""
-            logger.info("%s: prompts read at %.2f ms a token%s", path, ms, how)
+        if not threads:
+            # prompts on one thread or every core, whichever reads faster here; the editor
+            # also sizes the suffix window read again at each keystroke by that figure
+            # (completion.suffix_tokens), measured once (or by an earlier start here), so
+            # that the window stays the same from the first suggestion
+            choice = choose_prompt_threads(engine.decoder)
+            logger.info("%s: %s", path, choice.describe())
+            if profile == "editor":
+                engine.prompt_ms_per_token = choice.ms
+        elif profile == "editor":
+            engine.prompt_ms_per_token, _ = kept_or_timed_prompt(engine.decoder, threads)
     if compile and engine.compile_steps_if_possible():  # in the background
         logger.info("compiling the decoding step of %s in the background", path)

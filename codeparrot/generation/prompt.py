@@ -1,14 +1,15 @@
 """The prompt side of the engine: text to token ids fitted to the model's context.
 
 A plain prompt keeps its end; a fill-in-the-middle prompt is laid out in its family's
-template (:mod:`codeparrot.fim`), the template and the order (``--fim-tokens``,
-``--fim-order auto``) resolved once per engine and setting, not per call.
+template (:mod:`codeparrot.fim`). The FIM settings (:class:`FimSettings`: ``--fim-tokens``,
+``--fim-order auto``, ``--fim-suffix-share``) are the engine's, given at load and resolved
+there once into a :class:`FimLayout`, not per call.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,7 @@ from codeparrot.fim import (
     leading_special_ids,
     resolve_order,
 )
-from codeparrot.generation.config import GenerationConfig
-from codeparrot.options import FIM_SUFFIX_SHARE
+from codeparrot.generation.config import FimSettings, GenerationConfig
 
 # A prompt longer than its budget loses a multiple of this many tokens at the start, so
 # that the prompts of a growing document keep the same first token (and their cached
@@ -31,6 +31,30 @@ TRUNCATION_STRIDE = 64
 
 # (text of the prompt's last token, ids a first new token may be): see healing.Healer
 Healed = tuple[str, list[int]]
+
+
+class FimSettingsError(ConfigError):
+    """FIM settings the checkpoint's tokenizer cannot use (``--fim-tokens`` naming tokens
+    it lacks): refused at load whatever the weights, so no fallback retries the load."""
+
+
+@dataclass(frozen=True)
+class FimLayout:
+    """The FIM settings resolved against one tokenizer (at load, once).
+
+    ``prompter``: the template a prompt with a suffix is laid out in (the ``fim_tokens``
+    override, else the family's template the model learnt; None: no template, a suffix is
+    refused); ``order``: ``"psm"`` or ``"spm"`` (``auto`` resolved; None without a template).
+    """
+
+    settings: FimSettings
+    prompter: FimPrompter | None
+    order: str | None
+
+    @property
+    def suffix_share(self) -> float:
+        """The most of a full prompt budget the suffix keeps (``--fim-suffix-share``)."""
+        return self.settings.fim_suffix_share
 
 
 def ends_in_word(text: str) -> bool:
@@ -43,7 +67,8 @@ class PromptBuilder:
 
     ``infills``: whether the model learnt fill-in-the-middle (None: it did if its tokenizer
     has the sentinels); ``own_checkpoint``: trained here (order ``auto`` is then SPM, see
-    :func:`codeparrot.fim.resolve_order`).
+    :func:`codeparrot.fim.resolve_order`); ``fim``: the FIM settings, resolved here, once
+    (:attr:`fim_layout`).
     """
 
     def __init__(
@@ -55,6 +80,7 @@ class PromptBuilder:
         infills: bool | None = None,
         own_checkpoint: bool = False,
         path: Path | None = None,
+        fim: FimSettings | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.context_length = context_length
@@ -68,10 +94,8 @@ class PromptBuilder:
         self.fim: FimPrompter | None = self.sentinels if infills is not False else None
         # ids a prompt starts with where the tokenizer's own post-processor adds them (BOS)
         self.bos_ids: list[int] = list(leading_special_ids(tokenizer))
-        # --fim-tokens and --fim-order resolved once per value (see infill_template)
-        self._templates: dict[str, FimPrompter | None] = {"": self.fim}
-        self._orders: dict[tuple[str, str], str] = {}
-        self._lock = threading.Lock()
+        # the FIM settings (--fim-tokens, --fim-order auto) resolved here once, not per call
+        self.fim_layout: FimLayout = self.resolve_fim(fim or FimSettings())
 
     # -- plain prompts -----------------------------------------------------------------
     def encode_prompt(
@@ -145,76 +169,70 @@ class PromptBuilder:
         return list(out["input_ids"])
 
     # -- fill in the middle ------------------------------------------------------------
-    def infill_template(self, fim_tokens: str = "") -> FimPrompter | None:
+    def resolve_fim(self, settings: FimSettings) -> FimLayout:
+        """``settings`` resolved against this tokenizer: the template (the ``fim_tokens``
+        override, else :attr:`fim`) and the order (``auto``: the template's). A
+        ``fim_tokens`` override the tokenizer lacks raises :class:`FimSettingsError` (a
+        :class:`ConfigError`) naming it."""
+        prompter = self.fim
+        if settings.fim_tokens:
+            try:
+                prompter = detect_template(self.tokenizer, settings.fim_tokens)
+            except ValueError as e:
+                raise FimSettingsError(f"checkpoint {self.path or 'in memory'}: {e}") from None
+        order = None
+        if prompter is not None:
+            order = resolve_order(settings.fim_order, prompter.template, self.own_checkpoint)
+        return FimLayout(settings, prompter, order)
+
+    def use_fim(self, settings: FimSettings) -> None:
+        """Lay out FIM prompts by ``settings`` from now on (resolved here, once); raises
+        :class:`ConfigError` and keeps the current layout when they do not resolve."""
+        self.fim_layout = self.resolve_fim(settings)
+
+    def infill_template(self) -> FimPrompter | None:
         """The template a suffix is laid out with: the ``fim_tokens`` override
-        (``--fim-tokens``) if given, else :attr:`fim`; None when there is none. Each
-        override is parsed once."""
-        with self._lock:
-            if fim_tokens in self._templates:
-                return self._templates[fim_tokens]
-        try:
-            found = detect_template(self.tokenizer, fim_tokens)
-        except ValueError as e:
-            raise ConfigError(f"checkpoint {self.path or 'in memory'}: {e}") from None
-        with self._lock:
-            self._templates[fim_tokens] = found
-        return found
+        (``--fim-tokens``) if given, else :attr:`fim`; None when there is none."""
+        return self.fim_layout.prompter
 
-    def fim_order(self, order: str, fim_tokens: str = "") -> str:
-        """The order a FIM prompt is laid out in: ``order``, or for ``"auto"`` the template's
-        (resolved once per order and template)."""
-        key = (order, fim_tokens)
-        with self._lock:
-            found = self._orders.get(key)
-        if found is None:
-            template = self.require_fim(fim_tokens).template
-            found = resolve_order(order, template, self.own_checkpoint)
-            with self._lock:
-                self._orders[key] = found
-        return found
-
-    def require_fim(self, fim_tokens: str = "") -> FimPrompter:
-        fim = self.infill_template(fim_tokens)
-        if fim is None:
-            why = (
-                "its tokenizer has no fill-in-the-middle sentinels of a known family "
-                "(StarCoder's <fim_prefix>, SantaCoder's <fim-prefix>, Qwen2.5-Coder's "
-                "<|fim_prefix|>, CodeLlama's ▁<PRE>, DeepSeek-Coder's <｜fim▁begin｜>); name "
-                "them with --fim-tokens PREFIX,SUFFIX,MIDDLE[,END] (the editor setting "
-                "fim_tokens)"
-                if self.sentinels is None
-                else "it was trained without fill-in-the-middle examples (fim_rate 0), "
-                "though its tokenizer has the sentinels"
-            )
-            raise CheckpointError(
-                f"checkpoint {self.path or 'in memory'}: {why}, so it cannot complete with a "
-                "suffix; complete the prefix alone or use a checkpoint trained with FIM"
-            )
-        return fim
+    def require_fim(self, layout: FimLayout | None = None) -> tuple[FimPrompter, str]:
+        """(template, resolved order) of ``layout`` (default: the current one), or a
+        :class:`CheckpointError` saying why this model cannot fill in the middle."""
+        layout = layout or self.fim_layout
+        if layout.prompter is not None and layout.order is not None:
+            return layout.prompter, layout.order
+        why = (
+            "its tokenizer has no fill-in-the-middle sentinels of a known family "
+            "(StarCoder's <fim_prefix>, SantaCoder's <fim-prefix>, Qwen2.5-Coder's "
+            "<|fim_prefix|>, CodeLlama's ▁<PRE>, DeepSeek-Coder's <｜fim▁begin｜>); name "
+            "them with --fim-tokens PREFIX,SUFFIX,MIDDLE[,END] (the editor setting "
+            "fim_tokens)"
+            if self.sentinels is None
+            else "it was trained without fill-in-the-middle examples (fim_rate 0), "
+            "though its tokenizer has the sentinels"
+        )
+        raise CheckpointError(
+            f"checkpoint {self.path or 'in memory'}: {why}, so it cannot complete with a "
+            "suffix; complete the prefix alone or use a checkpoint trained with FIM"
+        )
 
     def encode_infill(
-        self,
-        prefix: str,
-        suffix: str,
-        max_new_tokens: int,
-        order: str = PSM,
-        suffix_share: float = FIM_SUFFIX_SHARE.default,
-        fim_tokens: str = "",
+        self, prefix: str, suffix: str, max_new_tokens: int
     ) -> tuple[list[int], bool]:
         """Token ids of a fill-in-the-middle prompt fitted to the context; (ids, truncated).
 
-        Prefix and suffix are encoded apart, with sentinel text inside them encoded as
-        text. Over the budget (context minus ``max_new_tokens`` and the three sentinels),
-        the prefix loses whole lines at its start and the suffix at its end; the suffix
-        keeps at most ``suffix_share`` of the budget unless the prefix leaves more (the
-        language server's split, ``--fim-suffix-share``). ``order`` may be ``"auto"`` (the
-        template's own), ``fim_tokens`` an override template (``--fim-tokens``).
+        Laid out as :attr:`fim_layout` says (template, order, suffix share: the settings
+        given at load). Prefix and suffix are encoded apart, with sentinel text inside them
+        encoded as text. Over the budget (context minus ``max_new_tokens`` and the three
+        sentinels), the prefix loses whole lines at its start and the suffix at its end;
+        the suffix keeps at most ``fim_suffix_share`` of the budget unless the prefix leaves
+        more (the language server's split, ``--fim-suffix-share``).
         """
-        fim = self.require_fim(fim_tokens)
+        layout = self.fim_layout
+        fim, order = self.require_fim(layout)
         prefix_ids, suffix_ids, truncated = self.fit_infill(
-            prefix, suffix, max_new_tokens, suffix_share, fim
+            prefix, suffix, max_new_tokens, layout.suffix_share, fim
         )
-        order = self.fim_order(order, fim_tokens)
         return self.infill_ids(fim, prefix_ids, suffix_ids, order), truncated
 
     def infill_ids(
@@ -238,14 +256,14 @@ class PromptBuilder:
         inside a word (there the model would otherwise continue a token it never saw cut);
         the sentinels and the suffix are never touched.
         """
-        fim = self.require_fim(config.fim_tokens)
-        order = self.fim_order(config.fim_order, config.fim_tokens)
+        layout = self.fim_layout
+        fim, order = self.require_fim(layout)
         if not isinstance(prefix, str) or not isinstance(suffix, str):
             raise ConfigError("the prefix and the suffix must be text")
         if not prefix and not suffix:
             raise ConfigError("the prompt is empty (no prefix and no suffix)")
         prefix_ids, suffix_ids, truncated = self.fit_infill(
-            prefix, suffix, config.max_new_tokens, config.fim_suffix_share, fim
+            prefix, suffix, config.max_new_tokens, layout.suffix_share, fim
         )
         healed = heal(prefix_ids) if config.heal else None
         if healed is not None and order == PSM and not ends_in_word(healed[0]):

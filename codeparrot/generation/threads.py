@@ -1,6 +1,8 @@
 """How many CPU threads a prompt and a one-token step get, chosen by measuring.
 
-A prompt is a few large matrix products: it runs fastest on every core. A one-token step
+A prompt is a few large matrix products: a model of real size reads it fastest on every
+core (a small model's, where OpenMP's threads wait passively, on one:
+:func:`choose_prompt_threads` times both). A one-token step
 is a few dozen small kernels: a small model's runs fastest on one thread (a second mostly
 waits for its turn, and the editor keeps a core), while a model of real size (a 164M
 StarCoder-shaped one: 27.8 against 18.0 ms a step on 2 cores, RESULTS.md) gains from
@@ -63,7 +65,7 @@ class ThreadChoice:
             )
         else:
             why = f"{self.one_ms:.1f} ms a step on 1, {self.many_ms:.1f} ms on {self.cores}"
-        return f"decoding steps on {self.threads} thread(s) ({why}); prompts on {self.cores}"
+        return f"decoding steps on {self.threads} thread(s) ({why})"
 
 
 @contextlib.contextmanager
@@ -169,7 +171,8 @@ def kept_or_timed_prompt(engine: Any, threads: int) -> tuple[float, bool]:
     def faster(new: float, old: Any) -> float:
         return min(new, old) if isinstance(old, (int, float)) and old > 0 else new
 
-    name = f"prompt ms a token, {threads} threads, quantize {engine.quantize}"
+    waits = os.environ.get("OMP_WAIT_POLICY", "").strip().upper() or "default"
+    name = f"prompt ms a token, {threads} threads, quantize {engine.quantize}, waits {waits}"
     value, kept = measured_or_kept(
         engine.kept_speeds,
         name,
@@ -182,6 +185,47 @@ def kept_or_timed_prompt(engine: Any, threads: int) -> tuple[float, bool]:
     return float(value), kept
 
 
+@dataclass(frozen=True)
+class PromptChoice:
+    """The prompts' thread count and the figures behind it (ms a prompt token; ``None``:
+    not measured), and whether the figures were kept from an earlier start."""
+
+    threads: int
+    ms: float
+    one_ms: float | None
+    kept: bool
+
+    def describe(self) -> str:
+        how = " (as an earlier start here measured)" if self.kept else ""
+        versus = "" if self.one_ms is None else f"; {self.one_ms:.3f} on 1"
+        return f"prompts on {self.threads} thread(s): {self.ms:.3f} ms a token{versus}{how}"
+
+
+def choose_prompt_threads(engine: Any, cores: int | None = None) -> PromptChoice:
+    """Set ``engine.prompt_threads`` to the faster of every core and, for a model under
+    :data:`LARGE_MODEL_PARAMETERS`, one thread (every core must be
+    :data:`MORE_THREADS_GAIN` times faster to be kept); returns the choice with its
+    figures (:func:`kept_or_timed_prompt`'s, per thread count).
+
+    A small model's prompt is many short kernels. Where OpenMP's threads wait passively
+    (the serving commands, :mod:`codeparrot.generation.waits`), waking the second thread
+    for each costs more than it gives: measured on 2 cores (AMD EPYC Zen 4), the
+    quickstart-sized model read a prompt at 0.047 ms a token on one thread against 0.069
+    on two, and the language server answered 6 ms later than with spinning waits."""
+    engine = decoder_of(engine)
+    cores = cores or cpu_cores()
+    many, kept = kept_or_timed_prompt(engine, cores)
+    choice = PromptChoice(cores, many, None, kept)
+    large = sum(p.numel() for p in engine.model.parameters()) >= LARGE_MODEL_PARAMETERS
+    if cores > 1 and not large:
+        one, kept_one = kept_or_timed_prompt(engine, 1)
+        threads = cores if one / many >= MORE_THREADS_GAIN else 1
+        best = many if threads == cores else one
+        choice = PromptChoice(threads, best, one, kept and kept_one)
+    engine.prompt_threads = choice.threads
+    return choice
+
+
 class LiveTuning:
     """The choice of :func:`tune_decode_threads`, made from an engine's own calls as they
     finish (:meth:`observe`), so that no probe runs before the first one.
@@ -192,7 +236,8 @@ class LiveTuning:
     timed (its first steps set things up); the next ones time the steps on one thread and
     on every core, and the choice is :func:`tune_decode_threads`'s: one thread for a step
     under :data:`ONE_THREAD_BELOW_MS` on one (without timing more), else every core where
-    they are :data:`MORE_THREADS_GAIN` times faster. Prompts run on every core.
+    they are :data:`MORE_THREADS_GAIN` times faster. Prompts run on every core until
+    :func:`choose_prompt_threads` chooses.
 
     Call :meth:`observe` from the thread that runs the engine's calls: it changes
     ``engine.decode_threads`` between them.

@@ -36,13 +36,13 @@ class InfillEngine:
     def __init__(self, fim: bool) -> None:
         self.fim = object() if fim else None
         self.suffixes: list[str | None] = []
-        self.infill_orders: list[str] = []
+        self.fitted: list[str] = []  # suffixes fitted to the context (in the engine's order)
 
     def encode_prompt(self, prompt, max_new_tokens):
         return [0, 1], False
 
-    def encode_infill(self, prefix, suffix, max_new_tokens, order="psm"):
-        self.infill_orders.append(order)
+    def encode_infill(self, prefix, suffix, max_new_tokens):
+        self.fitted.append(suffix)
         return [0, 1, 2, 3], False
 
     def count_tokens(self, text):
@@ -70,7 +70,8 @@ def test_the_middle_is_streamed_between_prompt_and_suffix(served):
     engine = InfillEngine(fim=True)
     url, playground = served(engine)
     outputs = generate(url, playground)
-    assert engine.suffixes == [SUFFIX] and engine.infill_orders == ["auto"]  # the template decides
+    # fitted and laid out as the engine's FIM settings say (resolved at load)
+    assert engine.suffixes == [SUFFIX] and engine.fitted == [SUFFIX]
     editors = [o[2]["value"] for o in outputs if isinstance(o[2], dict) and "value" in o[2]]
     # (Gradio's code editor strips the whitespace at both ends of what it shows)
     assert editors[-1] == (PREFIX + "".join(MIDDLE) + SUFFIX).strip()

@@ -169,6 +169,8 @@ SHARED_BY_NAME = {
     "seq_length": "SEQ_LENGTH",
     "context_tokens": "CONTEXT_TOKENS",
     "fim_suffix_share": "FIM_SUFFIX_SHARE",
+    "fim_order": "FIM_ORDER",
+    "fim_tokens": "FIM_TOKENS",
     "workspace_share": "WORKSPACE_SHARE",
 }
 # Of those, the ones no stage may narrow: a value valid in one stage is valid in all.
@@ -198,7 +200,7 @@ def stage_configs() -> list[type]:
     )
     from codeparrot.eval.lines import LinesConfig
     from codeparrot.eval.loss import LossConfig
-    from codeparrot.generation.config import CompleteConfig, GenerationConfig
+    from codeparrot.generation.config import CompleteConfig, FimSettings, GenerationConfig
     from codeparrot.lsp.config import LspConfig
     from codeparrot.models.gguf_export import ExportConfig
     from codeparrot.models.presets import InitConfig
@@ -215,6 +217,7 @@ def stage_configs() -> list[type]:
         ExecuteConfig,
         ExecutionOptions,
         ExportConfig,
+        FimSettings,
         FinetuneConfig,
         GenerateConfig,
         GenerationConfig,

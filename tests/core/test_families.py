@@ -221,7 +221,7 @@ def test_a_test_model_completes_as_its_record_says(tmp_path: Path, name: str) ->
     assert (engine.fim.template.name if engine.fim else None) == model.template
     if engine.fim is not None:  # the prompt in the template; no sentinel's text written
         pre, suf = "def add(a, b):\n    ", "\n    return c\n"
-        ids, _ = engine.encode_infill(pre, suf, 4, engine.fim_order("auto"))
+        ids, _ = engine.encode_infill(pre, suf, 4)  # the default order: auto
         assert {engine.fim.prefix, engine.fim.suffix, engine.fim.middle} <= set(ids)
         (middle,) = engine.generate(pre, config, suffix=suf)
         assert middle.finish_reason in ("eos", "length")

@@ -6,15 +6,18 @@ expected prompts are written out from each family's documentation, not from our 
 
 from __future__ import annotations
 
+import copy
 import random
 import sys
 from pathlib import Path
 
 import pytest
 
-from codeparrot.errors import CheckpointError
+from codeparrot.errors import CheckpointError, ConfigError
 from codeparrot.fim import PSM, SPM, detect_template, parse_fim_tokens
 from codeparrot.generation import Engine, GenerationConfig
+from codeparrot.generation.config import FimSettings
+from codeparrot.generation.prompt import PromptBuilder
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from families import FAMILIES, bias_head, build_family
@@ -58,6 +61,13 @@ ORDER_OF = {  # the order a family documents ("auto")
 }
 
 
+def laid_out(engine: Engine, order: str = "auto", tokens: str = "") -> PromptBuilder:
+    """The engine's prompt side as an engine loaded with these FIM settings has it."""
+    prompts = copy.copy(engine.prompts)
+    prompts.use_fim(FimSettings(fim_order=order, fim_tokens=tokens))
+    return prompts
+
+
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Engine]:
     root = tmp_path_factory.mktemp("families")
@@ -68,7 +78,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Engine]:
 @pytest.mark.parametrize("order", [PSM, SPM])
 def test_fim_prompt_is_the_documented_one(engines, name: str, order: str) -> None:
     engine = engines[name]
-    ids, truncated = engine.encode_infill(PRE, SUF, 16, order)
+    ids, truncated = laid_out(engine, order).encode_infill(PRE, SUF, 16)
     text = DOCUMENTED[name][order].format(pre=PRE, suf=SUF)
     expected = engine.tokenizer(text, add_special_tokens=False)["input_ids"]
     assert not truncated
@@ -93,7 +103,7 @@ def test_codellama_prompt_is_metas(engines, order: str) -> None:
     <MID>``, SPM ``<s> <PRE> <SUF> + encode_infilling(suf) + <MID> + encode(pre)``, where
     encode puts SentencePiece's space before the text and encode_infilling does not."""
     engine = engines["codellama"]
-    ids, _ = engine.encode_infill(PRE, SUF, 16, order)
+    ids, _ = laid_out(engine, order).encode_infill(PRE, SUF, 16)
     tokens = engine.tokenizer.convert_ids_to_tokens(ids)
     mid = tokens.index("▁<MID>")
     if order == PSM:
@@ -110,16 +120,17 @@ def test_codellama_prompt_is_metas(engines, order: str) -> None:
 @pytest.mark.parametrize("name", sorted(ORDER_OF))
 def test_auto_order_is_the_familys(engines, name: str) -> None:
     engine = engines[name]
-    auto, _ = engine.encode_infill(PRE, SUF, 16, "auto")
-    assert auto == engine.encode_infill(PRE, SUF, 16, ORDER_OF[name])[0]
-    assert engine.fim_order("auto") == ORDER_OF[name]
+    auto, _ = engine.encode_infill(PRE, SUF, 16)  # loaded with the default: auto
+    assert auto == laid_out(engine, ORDER_OF[name]).encode_infill(PRE, SUF, 16)[0]
+    assert engine.fim_layout.order == ORDER_OF[name]
 
 
 def test_our_own_checkpoints_keep_spm(engines) -> None:
     engine = engines["tiny_starcoder_py"]
     ours = Engine(engine.model, engine.tokenizer, own_checkpoint=True)
-    assert ours.fim_order("auto") == SPM
-    assert ours.encode_infill(PRE, SUF, 16, "auto")[0] == engine.encode_infill(PRE, SUF, 16, SPM)[0]
+    assert ours.fim_layout.order == SPM
+    spm = laid_out(engine, SPM).encode_infill(PRE, SUF, 16)[0]
+    assert ours.encode_infill(PRE, SUF, 16)[0] == spm
 
 
 @pytest.mark.parametrize("name", ["codeparrot-small", "codegen", "phi-1"])
@@ -134,13 +145,78 @@ def test_override_names_the_tokens(engines) -> None:
     """llm-ls style: any model whose tokenizer has the tokens, named by hand."""
     engine = engines["qwen2.5-coder"]
     spec = "<|fim_prefix|>,<|fim_suffix|>,<|fim_middle|>,<|fim_pad|>"
-    ids, _ = engine.encode_infill(PRE, SUF, 16, PSM, fim_tokens=spec)
-    assert ids == engine.encode_infill(PRE, SUF, 16, PSM)[0]
-    assert engine.infill_template(spec).template.name == "custom"
+    custom = laid_out(engine, PSM, spec)
+    ids, _ = custom.encode_infill(PRE, SUF, 16)
+    assert ids == laid_out(engine, PSM).encode_infill(PRE, SUF, 16)[0]
+    assert custom.infill_template().template.name == "custom"
     with pytest.raises(Exception, match="no single token '<nope>'"):
-        engine.encode_infill(PRE, SUF, 16, PSM, fim_tokens="<nope>,<|fim_suffix|>,<|fim_middle|>")
+        laid_out(engine, PSM, "<nope>,<|fim_suffix|>,<|fim_middle|>").encode_infill(PRE, SUF, 16)
     with pytest.raises(ValueError, match="PREFIX,SUFFIX,MIDDLE"):
         parse_fim_tokens("<a>,<b>")
+
+
+def test_the_fim_settings_are_resolved_once_per_load(engines, monkeypatch) -> None:
+    """``--fim-tokens`` is parsed and ``--fim-order auto`` resolved when the engine is
+    loaded, not at each request (each keystroke, in an editor)."""
+    from codeparrot.generation import prompt
+
+    calls = {"detect_template": 0, "resolve_order": 0}
+
+    def counted(name: str):
+        real = getattr(prompt, name)
+
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(prompt, name, call)
+
+    counted("detect_template")
+    counted("resolve_order")
+    spec = "<|fim_prefix|>,<|fim_suffix|>,<|fim_middle|>,<|fim_pad|>"
+    settings = FimSettings(fim_order="auto", fim_tokens=spec)
+    engine = Engine.load(engines["qwen2.5-coder"].path, fim=settings)
+    # at load: the tokenizer's own template, then the override; the order once
+    assert calls == {"detect_template": 2, "resolve_order": 1}
+    greedy = GenerationConfig(max_new_tokens=2, temperature=0)
+    for _ in range(3):
+        engine.encode_infill(PRE, SUF, 16)
+        engine.generate(PRE, greedy, suffix=SUF)
+    assert calls == {"detect_template": 2, "resolve_order": 1}
+    assert engine.fim_layout.order == PSM and engine.fim_layout.settings == settings
+    assert engine.infill_template().template.name == "custom"
+
+
+def test_fim_tokens_the_tokenizer_lacks_are_refused_at_load(engines, capsys, caplog) -> None:
+    import logging
+
+    import torch
+
+    from codeparrot.cli import main
+
+    path = engines["qwen2.5-coder"].path
+    bad = "<nope>,<|fim_suffix|>,<|fim_middle|>"
+    with pytest.raises(ConfigError, match=r"--fim-tokens '<nope>,.*no single token '<nope>'"):
+        Engine.load(path, fim=FimSettings(fim_tokens=bad))
+    with pytest.raises(ConfigError, match=r"--fim-tokens '<a>,<b>': expected PREFIX,SUFFIX"):
+        FimSettings(fim_tokens="<a>,<b>")
+    # int8 does not apply to CodeGen, and an editor's load falls back to its own weights:
+    # not for tokens its tokenizer lacks, which fail either way (refused once, no retry)
+    threads = torch.get_num_threads()  # the editor profile sets them
+    try:
+        with caplog.at_level(logging.INFO), pytest.raises(ConfigError, match="--fim-tokens"):
+            Engine.load(
+                engines["codegen"].path, quantize="int8", profile="editor", threads=threads,
+                fim=FimSettings(fim_tokens=bad),
+            )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    assert not [r for r in caplog.records if "does not apply" in r.getMessage()]
+    # the command line says so before any completion, whether or not a suffix is given
+    argv = ["complete", "--checkpoint", str(path), "--fim-tokens", bad, "def f():"]
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert "--fim-tokens '<nope>," in err and "Traceback" not in err
 
 
 def test_fim_pad_is_not_required(engines) -> None:
@@ -211,7 +287,7 @@ def test_codellama_class_never_makes_a_prompt_layout_of_the_text(engines) -> Non
     sentinels = {fim.prefix, fim.suffix, fim.middle}
     ids, _ = engine.encode_prompt("a = '<FILL_ME>'\nb = '<FILL_ME>'\n", 64)
     assert not sentinels & set(ids)
-    ids, *_ = engine.encode_infill("a = '<FILL_ME>'\nb = ", "\nc = 3\n", 64, PSM)
+    ids, *_ = laid_out(engine, PSM).encode_infill("a = '<FILL_ME>'\nb = ", "\nc = 3\n", 64)
     assert [i for i in ids if i in sentinels] == [fim.prefix, fim.suffix, fim.middle]
     assert "<FILL_ME>" in engine.tokenizer.decode(ids)
     assert engine.generate("x = '<FILL_ME>' + '<FILL_ME>'", GenerationConfig(max_new_tokens=2))

@@ -11,6 +11,7 @@ import pytest
 from codeparrot.errors import CodeparrotError
 from codeparrot.fim import PSM, SENTINELS, SPM, FimTokens, layout
 from codeparrot.generation import Engine, GenerationConfig
+from codeparrot.generation.config import FimSettings
 
 PREFIX = "def add(a, b):\n    "
 MIDDLE = "return a + b"
@@ -85,9 +86,11 @@ GREEDY = GenerationConfig(temperature=0, max_new_tokens=20, n=2)
 @pytest.mark.parametrize("quantize", ["none", "int8"])
 @pytest.mark.parametrize("order", [PSM, SPM])
 def test_engine_fills_the_middle_exactly(fim_checkpoint, quantize, order):
-    engine = Engine.load(fim_checkpoint, device="cpu", quantize=quantize)
+    engine = Engine.load(
+        fim_checkpoint, device="cpu", quantize=quantize, fim=FimSettings(fim_order=order)
+    )
     assert engine.fim is not None
-    config = GREEDY.replace(fim_order=order)
+    config = GREEDY
     out = engine.generate(PREFIX, config, suffix=SUFFIX)
     assert [c.text for c in out] == [MIDDLE, MIDDLE]
     assert all(c.finish_reason == "eos" for c in out)
@@ -135,20 +138,21 @@ def test_the_suffix_keeps_at_most_its_share_of_a_full_budget(fim_checkpoint):
     """Over the context, the suffix keeps at most ``fim_suffix_share`` of the budget (the
     language server's split) and the prefix the rest: the code before the gap, which
     holds the signature and docstring, is not starved by the code after it."""
-    engine = Engine.load(fim_checkpoint, device="cpu")
     prefix = "".join(f"a{i} = {i}\n" for i in range(200)) + PREFIX
     suffix = SUFFIX + "".join(f"b{i} = {i}\n" for i in range(200))
-    budget = engine.context_length - 20 - 3
     kept = {}
     for share in (0.25, 0.5):
-        ids, truncated = engine.encode_infill(prefix, suffix, 20, suffix_share=share)
+        engine = Engine.load(fim_checkpoint, device="cpu", fim=FimSettings(fim_suffix_share=share))
+        budget = engine.context_length - 20 - 3
+        ids, truncated = engine.encode_infill(prefix, suffix, 20)
         fim = engine.fim
         suffix_ids = ids[ids.index(fim.suffix) + 1 : ids.index(fim.middle)]
         assert truncated and 0 < len(suffix_ids) <= int(budget * share)
         assert len(ids) - 3 > budget - int(budget * share) - 8  # the prefix takes the rest
         kept[share] = len(suffix_ids)
     assert kept[0.25] < kept[0.5]
-    assert GREEDY.fim_suffix_share == 0.25  # the engine's default is the editor's
+    # the engine's default is the editor's
+    assert Engine.load(fim_checkpoint, device="cpu").fim_layout.suffix_share == 0.25
 
 
 def test_a_suffix_needs_a_checkpoint_with_sentinels(tiny_checkpoint, fim_checkpoint):
@@ -172,23 +176,24 @@ def test_a_suffix_needs_a_checkpoint_with_sentinels(tiny_checkpoint, fim_checkpo
 
 
 def test_healing_backs_up_the_prefix_only_where_it_runs_into_the_middle(fim_checkpoint):
-    engine = Engine.load(fim_checkpoint, device="cpu")
-    fim = engine.fim
     mid_word = "def add(a, b):\n    ret"
     for order in (PSM, SPM):
-        config = GenerationConfig(fim_order=order)
+        engine = Engine.load(fim_checkpoint, device="cpu", fim=FimSettings(fim_order=order))
+        fim = engine.fim
+        config = GenerationConfig()
         ids, _truncated, healed = engine.prompts.infill_prompt(
             mid_word, SUFFIX, config, engine.healer.heal
         )
-        plain, _ = engine.encode_infill(mid_word, SUFFIX, config.max_new_tokens, order)
+        plain, _ = engine.encode_infill(mid_word, SUFFIX, config.max_new_tokens)
         assert healed is not None and mid_word.endswith(healed[0])
         assert len(ids) == len(plain) - 1  # the prefix's last token, and only it, is gone
         assert ids.count(fim.middle) == ids.count(fim.suffix) == 1
         # every allowed first token of the middle starts with the removed text
         assert all(engine.tokenizer.decode([t]).startswith(healed[0]) for t in healed[1])
     # PSM: a prefix ending in whitespace keeps its last token (the suffix lies in between)
+    engine = Engine.load(fim_checkpoint, device="cpu", fim=FimSettings(fim_order=PSM))
     _ids, _t, healed = engine.prompts.infill_prompt(
-        PREFIX, SUFFIX, GenerationConfig(fim_order=PSM), engine.healer.heal
+        PREFIX, SUFFIX, GenerationConfig(), engine.healer.heal
     )
     assert healed is None
     _ids, _t, healed = engine.prompts.infill_prompt(

@@ -30,7 +30,7 @@ def test_a_small_model_keeps_one_thread_without_timing_more(engine, monkeypatch)
     choice = th.tune_decode_threads(engine, cores=4)
     assert asked == [1]  # fast on one thread: the second measurement is skipped
     assert (engine.decode_threads, engine.prompt_threads) == (1, 4)
-    assert choice.many_ms is None and "prompts on 4" in choice.describe()
+    assert choice.many_ms is None and "3.0 ms a step" in choice.describe()
 
 
 def test_a_model_of_real_size_decodes_on_every_core_when_that_pays(engine, monkeypatch):
@@ -119,3 +119,37 @@ def test_a_completion_says_how_long_its_prompt_took(engine):
     (done,) = engine.generate("def add(a, b):\n    return a + b\n" * 4, config)
     assert 0 < done.prompt_seconds < done.seconds
     assert done.new_tokens == 8
+
+
+def _fake_prompts(monkeypatch, ms: dict[int, float]) -> list[int]:
+    asked: list[int] = []
+
+    def fake(engine, threads=None):
+        asked.append(threads)
+        return ms[threads]
+
+    monkeypatch.setattr(th, "time_prompt", fake)
+    return asked
+
+
+def test_a_small_model_reads_prompts_on_one_thread_where_that_is_faster(engine, monkeypatch):
+    asked = _fake_prompts(monkeypatch, {2: 0.069, 1: 0.047})
+    choice = th.choose_prompt_threads(engine, cores=2)
+    assert sorted(asked) == [1, 2]
+    assert engine.prompt_threads == 1 and choice.ms == 0.047
+    assert "prompts on 1 thread(s)" in choice.describe()
+
+
+def test_prompts_keep_every_core_only_when_that_pays(engine, monkeypatch):
+    _fake_prompts(monkeypatch, {2: 0.03, 1: 0.05})
+    assert th.choose_prompt_threads(engine, cores=2).threads == 2
+    assert engine.prompt_threads == 2
+    _fake_prompts(monkeypatch, {2: 0.045, 1: 0.05})  # 1.11x: not worth a second core
+    assert th.choose_prompt_threads(engine, cores=2).threads == 1
+
+
+def test_a_model_of_real_size_reads_prompts_on_every_core_without_timing_one(engine, monkeypatch):
+    monkeypatch.setattr(th, "LARGE_MODEL_PARAMETERS", 1)
+    asked = _fake_prompts(monkeypatch, {4: 0.5})
+    choice = th.choose_prompt_threads(engine, cores=4)
+    assert asked == [4] and choice.threads == 4 and engine.prompt_threads == 4

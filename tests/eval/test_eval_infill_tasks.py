@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from codeparrot.cli import main
-from codeparrot.eval.config import ExecuteConfig
+from codeparrot.eval.config import ExecuteConfig, GenerateConfig
 from codeparrot.eval.humaneval import execute
 from codeparrot.eval.tasks import load_task
 
@@ -84,21 +86,26 @@ def build_fim_tokenizer_checkpoint(out: Path) -> Path:
 
 
 def test_infill_end_to_end_sends_the_suffix(tmp_path, monkeypatch):
-    from codeparrot.eval import humaneval
     from codeparrot.generation import Engine
 
     checkpoint = build_fim_tokenizer_checkpoint(tmp_path / "fim")
-    engine = Engine.load(checkpoint)
     seen = []
+    real_load = Engine.load
 
     class Recording:
-        fim = engine.fim
+        """The run's engine (loaded with the run's FIM settings), its calls recorded."""
+
+        def __init__(self, engine: Engine) -> None:
+            self.engine, self.fim, self.fim_layout = engine, engine.fim, engine.fim_layout
 
         def generate(self, prompt, config, **kwargs):
-            seen.append((prompt, kwargs.get("suffix"), config.fim_suffix_share))
-            return engine.generate(prompt, config, **kwargs)
+            seen.append((prompt, kwargs.get("suffix"), self.fim_layout.suffix_share))
+            return self.engine.generate(prompt, config, **kwargs)
 
-    monkeypatch.setattr(humaneval, "_load_engine", lambda config, group: Recording())
+    def load(*args, **kwargs):
+        return Recording(real_load(*args, **kwargs))
+
+    monkeypatch.setattr(Engine, "load", load)
     monkeypatch.setenv("CODEPARROT_ALLOW_CODE_EXECUTION", "1")
     out = tmp_path / "out"
     argv = ["eval", "humaneval", "--task", "infill-single-line", "--checkpoint", str(checkpoint),
@@ -177,3 +184,24 @@ def test_syntax_samples_replace_a_middle_that_breaks_the_program(tmp_path, monke
     assert calls == [(1, 0.0, True), (3, 0.8, True)]
     meta = json.loads((out / "samples.meta.json").read_text())
     assert meta["generation"]["syntax_samples"] == 3
+
+
+def test_an_engine_given_to_an_infilling_run_must_have_its_fim_settings(tmp_path):
+    """What the summary records is what laid the prompts out: an engine loaded with other
+    FIM settings than the run's is refused before any sample is made."""
+    from codeparrot.errors import ConfigError
+    from codeparrot.eval.humaneval import generate
+    from codeparrot.generation import Engine
+    from codeparrot.generation.config import FimSettings
+
+    checkpoint = build_fim_tokenizer_checkpoint(tmp_path / "fim")
+    engine = Engine.load(checkpoint, fim=FimSettings(fim_suffix_share=0.5))
+    config = GenerateConfig(
+        task="infill-single-line", checkpoint=checkpoint, output=tmp_path / "out", limit=1,
+        n=1, batch_size=1, max_new_tokens=4,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=r"--fim-suffix-share 0\.25: the engine given was"):
+        generate(config, engine=engine, progress=False)
+    assert not list((tmp_path / "out").glob("*.jsonl"))
+    summary = generate(config.replace(fim_suffix_share=0.5), engine=engine, progress=False)
+    assert summary["samples"] == 1

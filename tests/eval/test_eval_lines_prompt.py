@@ -35,6 +35,9 @@ class FakeEngine:
     context_length = 256
     fim = object()
 
+    def infill_template(self) -> object:
+        return self.fim
+
     @staticmethod
     def count_tokens(text: str) -> int:
         return -(-len(text) // 3)

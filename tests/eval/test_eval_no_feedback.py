@@ -32,12 +32,13 @@ def run(programs, isolation, **kwargs):
     return [v.result for v in verdicts], stats
 
 
-def test_a_sample_sees_every_call_even_after_a_wrong_answer(isolation):
+def test_a_sample_sees_every_call_even_after_a_wrong_answer_by_default(isolation):
     program = Program(COUNTER, TEST, "f", reference=REFERENCE, timeout=2.0)
-    assert run([program], isolation)[0] == ["failed: AssertionError"]  # call by call
-    results, stats = run([program], isolation, no_feedback=True)
+    results, stats = run([program], isolation)
     assert results == ["timed out"]  # it answered the third call before any was checked
     assert stats == {"recorded": 1, "fallbacks": 0, "unrecorded": 0, "kept": 0}
+    # call by call, the test stops at the wrong first answer: the sample learns of it
+    assert run([program], isolation, no_feedback=False)[0] == ["failed: AssertionError"]
 
 
 def test_verdicts_of_replayed_answers(isolation):
@@ -50,7 +51,7 @@ def test_verdicts_of_replayed_answers(isolation):
         Program(SORTS, SORT_TEST, "f", reference=SORTS),
         Program("def f(xs):\n    pass\n", SORT_TEST, "f", reference=SORTS),
     ]
-    results, stats = run(programs, isolation, no_feedback=True)
+    results, stats = run(programs, isolation)
     assert results[0] == "passed"
     assert results[1] == "failed: AssertionError"
     assert results[2] == "failed: ValueError: 1"
@@ -66,7 +67,7 @@ def test_a_call_not_recorded_falls_back_to_calls_one_by_one_and_is_counted(isola
         Program(REFERENCE, DEPENDENT_TEST, "f", reference=REFERENCE),
         Program(REFERENCE, TEST, "f", reference="def f(x):\n    return 0\n"),  # fails
     ]
-    results, stats = run(programs, isolation, no_feedback=True)
+    results, stats = run(programs, isolation)
     assert results == ["failed: AssertionError", "passed", "passed"]
     assert stats == {"recorded": 2, "fallbacks": 1, "unrecorded": 1, "kept": 0}
 
@@ -75,7 +76,7 @@ def test_answers_beyond_the_cap_fail_the_sample(isolation):
     reference = "def f(x):\n    return 'a'\n"
     big = f"def f(x):\n    return 'a' * {2 * CAP_FLOOR}\n"
     program = Program(big, "assert f(0) == 'a'\n", "f", reference=reference)
-    results, _ = run([program], isolation, no_feedback=True)
+    results, _ = run([program], isolation)
     assert results[0].startswith("failed: answers larger than the cap"), results[0]
 
 
@@ -84,10 +85,25 @@ def test_humaneval_canonical_solutions_pass_replayed(isolation):
 
     problems = load_problems()
     programs = [humaneval_program(p, p["canonical_solution"]) for p in problems.values()]
-    results, stats = run(programs, isolation, no_feedback=True)
+    results, stats = run(programs, isolation)
     assert results == ["passed"] * len(problems)
-    # HumanEval/38, /50 and /53 call with unseeded random inputs: call by call
-    assert stats == {"recorded": 164, "fallbacks": 3, "unrecorded": 0, "kept": 0}
+    # HumanEval/38, /50 and /53 draw unseeded random inputs: seeded alike, they replay
+    assert stats == {"recorded": 164, "fallbacks": 0, "unrecorded": 0, "kept": 0}
+
+
+def test_a_test_drawing_unseeded_random_inputs_replays(isolation):
+    """The checker's ``random`` is seeded alike when a test is recorded and replayed."""
+    test = (
+        "import random\nfor _ in range(20):\n    x = random.randint(0, 10**9)\n"
+        "    assert f(x) == x + 1\n"
+    )
+    programs = [
+        Program(REFERENCE, test, "f", reference=REFERENCE),
+        Program("def f(x):\n    return x\n", test, "f", reference=REFERENCE),
+    ]
+    results, stats = run(programs, isolation)
+    assert results == ["passed", "failed: AssertionError"]
+    assert stats == {"recorded": 1, "fallbacks": 0, "unrecorded": 0, "kept": 0}
 
 
 def test_a_plan_comes_only_from_a_passed_reference():
@@ -107,7 +123,15 @@ def test_a_plan_comes_only_from_a_passed_reference():
     assert plan == REPLAY + b"%010d" % cap + codec.encode([key])  # the calls only
 
 
-def test_eval_execute_no_feedback_reports_its_recordings(tmp_path, capsys, monkeypatch):
+# A completion of HumanEval/0 that is wrong at once and hangs at its third call, which
+# only a sample that sees every call of the test reaches.
+COUNTING_COMPLETION = (
+    "    CALLS[0] += 1\n    if CALLS[0] == 3:\n        while True:\n            pass\n"
+    "    return None\n\n\nCALLS = [0]\n"
+)
+
+
+def test_eval_execute_answers_every_call_at_once_by_default(tmp_path, capsys, monkeypatch):
     import json
 
     from codeparrot.cli import main
@@ -122,32 +146,33 @@ def test_eval_execute_no_feedback_reports_its_recordings(tmp_path, capsys, monke
         for t in ("HumanEval/0", "HumanEval/53")
         for c in (problems[t]["canonical_solution"], "    return None\n")
     ]
+    lines.append({"task_id": "HumanEval/0", "completion": COUNTING_COMPLETION})
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    command = ["eval", "execute", str(path), "--output", str(out), "--no-feedback"]
-    assert main([*command, "--ks", "1", "--workers", "2"]) == 0
+    command = ["eval", "execute", str(path), "--output", str(out), "--ks", "1"]
+    command += ["--workers", "2", "--timeout", "1"]
+
+    def verdicts() -> list[str]:
+        return [json.loads(line)["result"] for line in out.read_text().splitlines()]
+
+    assert main(command) == 0
     printed = capsys.readouterr().out
-    assert "2 tests recorded (0 kept from an earlier run); 1 samples made a call" in printed
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["passed"] for r in rows] == [True, False, True, False]
-    summary = json.loads(out.with_name("r.summary.json").read_text())
-    # HumanEval/53's canonical solution reaches its unseeded random calls; None fails first
-    assert summary["scoring"]["no_feedback"] == {
-        "recorded": 2,
-        "fallbacks": 1,
-        "unrecorded": 0,
-        "kept": 0,
-    }
-    assert main([*command, "--ks", "1", "--workers", "2"]) == 0  # again: both kept
+    assert "2 tests recorded (0 kept from an earlier run); 0 samples made a call" in printed
+    # the counting sample answered its third call before any answer was checked
+    assert verdicts() == ["passed", "failed: AssertionError", "passed",
+                          "failed: AssertionError", "timed out"]  # fmt: skip
+    scoring = json.loads(out.with_name("r.summary.json").read_text())["scoring"]
+    assert scoring["feedback"] is False
+    # HumanEval/53's random calls are seeded alike in its recording and its replays
+    assert scoring["no_feedback"] == {"recorded": 2, "fallbacks": 0, "unrecorded": 0, "kept": 0}
+    assert main(command) == 0  # again: both kept
     assert "2 tests recorded (2 kept from an earlier run)" in capsys.readouterr().out
-    assert [json.loads(line)["passed"] for line in out.read_text().splitlines()] == [
-        True,
-        False,
-        True,
-        False,
-    ]
-    assert main([*command[:-1], "--ks", "1", "--workers", "2"]) == 0  # call by call
+    assert verdicts()[:4] == ["passed", "failed: AssertionError", "passed",
+                              "failed: AssertionError"]  # fmt: skip
+    assert main([*command, "--feedback"]) == 0  # call by call: the test stops at once
     assert "tests recorded" not in capsys.readouterr().out
-    assert "no_feedback" not in json.loads(out.with_name("r.summary.json").read_text())["scoring"]
+    assert verdicts()[-1] == "failed: AssertionError"
+    scoring = json.loads(out.with_name("r.summary.json").read_text())["scoring"]
+    assert scoring["feedback"] is True and "no_feedback" not in scoring
 
 
 def test_references_recorded_several_to_a_run_each_on_its_own(isolation):
@@ -161,7 +186,7 @@ def test_references_recorded_several_to_a_run_each_on_its_own(isolation):
         Program(r, SORT_TEST if r == SORTS else TEST, "f", reference=r, timeout=1.0)
         for r in references
     ]
-    results, stats = run(programs, isolation, no_feedback=True)
+    results, stats = run(programs, isolation)
     assert results == [
         "passed",
         "timed out",
@@ -315,7 +340,23 @@ def test_a_call_that_repeats_an_earlier_one_gets_its_answer_without_a_fallback(i
         Program(REFERENCE, test, "f", reference=REFERENCE),
         Program("def f(x):\n    return x * 10\n", test, "f", reference=REFERENCE),
     ]
-    assert run(programs, isolation)[0] == ["passed", "failed: AssertionError 10"]
-    results, stats = run(programs, isolation, no_feedback=True)
+    assert run(programs, isolation, no_feedback=False)[0] == ["passed", "failed: AssertionError 10"]
+    results, stats = run(programs, isolation)
     assert results == ["passed", "failed: AssertionError 10"]
     assert stats["fallbacks"] == 0
+
+
+def test_references_are_recorded_in_one_sandbox_run_per_worker_at_most_batch_each():
+    from codeparrot.eval.replay import BATCH, Schedule
+
+    def record_jobs(problems: int, workers: int) -> list[int]:
+        programs = [Program(REFERENCE, TEST + f"# {i}\n", "f", reference=REFERENCE)
+                    for i in range(problems)]  # fmt: skip
+        schedule = Schedule(programs, workers=workers)
+        jobs = schedule.first()
+        assert all(job.kind == "records" for job in jobs)
+        return [len(schedule._batches[job.index]) for job in jobs]
+
+    assert record_jobs(5, 2) == [3, 2]
+    assert record_jobs(3, 4) == [1, 1, 1]
+    assert record_jobs(BATCH + 6, 1) == [BATCH, 6]

@@ -71,11 +71,11 @@ def test_a_fine_request_gives_the_engine_its_config():
         n=2, seed=7, stop=["\n\n"], limits=LIMITS,
     )  # fmt: skip
     assert request.stop == ("\n\n",)
-    gen = request.generation(fim_order="psm")
+    gen = request.generation(heal=False)
     assert (gen.max_new_tokens, gen.temperature, gen.top_k, gen.min_p, gen.n, gen.seed) == (
         8, 0, 3, 0.1, 2, 7,
     )  # fmt: skip
-    assert gen.stop == ("\n\n",) and gen.fim_order == "psm"
+    assert gen.stop == ("\n\n",) and gen.heal is False  # a front door's own setting
     # a front door's limit never widens the declared bound
     with pytest.raises(RequestError, match=r"1\.\.4096"):
         CompletionRequest("x", max_new_tokens=5000, limits=RequestLimits(max_new_tokens=10**6))

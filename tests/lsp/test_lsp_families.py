@@ -10,6 +10,7 @@ import sys
 import threading
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,11 +39,12 @@ def family_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: build_family(name, root / name) for name in SPECIAL}
 
 
-def scripted(path: Path, name: str) -> tuple[Engine, ScriptedHead, str]:
+def scripted(path: Path, name: str, fim: Any = None) -> tuple[Engine, ScriptedHead, str]:
     """An engine whose model writes "os" then the family's special token, then "x"s
-    (through the transformers forward: the lean decoder does not call the head module)."""
+    (through the transformers forward: the lean decoder does not call the head module);
+    ``fim``: its FIM settings."""
     loaded = Engine.load(path, quantize="none", lean_load=False)
-    engine = Engine(loaded.model, loaded.tokenizer, path=path, lean_gpt2=False)
+    engine = Engine(loaded.model, loaded.tokenizer, path=path, lean_gpt2=False, fim=fim)
     tok = engine.tokenizer
     word = tok(" os", add_special_tokens=False)["input_ids"][-1]
     special = tok.convert_tokens_to_ids(SPECIAL[name])
@@ -89,7 +91,11 @@ def post(url: str, payload: dict) -> tuple[int, dict]:
 @pytest.mark.parametrize("name", ["deepseek-coder", "codellama"])
 @pytest.mark.parametrize("order", ["auto", "spm"])
 def test_serve_infills_in_the_asked_order_without_special_text(family_dirs, name, order) -> None:
-    engine, head, word = scripted(family_dirs[name], name)
+    from codeparrot.generation.config import FimSettings
+
+    config = ServeConfig(checkpoint=family_dirs[name], port=0, fim_order=order)
+    # the server's FIM settings, given at load as serve's load_engine gives them
+    engine, head, word = scripted(family_dirs[name], name, FimSettings.of(config))
     orders = []
     real = engine.prompts.infill_ids
 
@@ -102,13 +108,12 @@ def test_serve_infills_in_the_asked_order_without_special_text(family_dirs, name
 
     prompt = "import os\n"
     _, _, healed = engine.prompts.infill_prompt(
-        prompt, "\n", GenerationConfig(fim_order=order), engine.healer.heal
+        prompt, "\n", GenerationConfig(), engine.healer.heal
     )
     if healed is not None:  # the model first writes the prompt's last token again
         last = engine.prompts.encode_text(prompt)[-1]
         head.reset([last, *head.script])
     orders.clear()
-    config = ServeConfig(checkpoint=family_dirs[name], port=0, fim_order=order)
     server = make_server(config, engine)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -68,7 +68,7 @@ def engine_calls(monkeypatch) -> list[dict]:
     def spy(self, prompt, config, cancel=None, **kwargs):
         calls.append(
             {"prompt": prompt, "suffix": kwargs.get("suffix"), "fim": self.fim,
-             "order": self.fim_order(config.fim_order) if self.fim else config.fim_order}
+             "order": self.fim_layout.order}
         )  # fmt: skip
         return real(self, prompt, config, cancel, **kwargs)
 
@@ -171,3 +171,43 @@ def test_fit_suffix_cuts_at_line_ends():
     assert fit_suffix(text, 5, count) == "abc\n"
     assert fit_suffix(text, 3, count) == ""  # the first line alone is over: no suffix
     assert fit_suffix(text, 0, count) == ""
+
+
+def test_an_editors_fim_settings_are_resolved_once_each_without_a_reload(
+    fim_checkpoint, engine_calls, monkeypatch
+):
+    """A new fim_order from the editor is resolved once, when it comes (not at each
+    keystroke), on the loaded engine; fim_tokens its tokenizer lacks are reported and the
+    settings in use kept."""
+    from codeparrot.generation import prompt
+
+    resolved = []
+    real = prompt.resolve_order
+    monkeypatch.setattr(prompt, "resolve_order", lambda *a: resolved.append(a) or real(*a))
+    server = build_server(LspConfig(checkpoint=fim_checkpoint, cache_size=0))
+    uri = "file:///w/a.py"
+    server.documents[uri] = Document(uri, FILE, 1)
+    shown: list[str] = []
+    monkeypatch.setattr(server, "show", lambda kind, message: shown.append(message))
+    server.load_engine()
+    here = types.Position(5, 11)
+
+    async def run():
+        await server.suggestion(uri, here)
+        first = await server.engine()
+        server.update_settings({"fimOrder": "spm"}, "didChangeConfiguration")
+        await server.suggestion(uri, here)
+        await server.suggestion(uri, types.Position(4, 4))
+        server.update_settings({"fimTokens": "<nope>,<fim_suffix>,<fim_middle>"}, "settings")
+        await server.suggestion(uri, here)
+        return first, await server.engine()
+
+    try:
+        first, last = asyncio.run(run())
+    finally:
+        server._generator.shutdown(wait=True)
+    assert first is last  # the same engine: nothing was loaded again
+    assert [c["order"] for c in engine_calls] == ["psm", "spm", "spm", "spm"]
+    assert len(resolved) == 2  # at load, then once for the editor's new order
+    assert [m for m in shown if "--fim-tokens '<nope>," in m and "no single token" in m]
+    assert (server.config.fim_order, server.config.fim_tokens) == ("spm", "")

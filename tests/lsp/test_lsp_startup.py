@@ -74,6 +74,7 @@ def test_no_probe_holds_the_first_suggestion_up_the_first_ones_choose_the_thread
 
     monkeypatch.setattr(th, "tune_decode_threads", no_probe)
     monkeypatch.setattr(th, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(th, "time_prompt", lambda engine, threads=None: {1: 0.2, 2: 0.1}[threads])
     steps_ms = iter([30.0, 30.0, 18.0])
     threads_used = []
 

@@ -242,3 +242,21 @@ def test_models_reports_quantization_and_context(serving, tmp_path):
     _, answer = call(srv, None, path="/v1/models", method="GET")
     model = answer["data"][0]
     assert model["quantization"] == "int8" and model["max_model_len"] == 64
+
+
+def test_the_engine_must_have_the_servers_fim_settings(real, tiny_checkpoint, monkeypatch):
+    """The FIM settings are the engine's, resolved at load: a server refuses an engine
+    loaded with others than its flags, and load_engine gives it its own."""
+    from codeparrot.errors import ConfigError
+    from codeparrot.generation import Engine
+    from codeparrot.generation.config import FimSettings
+    from codeparrot.serve.server import load_engine
+
+    _srv, engine = real  # loaded with the defaults
+    config = ServeConfig(checkpoint=tiny_checkpoint, port=0, fim_order="psm")
+    with pytest.raises(ConfigError, match=r"FIM settings.*fim_order.*psm"):
+        make_server(config, engine)
+    given = []
+    monkeypatch.setattr(Engine, "load", lambda *a, **kw: given.append(kw["fim"]))
+    load_engine(config.replace(fim_tokens="<a>,<b>,<c>"))
+    assert given == [FimSettings(fim_order="psm", fim_tokens="<a>,<b>,<c>")]

@@ -162,14 +162,15 @@ def test_a_fim_example_starts_with_the_engines_prompt(family_dirs, name, order):
     import dataclasses
 
     from codeparrot.generation import Engine
+    from codeparrot.generation.config import FimSettings
     from tests.families import FAMILIES
 
-    engine = Engine.load(family_dirs[name], device="cpu")
+    engine = Engine.load(family_dirs[name], device="cpu", fim=FimSettings(fim_order=order))
     tokenizer = engine.tokenizer
     transform = finetune_fim.family_transform(tokenizer, 1.0, "", 0, name)
     transform = dataclasses.replace(transform, spm_rate=float(order == "spm"))
     [example] = transform._encode(["unused"], [(order, [PREFIX, MIDDLE, SUFFIX])])
-    prompt, truncated = engine.encode_infill(PREFIX, SUFFIX, 8, order=order)
+    prompt, truncated = engine.encode_infill(PREFIX, SUFFIX, 8)
     assert not truncated
     assert example[: len(prompt)] == prompt, (
         tokenizer.convert_ids_to_tokens(example[: len(prompt)]),
