@@ -32,6 +32,7 @@ from codeparrot.serve.service import CompletionService, Piece
 # the request contract's fields as llama.cpp names them
 LLAMA_NAMES = {"max_new_tokens": "n_predict"}
 LLAMA_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
+LLAMA_DEFAULTS |= {"cache_prompt": True}
 LLAMA_FIELDS = SAMPLING_FIELDS | {"prompt", "n_predict", "n_indent", "response_fields"}
 LLAMA_FIELDS |= {"cut_repetition", "n_cmpl"}
 INFILL_FIELDS = LLAMA_FIELDS | {"input_prefix", "input_suffix", "input_extra"}

@@ -67,7 +67,6 @@ NEUTRAL_FIELDS: dict[str, tuple[Any, ...]] = {
 IGNORED_FIELDS: dict[str, str] = {
     "model": "one model is served; any name is accepted",
     "user": "OpenAI's end-user id, for abuse tracking",
-    "cache_prompt": "llama.cpp's switch for its prompt cache; the engine reuses what it can",
     "samplers": "llama.cpp's sampler order; here it is fixed: top_k, min_p, top_p",
     "t_max_prompt_ms": "llama.cpp's prompt time budget (llama.cpp does not apply it either)",
     "id_slot": "llama.cpp's slot; one generation runs at a time here",
@@ -80,6 +79,7 @@ IGNORED_FIELDS: dict[str, str] = {
 SAMPLING_FIELDS = frozenset(
     {"temperature", "top_p", "top_k", "min_p", "n", "seed", "stop", "stream", "t_max_predict_ms"}
 )
+SAMPLING_FIELDS |= {"cache_prompt"}
 COMPLETION_FIELDS = SAMPLING_FIELDS | {"prompt", "suffix", "max_tokens", "cut_repetition"}
 
 
@@ -229,6 +229,9 @@ class ServedRequest:
     min_indent: int = 0  # llama.cpp's n_indent (0: off), see :class:`serve.service.IndentCut`
     response_fields: tuple[str, ...] = ()  # llama.cpp's: the answer's fields to send
     open_ended: bool = False  # llama.cpp's n_predict -1: as many as fit, never refused
+    # llama.cpp's cache_prompt: may the prompt reuse a kept prompt's start (the prefill
+    # then splits the prompt elsewhere than one pass does, and greedy text can change)
+    cache_prompt: bool = False
     # the request's own names of the prompt, the suffix and max_tokens, for its errors
     prompt_field: str = "prompt"
     suffix_field: str = "suffix"
@@ -281,7 +284,7 @@ def parse_completion_request(
 # Sampling settings a request leaves out: OpenAI's (not the harness's), so a client that
 # sends nothing gets what it would get from OpenAI; llama.cpp's endpoints take llama.cpp's.
 OPENAI_DEFAULTS = {"temperature": DEFAULT_TEMPERATURE, "top_p": DEFAULT_TOP_P, "top_k": 0}
-OPENAI_DEFAULTS |= {"min_p": 0.0}
+OPENAI_DEFAULTS |= {"min_p": 0.0, "cache_prompt": False}
 
 
 # The request contract's fields (codeparrot.generation.request) as OpenAI's API names them;
@@ -331,9 +334,10 @@ def sampling_request(
     )
     generation = completion.generation(max_new_tokens=max(1, min(clamped, context_length - 1)))
     time_limit = _time_limit(data.get("t_max_predict_ms"))
+    cache_prompt = _flag(data, "cache_prompt", default=defaults["cache_prompt"])
     return ServedRequest(
         prompt, suffix, generation, stream, include_usage, asked, cut, time_limit,
-        budget_field=names.get("max_new_tokens", "max_new_tokens"),
+        budget_field=names.get("max_new_tokens", "max_new_tokens"), cache_prompt=cache_prompt,
     )  # fmt: skip
 
 
@@ -460,10 +464,12 @@ def _stop(value: Any, config: ServeConfig) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _flag(data: dict[str, Any], name: str, param: str | None = None) -> bool:
-    value = data.get(name, False)
+def _flag(
+    data: dict[str, Any], name: str, param: str | None = None, *, default: bool = False
+) -> bool:
+    value = data.get(name)
     if value is None:
-        return False
+        return default
     if not isinstance(value, bool):
         raise bad(f"{param or name} must be true or false, got {json_type(value)}.", param or name)
     return value

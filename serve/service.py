@@ -149,14 +149,16 @@ class CompletionService:
 
     def events(self, request: ServedRequest, cancel: threading.Event) -> Iterator[Any]:
         """The engine's stream for ``request``; checks that need the tokenizer raise here."""
+        reuse = {"reuse_prompt_start": request.cache_prompt}  # False: exact one-pass prefill
         try:
             if isinstance(request.prompt, tuple):
                 try:
-                    return self.engine.stream_ids(list(request.prompt), request.generation, cancel)
+                    ids = list(request.prompt)
+                    return self.engine.stream_ids(ids, request.generation, cancel, **reuse)
                 except ConfigError as e:
                     raise bad(f"{request.prompt_field}: {e}.", request.prompt_field) from None
             extra = {} if request.suffix is None else {"suffix": request.suffix}
-            return self.engine.stream(request.prompt, request.generation, cancel, **extra)
+            return self.engine.stream(request.prompt, request.generation, cancel, **extra, **reuse)
         except ConfigError as e:
             raise bad(str(e)) from None
 

@@ -45,9 +45,10 @@ class Decoder:
     turn (:func:`codeparrot.generation.threads.tune_decode_threads` measures both).
     ``quantize``: ``"int8"`` runs the one-token steps on int8 copies of the matrices
     (the lean decoder's models, on a CPU), through whichever of torch's two int8 kernels
-    a probe finds faster (:mod:`codeparrot.generation.int8`): 2-4x faster steps than
-    float32, logits within ~2% of their spread; prompts read them too where a second
-    probe finds that faster than bf16. ``"none"``: the model's own weights.
+    a probe finds faster, for the blocks' matrices and again for the output projection
+    (:mod:`codeparrot.generation.int8`): 2-4x faster steps than float32, logits within
+    ~2% of their spread; prompts read them too where a second probe finds that faster
+    than bf16. ``"none"``: the model's own weights.
     ``int8_rows_cache``: a :class:`~codeparrot.generation.int8_cache.RowsCache` that
     keeps the int8 rows of these weights from one start to the next.
     ``kept_speeds``: a :class:`~codeparrot.generation.speeds_cache.KeptSpeeds` whose
@@ -97,11 +98,14 @@ class Decoder:
         self.steps_compiled = threading.Event()
         self.compile_error: BaseException | None = None
 
-    def steps(self, ids: list[int], n: int, max_new_tokens: int) -> Any:
+    def steps(
+        self, ids: list[int], n: int, max_new_tokens: int, reuse_start: bool | None = None
+    ) -> Any:
         """The forward steps of one call: ``prefill()``, ``decode(next_ids)``, ``keep(rows,
-        next_ids)`` and ``cached_tokens``."""
+        next_ids)`` and ``cached_tokens``. ``reuse_start``: may the prompt reuse a kept
+        prompt's start (None: :attr:`reuse_prompt_starts`)."""
         if self.lean is not None:
-            return LeanSteps(self, ids, n, max_new_tokens)
+            return LeanSteps(self, ids, n, max_new_tokens, reuse_start)
         return HFSteps(self.model, ids, n, self.device)
 
     def _why_not_lean(self) -> str:
@@ -125,16 +129,22 @@ class Decoder:
             )
         # the probes' answers of an earlier start here, where kept (speeds_cache)
         speeds = self.kept_speeds
-        kernel = speeds.get("int8 kernel") if speeds is not None else None
+        kernel, head = (
+            speeds.get(name) if speeds is not None else None
+            for name in ("int8 kernel", "int8 output kernel")
+        )
         if kernel not in KERNELS or not kernel_supported(kernel):
             kernel = None
-        self.lean.quantize_int8(kernel or "auto", rows_cache=rows_cache)
+        if head not in KERNELS or not kernel_supported(head):
+            head = None
+        self.lean.quantize_int8(kernel or "auto", rows_cache=rows_cache, head_kernel=head or "auto")
         prompts = speeds.get("int8 prompts") if speeds is not None else None
         if not isinstance(prompts, bool):
             prompts = None
         self.lean.choose_int8_prompts(self.bf16_prefill, prompts)
         for name, kept, answer, line in (
             ("int8 kernel", kernel, self.lean.int8_kernel, "int8 steps: the %s kernel"),
+            ("int8 output kernel", head, self.lean.int8_head_kernel, "int8 output: the %s kernel"),
             ("int8 prompts", prompts, self.lean.int8_prompts, "int8 prompts: %s"),
         ):
             if kept is not None:
@@ -205,10 +215,17 @@ class Decoder:
 class LeanSteps:
     """Prefill and decode steps over :class:`~codeparrot.generation.gpt2.GPT2Decoder`."""
 
-    def __init__(self, owner: Decoder, ids: list[int], n: int, max_new_tokens: int) -> None:
+    def __init__(
+        self,
+        owner: Decoder,
+        ids: list[int],
+        n: int,
+        max_new_tokens: int,
+        reuse_start: bool | None = None,
+    ) -> None:
         self.decoder, self.ids, self.n = owner.lean, ids, n
         self.prompts = owner.prompt_cache
-        self.reuse_starts = owner.reuse_prompt_starts
+        self.reuse_starts = owner.reuse_prompt_starts if reuse_start is None else reuse_start
         self.bf16_prefill = owner.bf16_prefill
         self.length = len(ids) + max_new_tokens
         self.cache: Any = None

@@ -229,6 +229,7 @@ class Engine:
         cancel: threading.Event | None = None,
         *,
         suffix: str | None = None,
+        reuse_prompt_start: bool | None = None,
     ) -> list[Completion]:
         """Sample ``config.n`` completions of ``prompt``; blocks until all are finished.
 
@@ -236,7 +237,10 @@ class Engine:
         each completion the middle; see :meth:`stream`.
         """
         out: list[Completion | None] = [None] * (config or GenerationConfig()).n
-        for event in self.stream(prompt, config, cancel, suffix=suffix):
+        events = self.stream(
+            prompt, config, cancel, suffix=suffix, reuse_prompt_start=reuse_prompt_start
+        )
+        for event in events:
             if event.completion is not None:
                 out[event.index] = event.completion
         return [c for c in out if c is not None]
@@ -248,6 +252,7 @@ class Engine:
         cancel: threading.Event | None = None,
         *,
         suffix: str | None = None,
+        reuse_prompt_start: bool | None = None,
     ) -> Iterator[StreamEvent]:
         """Yield text as it is produced; each candidate stops on its own.
 
@@ -258,23 +263,31 @@ class Engine:
         ``suffix`` (fill in the middle; needs a checkpoint with the sentinels, see
         :attr:`fim`): ``prompt`` is the prefix, and the model writes the middle in
         the engine's FIM order (:attr:`fim_layout`) until end-of-text or a sentinel (finish reason ``"eos"``).
+
+        ``reuse_prompt_start``: whether this call may prefill only the rest of a prompt
+        that starts as a kept one (None: the engine's :attr:`reuse_prompt_starts`). A
+        prompt sent again whole is reused either way; a start reused can change greedy
+        text in rare ties (see :class:`~codeparrot.generation.decoder.Decoder`).
         """
         config = config or GenerationConfig()
+        reuse = reuse_prompt_start
         if suffix is not None:
             ids, truncated, healed = self.prompts.infill_prompt(
                 prompt, suffix, config, self.healer.heal
             )
-            return self._stream(ids, truncated, config, cancel, healed)
+            return self._stream(ids, truncated, config, cancel, healed, reuse)
         if not isinstance(prompt, str) or not prompt:
             raise ConfigError("the prompt is empty")
         ids, truncated = self.prompts.encode_prompt(prompt, config.max_new_tokens)
-        return self._stream_healed(ids, truncated, config, cancel)
+        return self._stream_healed(ids, truncated, config, cancel, reuse)
 
     def stream_ids(
         self,
         ids: list[int],
         config: GenerationConfig | None = None,
         cancel: threading.Event | None = None,
+        *,
+        reuse_prompt_start: bool | None = None,
     ) -> Iterator[StreamEvent]:
         """:meth:`stream` for a prompt given as token ids, taken as they are: no healing,
         no BOS added. Each id must be one the tokenizer can write (``0 <= id <
@@ -282,7 +295,7 @@ class Engine:
         prompt keeps its end. Raises :class:`ConfigError` naming what is wrong."""
         config = config or GenerationConfig()
         ids, truncated = self.prompts.fit_ids(ids, config.max_new_tokens, self.vocab_size)
-        return self._stream(ids, truncated, config, cancel)
+        return self._stream(ids, truncated, config, cancel, None, reuse_prompt_start)
 
     def _stream_healed(
         self,
@@ -290,12 +303,13 @@ class Engine:
         truncated: bool,
         config: GenerationConfig,
         cancel: threading.Event | None,
+        reuse: bool | None = None,
     ) -> Iterator[StreamEvent]:
         healed = self.healer.heal(ids) if config.heal else None
         if healed is not None:
             ids = ids[:-1]
         # Checks done: the generator below starts work only when iterated.
-        return self._stream(ids, truncated, config, cancel, healed)
+        return self._stream(ids, truncated, config, cancel, healed, reuse)
 
     def _stream(
         self,
@@ -304,11 +318,12 @@ class Engine:
         config: GenerationConfig,
         cancel: threading.Event | None,
         healed: Healed | None = None,
+        reuse: bool | None = None,
     ) -> Iterator[StreamEvent]:
         """prefill -> loop(sample, detokenize, check stops, drop finished rows)."""
         import torch
 
-        run = self._start(ids, truncated, config, healed)
+        run = self._start(ids, truncated, config, healed, reuse)
         with intra_op_threads(self.decoder.prompt_threads), torch.inference_mode():
             # inference_mode only around the tensor work, never across a yield
             logits = self.healer.prefill_mask(run.step.prefill(), healed)
@@ -348,7 +363,12 @@ class Engine:
             yield self._finish(run, i, reason)
 
     def _start(
-        self, ids: list[int], truncated: bool, config: GenerationConfig, healed: Healed | None
+        self,
+        ids: list[int],
+        truncated: bool,
+        config: GenerationConfig,
+        healed: Healed | None,
+        reuse: bool | None = None,
     ) -> _Run:
         """The state of one call: seed, candidates, stops and the forward steps."""
         import torch
@@ -367,7 +387,7 @@ class Engine:
             ends=self.end_ids_for(config),
             prompt_tokens=len(ids) + (healed is not None),
             truncated=truncated,
-            step=self.decoder.steps(ids, config.n, config.max_new_tokens),
+            step=self.decoder.steps(ids, config.n, config.max_new_tokens, reuse),
         )
 
     def _advance(self, run: _Run, i: int, tok: int) -> tuple[StreamEvent | None, bool]:

@@ -32,8 +32,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from codeparrot.generation.int8 import INT8_MAX_ROWS as INT8_MAX_ROWS
 from codeparrot.generation.int8 import (
+    HEAD_PROBE_ROWS,
     Int8Matrix,
     choose_kernel,
     int8_linear,
@@ -41,6 +41,7 @@ from codeparrot.generation.int8 import (
     pack_rows,
     quantize_rows,
 )
+from codeparrot.generation.int8 import INT8_MAX_ROWS as INT8_MAX_ROWS
 from codeparrot.generation.int8 import int8_supported as int8_supported
 from codeparrot.models.lean_variants import gpt2_config_problem
 
@@ -221,9 +222,13 @@ class GPT2Decoder:
         self.int8: list[dict[str, Int8Matrix]] | None = None
         self.lm_head_int8: Int8Matrix | None = None
         self.int8_kernel: str | None = None
+        self.int8_head_kernel: str | None = None  # the output projection's
         # see choose_int8_prompts: prompts (any rows) read the int8 copies too
         self.int8_prompts = False
         self._compiled: Any = None  # see compile_steps
+        # scripted one-token steps by int8, made on first use for the weights they read
+        # (quantize_int8 starts again); see LlamaDecoder._scripted_step
+        self._scripted: dict[bool, Any] = {}
         self.dtype = self.wte.dtype
         self.device = self.wte.device
 
@@ -320,6 +325,10 @@ class GPT2Decoder:
         # unlike torch.compiler.set_stance, which would bind every thread of the process)
         self._compiled = torch._dynamo.run(compiled)
 
+    def prepare_steps(self) -> None:
+        """Make now what the first one-token step would otherwise make (the Llama family's
+        scripted step, :meth:`LlamaDecoder.prepare_steps`); nothing for GPT-2."""
+
     def use_bf16_head(self) -> None:
         """Keep a bf16 copy of the output projection and use it for the logits.
 
@@ -332,7 +341,9 @@ class GPT2Decoder:
         if self.lm_head.dtype == torch.float32:
             self.lm_head_bf16 = self.lm_head.detach().to(torch.bfloat16)
 
-    def quantize_int8(self, kernel: str = "auto", rows_cache: Any = None) -> None:
+    def quantize_int8(
+        self, kernel: str = "auto", rows_cache: Any = None, head_kernel: str | None = None
+    ) -> None:
         """Add int8 copies of every matrix (and the output projection) for one-token steps.
 
         Symmetric, one scale per output channel: the steps read a quarter of the bytes of
@@ -343,13 +354,17 @@ class GPT2Decoder:
         weights unless :meth:`choose_int8_prompts` finds the copies faster. Costs a
         quarter of the model's float32 size in memory.
         ``rows_cache`` (a :class:`~codeparrot.generation.int8_cache.RowsCache`) gives the
-        int8 rows of an earlier start, or keeps these for the next.
+        int8 rows of an earlier start, or keeps these for the next. ``head_kernel``: the
+        output projection's, chosen alike (None: as ``kernel`` says), see
+        :data:`~codeparrot.generation.int8.HEAD_PROBE_ROWS`.
         """
         if not int8_supported():
             raise RuntimeError("this torch build has no int8 CPU kernel")
         from codeparrot.generation.threads import cpu_cores
 
         self.int8_kernel = choose_kernel(self._int8_sources(0), kernel)
+        head = {"the output projection": (self.lm_head[:HEAD_PROBE_ROWS], None)}
+        self.int8_head_kernel = choose_kernel(head, head_kernel or kernel, "int8 output")
         sources = [self._int8_sources(i) for i in range(len(self.layers))]
         jobs = [(w, b) for layer in sources for w, b in layer.values()]
         jobs.append((self.lm_head, self.lm_bias))
@@ -362,7 +377,8 @@ class GPT2Decoder:
             weight, bias = jobs[i]
             with torch.inference_mode(inference):
                 rows = kept[i] if kept is not None else quantize_rows(weight)
-                return rows, pack_rows(*rows, bias, self.int8_kernel)
+                chosen = self.int8_head_kernel if i == len(jobs) - 1 else self.int8_kernel
+                return rows, pack_rows(*rows, bias, chosen)
 
         # the largest matrices first (the output projection is a quarter of a 164M model's
         # packing), so that no core is left packing one alone at the end
@@ -375,6 +391,7 @@ class GPT2Decoder:
         done = iter(matrix for _, matrix in results)
         self.int8 = [{name: next(done) for name in layer} for layer in sources]
         self.lm_head_int8 = next(done)
+        self._scripted = {}
 
     def choose_int8_prompts(self, bf16: bool, kept: bool | None = None) -> None:
         """Read prompts on the int8 copies too (after :meth:`quantize_int8`) where the first

@@ -52,6 +52,9 @@ _MODULES = {
 _PLAIN_MLP = {"up": "c_fc", "down": "c_proj"}
 
 
+# the activations the scripted one-token step computes (scripted.one_token_blocks' codes)
+SCRIPT_ACTIVATIONS = {"silu": 0, "gelu_pytorch_tanh": 1, "gelu_new": 1}
+
 # Rotary angles of the first positions (up to the context) are computed once: a table of
 # cos and sin, read by every call instead of a dozen small kernels per step
 ROTARY_TABLE_POSITIONS = 4096
@@ -98,6 +101,8 @@ class LlamaDecoder(GPT2Decoder):
         # cos and sin of the first positions (see _rotary)
         self.rotary_table = self._rotary_angles(0, min(self.context_length, ROTARY_TABLE_POSITIONS))
         self.act = _activation(inner.layers[0].mlp, cfg.hidden_act)
+        # the activation as the scripted step names it (None: the eager step's alone)
+        self.act_code = SCRIPT_ACTIVATIONS.get(cfg.hidden_act)
         self.blocks = [self._block(layer, cfg, i) for i, layer in enumerate(inner.layers)]
         self.layers = self.blocks  # new_cache makes one buffer per layer
 
@@ -257,13 +262,21 @@ class LlamaDecoder(GPT2Decoder):
         """:meth:`_blocks` for one new token per row (B, 1) without a shared prefix: the
         same computation, to the bit, on (B, C) rows and (B, heads, hs) heads, with no
         transposes and the query read as a view (a step of a small model is mostly the
-        overhead of its tensor operations: 0.87-0.97x the time of the general path)."""
+        overhead of its tensor operations: 0.87-0.97x the time of the general path).
+        Where it applies, the same ops run as one TorchScript function
+        (:mod:`codeparrot.generation.scripted`), without Python between them."""
         B = ids.size(0)
         t0 = cache.length
         t1 = t0 + 1
         nh, nkv, hs = self.n_head, self.n_kv_head, self.head_dim
         cos, sin = self._rotary(t0, t1)  # (1, hs): broadcast over rows and heads
         x = F.embedding(ids.view(B), self.wte)  # (B, C)
+        scripted = None if torch.compiler.is_compiling() else self._scripted_step(int8)
+        if scripted is not None:
+            function, arguments = scripted
+            x = function(x, t0, cos, sin, cache.keys, cache.values, *arguments)
+            cache.length = t1
+            return x.view(B, 1, -1)
         for i, block in enumerate(self.blocks):
             qkv = self._lin(self._norm(x, block.norms[0]), i, "qkv", int8)
             qkv = qkv.view(B, nh + 2 * nkv, hs)
@@ -283,6 +296,64 @@ class LlamaDecoder(GPT2Decoder):
             x = x + self._lin(self._mlp(h, i, int8), i, "down", int8, cast=False)
         cache.length = t1
         return x.view(B, 1, -1)
+
+    def prepare_steps(self) -> None:
+        """Script the one-token step the engine's steps will take (some 0.1 s), so that
+        the first completion does not wait for it."""
+        self._scripted_step(self.int8 is not None)
+
+    def _scripted_step(self, int8: bool) -> tuple[Any, tuple[Any, ...]] | None:
+        """The scripted one-token blocks and the arguments that follow the cache's (made
+        once per weights: :meth:`quantize_int8` starts again), or None where they do not
+        apply (see :mod:`codeparrot.generation.scripted`) or TorchScript is missing."""
+        kept = self._scripted.get(int8, False)
+        if kept is not False:
+            return kept
+        made = None
+        if self._scriptable(int8):
+            from codeparrot.generation.scripted import script_steps
+
+            function = script_steps()
+            if function is not None:
+                made = (function, self._scripted_arguments(int8))
+        self._scripted[int8] = made
+        return made
+
+    def _scriptable(self, int8: bool) -> bool:
+        if self.dtype != torch.float32 or self.device.type != "cpu" or self.act_code is None:
+            return False
+        if int8:
+            return self.int8 is not None and all(
+                m.kernel == "weight-only" for layer in self.int8 for m in layer.values()
+            )
+        return True
+
+    def _scripted_arguments(self, int8: bool) -> tuple[Any, ...]:
+        """The blocks' tensors as :func:`~codeparrot.generation.scripted.one_token_blocks`
+        takes them."""
+        groups = ("qkv", "o", "up", "down")
+        matrices, biases = [], []
+        for i, block in enumerate(self.blocks):
+            if int8:
+                mats = [self.int8[i][g] for g in groups]  # type: ignore[index]
+                matrices.append([[m.weight, m.scales] for m in mats])
+                biases.append([m.bias for m in mats])
+            else:
+                matrices.append([[w for w, _ in block.parts[g]] for g in groups])  # type: ignore[index]
+                biases.append([block.biases[g] for g in groups])
+        norms = [[*block.norms[0], *block.norms[1]] for block in self.blocks]
+        return (
+            norms,
+            [block.qk_gain for block in self.blocks],
+            matrices,
+            biases,
+            [block.window or 0 for block in self.blocks],
+            [self.n_head, self.n_kv_head, self.head_dim],
+            [int8, self.layer_norm, self.gated],
+            self.act_code,
+            float(self.eps),
+            float(self.scaling),
+        )
 
 
 def _window(cfg: Any, i: int) -> int | None:

@@ -244,6 +244,9 @@ def prepare(engine: Any, profile: str, threads: int, compile: bool) -> None:
             engine.compile_steps_if_possible()
         return
     path = engine.path
+    lean = getattr(getattr(engine, "decoder", None), "lean", None)
+    if lean is not None:  # before the first request, not during it
+        lean.prepare_steps()
     if engine.device.type == "cpu":
         if threads:
             engine.decode_threads = engine.prompt_threads = threads

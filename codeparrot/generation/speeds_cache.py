@@ -1,7 +1,8 @@
 """Speeds a start measured on this machine, kept for the next start of the same model.
 
 A CPU start times a few things before it decodes: which int8 kernel multiplies one row
-faster (:func:`~codeparrot.generation.int8.choose_kernel`), whether prompts read the int8
+faster, by the blocks' matrices and by the output projection
+(:func:`~codeparrot.generation.int8.choose_kernel`), whether prompts read the int8
 copies (:meth:`~codeparrot.generation.gpt2.GPT2Decoder.choose_int8_prompts`), and, in the
 language server, how long a prompt token takes (:func:`~codeparrot.generation.threads.
 time_prompt`). That is ~0.3 s of a 164M model's start on 2 cores. Each answer is kept in

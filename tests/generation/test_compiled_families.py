@@ -47,7 +47,7 @@ def test_compiled_steps_write_the_eager_text(tmp_path, monkeypatch, name, decode
     if QUANTIZE == "int8" and kernel_supported("weight-only"):
         # the kernel the compiled step serves (the dynamic one's steps stay eager), for both
         # engines alike: left to the timing probe, each may pick another
-        monkeypatch.setattr(gpt2, "choose_kernel", lambda matrices, asked: "weight-only")
+        monkeypatch.setattr(gpt2, "choose_kernel", lambda matrices, asked, what="": "weight-only")
         # and the same prompt products: on a loaded machine the second probe may answer
         # otherwise for the second engine, whose prompts then differ in their last bits
         monkeypatch.setattr(gpt2, "int8_prompts_faster", lambda *args: True)

@@ -24,7 +24,9 @@ def decisions_fixed(monkeypatch) -> None:
     import codeparrot.generation.int8 as int8_module
 
     kernel = "dynamic" if int8_module.kernel_supported("dynamic") else "weight-only"
-    monkeypatch.setattr(gpt2_module, "choose_kernel", lambda matrices, asked="auto": kernel)
+    monkeypatch.setattr(
+        gpt2_module, "choose_kernel", lambda matrices, asked="auto", what="": kernel
+    )
     monkeypatch.setattr(gpt2_module, "int8_prompts_faster", lambda *args: False)
 
 

@@ -53,7 +53,7 @@ def test_a_second_start_runs_no_probe_and_decides_alike(
     if not (int8.kernel_supported("weight-only") and int8.kernel_supported("dynamic")):
         pytest.skip("this torch has one int8 kernel: there is no kernel probe")
     first = _load(tiny_checkpoint)
-    assert probes == ["kernels", "prompts"]
+    assert probes == ["kernels", "kernels", "prompts"]  # the blocks', the output's, prompts
     assert (first.decoder.lean.int8_kernel, first.decoder.lean.int8_prompts) == (
         "weight-only",
         True,
@@ -69,6 +69,7 @@ def test_a_second_start_runs_no_probe_and_decides_alike(
     )
     said = [r.getMessage() for r in caplog.records]
     assert "int8 steps: the weight-only kernel (as an earlier start here measured)" in said
+    assert "int8 output: the weight-only kernel (as an earlier start here measured)" in said
     assert "int8 prompts: yes (as an earlier start here measured)" in said
     assert (
         second.generate("def f(x):", GREEDY)[0].text == first.generate("def f(x):", GREEDY)[0].text
@@ -76,7 +77,7 @@ def test_a_second_start_runs_no_probe_and_decides_alike(
     # another thread count is another record: measured again
     monkeypatch.setattr(torch, "get_num_threads", lambda: 7)
     _load(tiny_checkpoint)
-    assert probes == ["kernels", "prompts"] and len(list(kept.glob("*.json"))) == 2
+    assert probes == ["kernels", "kernels", "prompts"] and len(list(kept.glob("*.json"))) == 2
 
 
 def test_a_record_older_than_a_week_is_measured_again(tiny_checkpoint, kept, probes):

@@ -181,6 +181,7 @@ BAD_REQUESTS = [
     ("long stop", {"prompt": "a", "stop": "y" * 21}, "stop"),
     ("empty stop", {"prompt": "a", "stop": [""]}, "stop"),
     ("stream not a boolean", {"prompt": "a", "stream": "yes"}, "stream"),
+    ("cache_prompt not a boolean", {"prompt": "a", "cache_prompt": 1}, "cache_prompt"),
     ("logprobs asked for", {"prompt": "a", "logprobs": 5}, "logprobs"),
     ("suffix on a checkpoint without FIM", {"prompt": "a", "suffix": "b"}, "suffix"),
     ("malformed JSON", b'{"prompt": ', None),

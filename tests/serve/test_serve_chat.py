@@ -34,9 +34,9 @@ class Recording:
     def __getattr__(self, name):
         return getattr(self.engine, name)
 
-    def stream_ids(self, ids, config, cancel=None):
+    def stream_ids(self, ids, config, cancel=None, **reuse):
         self.prompts.append((list(ids), config))
-        return self.engine.stream_ids(ids, config, cancel)
+        return self.engine.stream_ids(ids, config, cancel, **reuse)
 
 
 @pytest.fixture(scope="module")

@@ -212,6 +212,21 @@ def test_extra_context_goes_before_the_prefix(fim):
     assert with_extra["tokens_evaluated"] > bare["tokens_evaluated"]
 
 
+def test_infill_reuses_the_prompt_start_unless_cache_prompt_is_false(fim):
+    """The plugins' next request after a keystroke starts as the last one: its
+    ``tokens_cached`` counts what it took from the prompt cache (llama.cpp's default is
+    cache_prompt true); false prefills it whole."""
+    srv, snippet = fim
+    before, middle, after = split(snippet)
+    answer(srv, llama_vscode_request(before, middle, after, []))
+    typed = llama_vscode_request(before, middle + "x = 1", after, [])
+    exact = answer(srv, typed | {"cache_prompt": False})
+    assert exact["tokens_cached"] == 0 and exact["timings"]["prompt_n"] > 0
+    typed = llama_vscode_request(before, middle + "y = 2", after, [])
+    reused = answer(srv, typed)  # cache_prompt true, as the plugins send it
+    assert 0 < reused["tokens_cached"] < reused["tokens_evaluated"]
+
+
 def test_the_warm_up_is_answered_without_generating(fim):
     srv, _ = fim
     assert answer(srv, warm_up_request(EXTRA)) == {}
@@ -242,6 +257,7 @@ BAD_INFILL = [
     ({"response_fields": [1]}, "response_fields"),
     ({"t_max_predict_ms": "fast"}, "t_max_predict_ms"),
     ({"stream": "no"}, "stream"),
+    ({"cache_prompt": "true"}, "cache_prompt"),
     ({"cache_prompt": True, "mirostat": 2}, "mirostat"),
     ({"grammar_lazy": True}, "grammar_lazy"),
 ]
@@ -275,6 +291,53 @@ def test_completion_writes_what_the_openai_endpoint_writes(plain):
     assert status == 200, body
     assert got["content"] == json.loads(body)["choices"][0]["text"]
     assert got["tokens_predicted"] <= 12 and got["stop"] is True
+
+
+class CachedCounts:
+    """The real engine, recording how many prompt tokens each call took from the cache."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.cached: list[int] = []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def stream(self, *args, **kwargs):
+        for event in self.engine.stream(*args, **kwargs):
+            if event.completion is not None:
+                self.cached.append(event.completion.prompt_cached_tokens)
+            yield event
+
+
+START = "def fibonacci(n):\n    if n < 2:\n        return n\n"
+
+
+@pytest.mark.parametrize("path", ["/completion", "/v1/completions"])
+def test_cache_prompt_reuses_a_kept_start_only_when_asked(plain, tiny_checkpoint, path):
+    """llama.cpp's cache_prompt: true (its default, on /completion and /infill) prefills
+    only what follows a kept prompt's start; false (and /v1/completions' default) prefills
+    the whole prompt in one pass, so that its text never depends on earlier requests."""
+    _, engine = plain
+    counting = CachedCounts(engine)
+    srv = start(counting, tiny_checkpoint)
+    budget = {"n_predict": 2} if path == "/completion" else {"max_tokens": 2}
+    try:
+        engine.prompt_cache.clear()
+        answer(srv, {"prompt": START, "temperature": 0} | budget, path)
+        for ending, flag in [("    a = 1", False), ("    b = 2", True), ("    c = 3", None)]:
+            asked = {"prompt": START + ending, "temperature": 0} | budget
+            if flag is not None:
+                asked["cache_prompt"] = flag
+            answer(srv, asked, path)
+        shared = engine.count_tokens(START)
+        no, yes, default = counting.cached[1:]
+        assert no == 0 and yes >= shared - 1
+        assert default == (yes if path == "/completion" else 0)
+    finally:
+        engine.prompt_cache.clear()
+        srv.shutdown()
+        srv.server_close()
 
 
 def test_completion_takes_token_ids_and_streams(plain):
