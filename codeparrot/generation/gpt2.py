@@ -346,13 +346,17 @@ class GPT2Decoder:
             return kept
         made = None
         if self._scriptable(int8):
-            from codeparrot.generation.scripted_gpt2 import script_steps
-
-            function = script_steps()
+            function = self._script_steps()
             if function is not None:
                 made = (function, self._scripted_arguments(int8))
         self._scripted[int8] = made
         return made
+
+    def _script_steps(self) -> Any:
+        """The family's scripted one-token blocks, or None where TorchScript fails."""
+        from codeparrot.generation.scripted_gpt2 import script_steps
+
+        return script_steps()
 
     def _scriptable(self, int8: bool) -> bool:
         if self.dtype != torch.float32 or self.device.type != "cpu" or not self.fast_gelu:

@@ -297,27 +297,12 @@ class LlamaDecoder(GPT2Decoder):
         cache.length = t1
         return x.view(B, 1, -1)
 
-    def prepare_steps(self) -> None:
-        """Script the one-token step the engine's steps will take (some 0.1 s), so that
-        the first completion does not wait for it."""
-        self._scripted_step(self.int8 is not None)
+    def _script_steps(self) -> Any:
+        """The Llama family's scripted one-token blocks (see
+        :mod:`codeparrot.generation.scripted`), or None where TorchScript fails."""
+        from codeparrot.generation.scripted import script_steps
 
-    def _scripted_step(self, int8: bool) -> tuple[Any, tuple[Any, ...]] | None:
-        """The scripted one-token blocks and the arguments that follow the cache's (made
-        once per weights: :meth:`quantize_int8` starts again), or None where they do not
-        apply (see :mod:`codeparrot.generation.scripted`) or TorchScript is missing."""
-        kept = self._scripted.get(int8, False)
-        if kept is not False:
-            return kept
-        made = None
-        if self._scriptable(int8):
-            from codeparrot.generation.scripted import script_steps
-
-            function = script_steps()
-            if function is not None:
-                made = (function, self._scripted_arguments(int8))
-        self._scripted[int8] = made
-        return made
+        return script_steps()
 
     def _scriptable(self, int8: bool) -> bool:
         if self.dtype != torch.float32 or self.device.type != "cpu" or self.act_code is None:
