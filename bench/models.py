@@ -1,5 +1,6 @@
 """Does every family's model work in each place a user meets it? A matrix over tiny random
-models in the Hub layout of nine code-model families (built by ``tests/families.py``).
+models in the Hub layout of every family in ``codeparrot/families.py`` (built by
+``tests/families.py``).
 
 Cells (each ``ok``, ``-`` where it does not apply, or what went wrong):
 
