@@ -21,6 +21,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from codeparrot.generation.scripted import _attention
+
 logger = logging.getLogger(__name__)
 
 # how the blocks' matrices are multiplied (GPT2Decoder._linear, int8.int8_linear)
@@ -106,13 +108,7 @@ def _attend(
     values.narrow(2, t0, 1).copy_(v)
     if t0 > 0:
         k, v = keys.narrow(2, 0, t0 + 1), values.narrow(2, 0, t0 + 1)
-    B, nh, hs = q.size(0), q.size(1), q.size(3)
-    nkv = k.size(1)
-    if nkv == nh:
-        return F.scaled_dot_product_attention(q, k, v, scale=scale)
-    grouped = q.reshape(B, nkv, nh // nkv, hs)
-    y = F.scaled_dot_product_attention(grouped, k, v, scale=scale)
-    return y.reshape(B, nh, 1, hs)
+    return _attention(q, k, v, scale)
 
 
 def one_token_blocks(
