@@ -55,10 +55,17 @@ class AppConfig(Config):
     )
     device: str | None = DEVICE.field(help="torch device for the models (default: cuda if present)")
     compile: bool = option(
-        True,
+        False,
         "torch.compile each model's one-token decoding step in the background after it "
-        "loads (some seconds of CPU once, then faster single-candidate steps; generations "
-        "use the eager step until it is ready)",
+        "loads. Off by default, as in the language server: the compile holds the "
+        "interpreter and the cores for some seconds of CPU, slowing every generation "
+        "meanwhile; generations use the eager step until it is ready",
+    )
+    load_at_start: bool = option(
+        True,
+        "load the first checkpoint when the server starts (in the background), as serve "
+        "and the language server do, so that the first generation does not wait for it; "
+        "the others load on first use",
     )
 
     def problems(self) -> list[str]:

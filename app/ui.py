@@ -203,11 +203,14 @@ def _events_in_background(
     interval: float,
     suffix: str | None = None,
 ) -> Iterator[list[StreamEvent]]:
-    """Run ``engine.stream`` in its own thread; yield the events gathered every ``interval``.
+    """Start ``engine.stream`` in its own thread now; yield its events in batches, at most
+    one batch every ``interval`` seconds.
 
     Sampling never waits for the page: while Gradio sends one update, the next tokens are
     already being computed, and updates coalesce when the page is slower than the model.
-    Whoever stops iterating must set ``cancel`` so the thread ends within one token.
+    An event that comes after a quiet ``interval`` (the first token, above all) is yielded
+    at once. Whoever stops iterating must set ``cancel`` so the thread ends within one
+    token.
     """
     events: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
@@ -226,18 +229,27 @@ def _events_in_background(
             events.put(_DONE)
 
     threading.Thread(target=produce, name="codeparrot-generate", daemon=True).start()
+    return _batches(events, interval)
+
+
+def _batches(events: queue.SimpleQueue[Any], interval: float) -> Iterator[list[StreamEvent]]:
+    """The events of :func:`_events_in_background`'s thread, batched (see there)."""
+
+    def ends(item: Any) -> bool:
+        return item is _DONE or isinstance(item, BaseException)
+
+    last = -float("inf")  # when the last batch went out
     finished = False
     while not finished:
-        batch = [events.get()]  # block for the first event
-        deadline = time.monotonic() + interval
-        while batch[-1] is not _DONE and not isinstance(batch[-1], BaseException):
+        batch = [events.get()]  # block for the next event
+        # no sooner than `interval` after the last batch: gather what comes until then
+        while not ends(batch[-1]) and (left := last + interval - time.monotonic()) > 0:
             try:
-                batch.append(events.get(timeout=max(0.0, deadline - time.monotonic())))
+                batch.append(events.get(timeout=left))
             except queue.Empty:
-                if time.monotonic() >= deadline:
-                    break
+                break
         # drain what is already there: coalesce when the consumer is slow
-        while batch[-1] is not _DONE and not isinstance(batch[-1], BaseException):
+        while not ends(batch[-1]):
             try:
                 batch.append(events.get_nowait())
             except queue.Empty:
@@ -245,6 +257,7 @@ def _events_in_background(
         if isinstance(batch[-1], BaseException):
             raise batch[-1]
         finished = batch[-1] is _DONE
+        last = time.monotonic()
         yield [e for e in batch if isinstance(e, StreamEvent)]
 
 
@@ -522,10 +535,13 @@ class Playground:
                 notice = _truncation_notice(
                     engine.count_tokens(view.prompt), len(ids), engine, gen.max_new_tokens
                 )
-        yield view.frame(notice)
+        # sampling starts before the page's first update goes out: the model reads the
+        # prompt while Gradio sends that update (the notice is worked out before: the
+        # tokenizer is not shared with the sampling thread)
         batches = _events_in_background(
             engine, view.prompt, gen, cancel, self.config.stream_interval, suffix=suffix
         )
+        yield view.frame(notice)
         for batch in batches:
             for event in batch:
                 view.add(event)
@@ -631,4 +647,22 @@ def serve(playground: Playground, *, block: bool = True) -> tuple[gr.Blocks, str
         css=CSS,
         theme=gr.themes.Soft(),
     )
+    if config.load_at_start and playground.choices:
+        _load_in_background(playground.pool, playground.choices[0][1])
     return demo, demo.local_url or f"http://{config.host}:{port}/"
+
+
+def _load_in_background(pool: Any, key: str) -> threading.Thread:
+    """Load the engine of ``key`` (the page's first choice) in a thread, so that the first
+    generation finds it ready; one that comes meanwhile waits for the same load. A load
+    that fails is logged, and the first generation tries again and says why."""
+
+    def load() -> None:
+        try:
+            pool.get(key)
+        except Exception:
+            log.exception("loading %s at start failed", key)
+
+    thread = threading.Thread(target=load, name="codeparrot-load", daemon=True)
+    thread.start()
+    return thread

@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -159,14 +160,26 @@ def serve_side(checkpoint: Path) -> tuple[subprocess.Popen, Side]:
     return proc, side
 
 
-def app_side(checkpoint: Path) -> tuple[subprocess.Popen, Side]:
+def start_app(checkpoint: Path, python: str = sys.executable) -> tuple[subprocess.Popen, str]:
+    """``codeparrot app`` over ``checkpoint`` (run by ``python``: this checkout's or
+    another's) with its defaults, and its URL once it answers."""
     from codeparrot.app.ui import free_port
 
     port = free_port()
-    argv = [sys.executable, "-m", "codeparrot", "app", "--checkpoint", str(checkpoint),
+    argv = [python, "-m", "codeparrot", "app", "--checkpoint", str(checkpoint),
             "--port", str(port)]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = wait_for_client(f"http://127.0.0.1:{port}/", proc)
+    url = f"http://127.0.0.1:{port}/"
+    wait_for_client(url, proc)
+    return proc, url
+
+
+def client_side(url: str, checkpoint: Path) -> Side:
+    """The playground through ``gradio_client`` (a Python program's way in; it looks for
+    new messages every 50 ms)."""
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
 
     def once(prompt: str) -> float:
         # checkpoint, prompt, max new tokens, temperature, top_p, n, seed, ...
@@ -178,18 +191,89 @@ def app_side(checkpoint: Path) -> tuple[subprocess.Popen, Side]:
     async def side(prompt: str) -> float:
         return await asyncio.to_thread(once, prompt)
 
-    return proc, side
+    return side
 
 
-async def measure(args, checkpoint: Path) -> dict[str, list[float]]:
+def _shows_new_text(output: dict[str, Any], prompt: str) -> bool:
+    """Does a streamed update of ``/generate`` put text after the prompt in candidate 1's
+    editor? (The first update of a stream is whole values, later ones Gradio's edits.)"""
+    update = output.get("data", [None] * 3)[2]
+    if isinstance(update, dict):
+        return update.get("value") not in (None, prompt)
+    for op, path, value in update or []:
+        if path == ["value"] and op == "append" and value:
+            return True
+        if path[:1] == ["value"] and op in ("replace", "add") and value not in (None, prompt):
+            return True
+    return False
+
+
+def page_side(url: str, checkpoint: Path, tokens: int, queue_ms: list[float]) -> Side:
+    """The playground as its page talks to it: ``/generate`` joined to Gradio's queue,
+    then its event stream read until candidate 1 shows the first new token. Appends to
+    ``queue_ms`` the time until the handler started (Gradio's ``process_starts``)."""
+    import httpx
+
+    config = httpx.get(url + "config", timeout=60).json()
+    prefix = config.get("api_prefix", "/gradio_api").strip("/")
+    fn = next(d["id"] for d in config["dependencies"] if d.get("api_name") == "generate")
+    http = httpx.Client(base_url=f"{url}{prefix}/", timeout=300)  # kept alive, as a browser
+    session = uuid.uuid4().hex
+
+    def once(prompt: str) -> float:
+        # checkpoint, prompt, max new tokens, temperature, top_p, n, seed, stop mode,
+        # stop text, cut repetition, suffix
+        data = [str(checkpoint), prompt, tokens, 0.0, 1.0, 1, 0, "none", "", True, ""]
+        body = {"data": data, "fn_index": fn, "session_hash": session, "event_data": None,
+                "trigger_id": None}  # fmt: skip
+        start, first = time.perf_counter(), None
+        http.post("queue/join", json=body).raise_for_status()
+        with http.stream("GET", "queue/data", params={"session_hash": session}) as stream:
+            for line in stream.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                message = json.loads(line[5:])
+                kind = message["msg"]
+                if kind == "process_starts":
+                    queue_ms.append(1000 * (time.perf_counter() - start))
+                elif kind == "process_generating" and first is None:
+                    if _shows_new_text(message["output"], prompt):
+                        first = time.perf_counter() - start
+                elif kind == "process_completed":
+                    if not message.get("success", True):
+                        raise RuntimeError(f"/generate failed: {message}")
+                    first = first or time.perf_counter() - start  # no text: the answer
+                elif kind == "close_stream":
+                    break
+        return first
+
+    async def side(prompt: str) -> float:
+        return await asyncio.to_thread(once, prompt)
+
+    return side
+
+
+async def measure(args, checkpoint: Path) -> tuple[dict[str, list[float]], dict[str, list]]:
+    """Seconds to the first token of each side, each round; and the Gradio queue's share
+    (ms until each playground's handler started) of the page-stream sides."""
     texts = prompts(args.warmup + args.prompts, args.chars, args.seed)
     warm, timed = texts[: args.warmup], texts[args.warmup :]
     lsp_client, lsp = await lsp_side(checkpoint, args.context_tokens)
     clients = [lsp_client]
     serve_proc, serve = serve_side(checkpoint)
-    app_proc, app = app_side(checkpoint)
+    app_proc, app_url = start_app(checkpoint)
+    procs = [serve_proc, app_proc]
+    queue_ms: dict[str, list] = {"app": []}
     sides: dict[str, Side] = {"engine": engine_side(checkpoint), "lsp": lsp, "serve": serve}
-    sides["app"] = app
+    sides["app"] = page_side(app_url, checkpoint, args.app_tokens, queue_ms["app"])
+    sides["app, gradio_client"] = client_side(app_url, checkpoint)
+    if args.app_python:  # another checkout's playground, the same way in
+        before_proc, before_url = start_app(checkpoint, args.app_python)
+        procs.append(before_proc)
+        queue_ms["app before"] = []
+        sides["app before"] = page_side(
+            before_url, checkpoint, args.app_tokens, queue_ms["app before"]
+        )
     if args.spinning_too:  # the language server as it ran before waits were passive
         spinning_client, sides["lsp, spinning waits"] = await lsp_side(
             checkpoint, args.context_tokens, "ACTIVE"
@@ -209,13 +293,16 @@ async def measure(args, checkpoint: Path) -> dict[str, list[float]]:
             await client.shutdown_async(None)
             client.exit(None)
             await client.stop()
-        for proc in (serve_proc, app_proc):
+        for proc in procs:
             proc.terminate()
             proc.wait(timeout=30)
-    return seconds
+    warmups = len(warm)
+    return seconds, {name: values[warmups:] for name, values in queue_ms.items()}
 
 
-def report(args, checkpoint: Path, seconds: dict[str, list[float]]) -> None:
+def report(
+    args, checkpoint: Path, seconds: dict[str, list[float]], queue_ms: dict[str, list]
+) -> None:
     print(f"checkpoint {checkpoint}; {args.prompts} prompts of {args.chars} characters, one "
           f"token each, after {args.warmup} warm-up prompts; each side's defaults")  # fmt: skip
     print(f"{'':20s} {'p50 ms':>8s} {'p90 ms':>8s} {'vs engine (median of rounds)':>30s}")
@@ -229,6 +316,10 @@ def report(args, checkpoint: Path, seconds: dict[str, list[float]]) -> None:
     for name in [n for n in seconds if n not in ("engine", "lsp")]:
         ratio = statistics.median(v / b for v, b in zip(seconds[name], lsp, strict=True))
         print(f"{name} / lsp: {ratio:.2f}x (median of rounds)")
+    for name, values in queue_ms.items():
+        print(f"{name}: Gradio's queue to the handler's start {statistics.median(values):.1f} "
+              f"ms p50 (its join and event stream; the rest is the handler's: engine and "
+              f"updates)")  # fmt: skip
 
 
 def main() -> None:
@@ -240,6 +331,12 @@ def main() -> None:
     parser.add_argument("--context-tokens", type=int, default=1000,
                         help="the language server's prompt budget (it cuts at lines)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--app-tokens", type=int, default=16,
+                        help="new tokens the playground's page asks for; the first one "
+                        "shown is timed (a stream's first update, as a user waits for it)")  # fmt: skip
+    parser.add_argument("--app-python",
+                        help="also time the playground of another checkout: the Python "
+                        "that has it installed (e.g. a worktree of the commit before)")  # fmt: skip
     parser.add_argument("--spinning-too", action="store_true",
                         help="also a language server with OMP_WAIT_POLICY=ACTIVE (spinning "
                         "OpenMP waits, as before the serving commands chose passive ones)")  # fmt: skip
@@ -253,8 +350,8 @@ def main() -> None:
         if checkpoint is None:
             texts = list(stdlib_texts().values())
             checkpoint = build_lsp_checkpoint(Path(tmp) / "ckpt", texts, 1024)
-        seconds = asyncio.run(measure(args, checkpoint))
-    report(args, checkpoint, seconds)
+        seconds, queue_ms = asyncio.run(measure(args, checkpoint))
+    report(args, checkpoint, seconds, queue_ms)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,7 @@ def test_the_pool_compiles_each_model_in_the_background_when_asked(tiny_checkpoi
     assert not plain.steps_compiled.is_set()
     engine = EnginePool((tiny_checkpoint,), compile=True).get(str(tiny_checkpoint))
     assert engine.steps_compiled.wait(timeout=600) and engine.compile_error is None
-    assert AppConfig(checkpoints=(tiny_checkpoint,)).compile  # the CLI's default
+    assert not AppConfig(checkpoints=(tiny_checkpoint,)).compile  # off, as the editor's
 
 
 def test_sampling_sliders_follow_the_one_declaration(tmp_path):
@@ -115,3 +116,35 @@ def test_sampling_sliders_follow_the_one_declaration(tmp_path):
     assert top_p.value == field_default(GenerationConfig, "top_p")
     assert top_p.maximum == field_bounds(GenerationConfig, "top_p").maximum
     assert top_p.minimum > 0  # top_p = 0 is not a setting: the slider cannot reach it
+
+
+class RecordingPool:
+    """A pool that records which checkpoints were asked for (and loads nothing)."""
+
+    def __init__(self, checkpoints: tuple[Path, ...]) -> None:
+        self.checkpoints = {str(c): c for c in checkpoints}
+        self.asked: list[str] = []
+
+    def is_loaded(self, key: str) -> bool:
+        return key in self.asked
+
+    def get(self, key: str) -> object:
+        self.asked.append(key)
+        return object()
+
+
+@pytest.mark.parametrize("load_at_start", [True, False])
+def test_the_server_loads_the_first_checkpoint_when_it_starts(tmp_path, load_at_start):
+    from codeparrot.app.ui import Playground, serve
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    config = AppConfig(checkpoints=(first, second), port=0, load_at_start=load_at_start)
+    pool = RecordingPool(config.checkpoints)
+    demo, _ = serve(Playground(config, pool=pool), block=False)
+    try:
+        deadline = time.monotonic() + 10
+        while load_at_start and not pool.asked and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        demo.close()
+    assert pool.asked == ([str(first)] if load_at_start else [])

@@ -79,3 +79,19 @@ def test_setting_cancel_ends_the_sampling_thread():
     cancel.set()  # what the playground does when the page stops reading
     assert engine.stopped.wait(5)
     assert engine.produced < 10_000
+
+
+def test_the_first_token_goes_out_at_once_and_later_ones_at_most_every_interval():
+    engine = ScriptedEngine([f"t{i} " for i in range(10_000)], delay=0.002)
+    cancel = threading.Event()
+    start = time.monotonic()
+    gen = _events_in_background(engine, "p", GenerationConfig(), cancel, 0.5)
+    first = next(gen)
+    took = time.monotonic() - start
+    assert took < 0.4 and first  # not held back for the update interval
+    second = next(gen)
+    assert time.monotonic() - start >= 0.5 - 0.01  # the next update waits out the interval
+    assert len(second) > 1  # and carries what came meanwhile
+    gen.close()
+    cancel.set()
+    assert engine.stopped.wait(5)
