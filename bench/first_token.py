@@ -15,16 +15,26 @@ reports the latency a client sees:
 - ``lsp, spinning waits`` (``--spinning-too``): the same with ``OMP_WAIT_POLICY=ACTIVE``,
   how torch's OpenMP threads waited before the serving commands chose passive waits;
 - ``serve``: ``POST /v1/completions`` with ``max_tokens: 1``;
-- ``app``: the playground's ``/generate`` through ``gradio_client``, one candidate, one token.
+- ``app``: the playground as its page talks to it: ``/generate`` (one candidate,
+  ``--app-tokens`` new tokens) joined to Gradio's queue, its event stream read until the
+  first new token shows in the candidate's editor; the report also gives the time until
+  Gradio's queue started the handler (the rest: the engine and our updates);
+- ``app, gradio_client``: the same endpoint through ``gradio_client``, one token, to its
+  answer (that client looks for new messages every 50 ms);
+- ``app before`` (``--app-python PY``): the page's way in to the playground of another
+  checkout, the Python that has it installed (a worktree of an earlier commit).
 
 Each server runs as its own process, as a user runs it, and is warmed with
-``--warmup`` prompts (the load, the first-step timing) before anything is timed. Every
+``--warmup`` prompts (the load, the first-step timing), then left until the servers are
+idle (whatever they do in the background after loading is over) before anything is
+timed. Every
 round sends one new prompt to each side, in a rotating order, so that load from other
 jobs falls on all alike; the ratio to the engine is taken within each round, then the
 median over rounds. Without ``--checkpoint`` a random 4-layer, 256-wide GPT-2 with an 8k
 BPE and 1,024 positions is built (see bench/lsp.py).
 
     .venv/bin/python bench/first_token.py [--checkpoint DIR] [--prompts 30] [--chars 1200]
+        [--app-python OTHER_CHECKOUT/.venv/bin/python]
 """
 
 from __future__ import annotations
@@ -196,14 +206,16 @@ def client_side(url: str, checkpoint: Path) -> Side:
 
 def _shows_new_text(output: dict[str, Any], prompt: str) -> bool:
     """Does a streamed update of ``/generate`` put text after the prompt in candidate 1's
-    editor? (The first update of a stream is whole values, later ones Gradio's edits.)"""
+    editor? (The first update of a stream is whole values, later ones Gradio's edits;
+    the editor's value comes stripped of blank space at its ends.)"""
+    shown_prompt = (None, prompt, prompt.strip())
     update = output.get("data", [None] * 3)[2]
     if isinstance(update, dict):
-        return update.get("value") not in (None, prompt)
+        return update.get("value") not in shown_prompt
     for op, path, value in update or []:
         if path == ["value"] and op == "append" and value:
             return True
-        if path[:1] == ["value"] and op in ("replace", "add") and value not in (None, prompt):
+        if path[:1] == ["value"] and op in ("replace", "add") and value not in shown_prompt:
             return True
     return False
 
@@ -253,6 +265,24 @@ def page_side(url: str, checkpoint: Path, tokens: int, queue_ms: list[float]) ->
     return side
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_until_idle(procs: list[subprocess.Popen], timeout: float = 300.0) -> float:
+    """Wait until the servers use under 5% of a core over a second (what they do after
+    loading in the background, a compile say, is over); returns the seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        before = sum(cpu_seconds(p.pid) for p in procs)
+        time.sleep(1.0)
+        if sum(cpu_seconds(p.pid) for p in procs) - before < 0.05:
+            break
+    return time.monotonic() - start
+
+
 async def measure(args, checkpoint: Path) -> tuple[dict[str, list[float]], dict[str, list]]:
     """Seconds to the first token of each side, each round; and the Gradio queue's share
     (ms until each playground's handler started) of the page-stream sides."""
@@ -284,6 +314,7 @@ async def measure(args, checkpoint: Path) -> tuple[dict[str, list[float]], dict[
         for prompt in warm:
             for side in sides.values():
                 await side(prompt)
+        print(f"servers idle after {wait_until_idle(procs):.0f} s more", flush=True)
         names = list(sides)
         for r, prompt in enumerate(timed):  # rotate: no side always runs first
             for name in names[r % len(names) :] + names[: r % len(names)]:
