@@ -281,6 +281,8 @@ class _CandidatesView:
         self.cut = cut
         self.texts = [""] * n
         self.done: list[Completion | None] = [None] * n
+        # (notice, details, editor labels) as the last frame sent them
+        self._sent: tuple[str, list[dict[str, Any]], list[str]] | None = None
 
     def shown(self, index: int) -> str:
         """Candidate ``index`` as the page shows it."""
@@ -320,24 +322,35 @@ class _CandidatesView:
     def frame(self, notice: str, *, full: bool = True) -> tuple[Any, ...]:
         """Values of (notice, details, candidate 1, ..., candidate MAX_CANDIDATES).
 
-        A frame that is not ``full`` (mid-stream) sends only the visible editors and
-        leaves the notice, the details and the hidden editors as they are.
+        A frame that is not ``full`` (mid-stream) gives the notice and the details as the
+        last full frame sent them and only the editors' texts, as plain values: Gradio
+        handles a plain value several times faster than an update of a component's
+        properties (or a ``gr.skip()``, which it handles as one), and this frame is on
+        the way of every token to the page. An editor whose label changed (its
+        candidate finished) still gets an update.
         """
         n = len(self.texts)
         shown = [self.shown(i) for i in range(n)]
+        labels = [_candidate_label(i, self.done[i], shown[i] != self.texts[i]) for i in range(n)]
+        if not full and self._sent is not None:
+            sent_notice, sent_details, sent_labels = self._sent
+            editors = [
+                self.prompt + shown[i] + self.suffix
+                if labels[i] == sent_labels[i]
+                else gr.Code(value=self.prompt + shown[i] + self.suffix, label=labels[i])
+                for i in range(n)
+            ]
+            self._sent = (sent_notice, sent_details, labels)
+            return (sent_notice, sent_details, *editors, *[""] * (MAX_CANDIDATES - n))
+        details = self.details()
+        self._sent = (notice, details, labels)
         editors = [
-            gr.Code(
-                value=self.prompt + shown[i] + self.suffix,
-                label=_candidate_label(i, self.done[i], shown[i] != self.texts[i]),
-                visible=True,
-            )
+            gr.Code(value=self.prompt + shown[i] + self.suffix, label=labels[i], visible=True)
             if i < n
-            else (gr.Code(value="", visible=False) if full else gr.skip())
+            else gr.Code(value="", visible=False)
             for i in range(MAX_CANDIDATES)
         ]
-        if not full:
-            return (gr.skip(), gr.skip(), *editors)
-        return (gr.Markdown(notice, visible=bool(notice)), self.details(), *editors)
+        return (gr.Markdown(notice, visible=bool(notice)), details, *editors)
 
 
 class Playground:

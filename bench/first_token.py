@@ -209,13 +209,17 @@ def _shows_new_text(output: dict[str, Any], prompt: str) -> bool:
     editor? (The first update of a stream is whole values, later ones Gradio's edits;
     the editor's value comes stripped of blank space at its ends.)"""
     shown_prompt = (None, prompt, prompt.strip())
+
+    def new_text(value: Any) -> bool:  # a whole update or a plain value
+        return (value.get("value") if isinstance(value, dict) else value) not in shown_prompt
+
     update = output.get("data", [None] * 3)[2]
-    if isinstance(update, dict):
-        return update.get("value") not in shown_prompt
-    for op, path, value in update or []:
-        if path == ["value"] and op == "append" and value:
+    if not isinstance(update, list):  # the stream's first message: whole values
+        return new_text(update)
+    for op, path, value in update:  # Gradio's edits of the last value
+        if op == "append" and path in ([], ["value"]) and value:
             return True
-        if path[:1] == ["value"] and op in ("replace", "add") and value not in shown_prompt:
+        if op in ("replace", "add") and path in ([], ["value"]) and new_text(value):
             return True
     return False
 
