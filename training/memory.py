@@ -11,9 +11,9 @@ even the floor exceeds the device.
 
 On a CPU the device is the machine's available memory (a process over it is killed by the
 kernel, with no message at all), and two things cost more than on a GPU, each measured on
-the ``small`` preset (12 layers, width 768, 1,024 tokens, bf16 autocast, AMD EPYC Zen 4:
-0.72 GiB a sequence without dropout, 2.65 GiB with attention dropout 0.1, against this
-module's 0.71 and 2.67): CPU autocast casts only the matrix products' inputs, so the
+the ``small`` preset (12 layers, width 768, 1,024 tokens, bf16 autocast, AMD EPYC Zen 4,
+the peak resident memory of batches 2 and 12: 0.69 GiB a sequence without dropout, 2.53 GiB
+with attention dropout 0.1, against this module's 0.66 and 2.49): CPU autocast casts only the matrix products' inputs, so the
 activations a layer keeps are float32's; and SDPA's CPU kernel does not take dropout, so with
 attention dropout the math path keeps every score in float32: the scores, the softmax, the
 dropout mask and the dropped scores, 13 bytes an element (Korthikanti et al.'s 5·a·s² in
