@@ -660,8 +660,9 @@ def serve(playground: Playground, *, block: bool = True) -> tuple[gr.Blocks, str
         css=CSS,
         theme=gr.themes.Soft(),
     )
-    if config.load_at_start and playground.choices:
-        _load_in_background(playground.pool, playground.choices[0][1])
+    first = playground.choices[0][1] if playground.choices else None
+    if config.load_at_start and first is not None and read_model_card(first).exists:
+        _load_in_background(playground.pool, first)
     return demo, demo.local_url or f"http://{config.host}:{port}/"
 
 

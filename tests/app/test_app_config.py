@@ -138,6 +138,7 @@ def test_the_server_loads_the_first_checkpoint_when_it_starts(tmp_path, load_at_
     from codeparrot.app.ui import Playground, serve
 
     first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
     config = AppConfig(checkpoints=(first, second), port=0, load_at_start=load_at_start)
     pool = RecordingPool(config.checkpoints)
     demo, _ = serve(Playground(config, pool=pool), block=False)
