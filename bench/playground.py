@@ -6,13 +6,15 @@ Same prompt, seed and sampling settings, in one process, interleaved and repeate
 - ``app, stream every token``: ``/generate`` of ``codeparrot app`` (its own process)
   through ``gradio_client`` with
   ``--stream-interval 0`` (one page update per token of each candidate);
-- ``app, stream every 50 ms``: the default ``--stream-interval 0.05``.
+- ``app, stream every 50 ms``: the default ``--stream-interval 0.05``;
+- ``before, ...`` (``--app-python PY``): the same two of another checkout's playground.
 
 Prints tokens/s of each and its ratio to the engine, and the app's time to the first
 streamed text. Without ``--checkpoint`` a random 4-layer, 256-wide GPT-2 with a 2k BPE
 trained on a few stdlib files is built in a temporary directory.
 
     .venv/bin/python bench/playground.py [--checkpoint DIR] [--n 2] [--max-new-tokens 64] [--repeats 7]
+        [--app-python OTHER_CHECKOUT/.venv/bin/python]
 """
 
 from __future__ import annotations
@@ -80,6 +82,10 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--app-python",
+                        help="also the playground of another checkout (the Python that has "
+                        "it installed, e.g. a worktree of the commit before), the same "
+                        "variants")  # fmt: skip
     args = parser.parse_args()
 
     from codeparrot.app.ui import free_port
@@ -106,9 +112,13 @@ def main() -> None:
         return out[0]
 
     servers = {}  # each app is `codeparrot app` in its own process, as a user runs it
-    for label, interval in (("app, stream every token", 0.0), ("app, stream every 50 ms", 0.05)):
+    variants = [("app, stream every token", 0.0, sys.executable)]
+    variants += [("app, stream every 50 ms", 0.05, sys.executable)]
+    if args.app_python:  # another checkout's playground, the same variants
+        variants += [(f"before, {label[5:]}", i, args.app_python) for label, i, _ in variants]
+    for label, interval, python in variants:
         port = free_port()
-        command = [sys.executable, "-m", "codeparrot", "app", "--checkpoint", str(checkpoint)]
+        command = [python, "-m", "codeparrot", "app", "--checkpoint", str(checkpoint)]
         command += ["--port", str(port), "--stream-interval", str(interval)]
         command += ["--no-compile"]  # the engine baseline runs eager steps too
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -120,8 +130,9 @@ def main() -> None:
         first = math.nan
         job = client.submit(*values, api_name="/generate")
         for update in job:
-            editor = update[2]  # candidate 1: prompt + text so far
-            if math.isnan(first) and len(editor.get("value") or "") > len(PROMPT):
+            editor = update[2]  # candidate 1: prompt + text so far (an update, or the text)
+            text = editor if isinstance(editor, str) else editor.get("value") or ""
+            if math.isnan(first) and len(text) > len(PROMPT.strip()):
                 first = time.perf_counter() - start
         details = job.outputs()[-1][1]
         return sum(c["new_tokens"] for c in details), time.perf_counter() - start, first
