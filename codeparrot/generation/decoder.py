@@ -127,7 +127,7 @@ class Decoder:
             positions = len(ids) + max_new_tokens
             slot = self.static_slots.acquire(n, positions)
             if slot is not None:
-                prompt = LeanSteps(self, ids, 1, max_new_tokens, reuse_start)
+                prompt = LeanSteps(self, ids, 1, 0, reuse_start)  # the prompt alone
                 return StaticSteps(prompt, slot, n, positions)
             logger.debug(
                 "eager steps for %d rows of %d positions: no free static cache fits", n, positions
