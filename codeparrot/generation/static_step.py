@@ -189,8 +189,10 @@ class GraphedStep:
 
     The capture follows torch's recipe: a few eager calls on a side stream first, then the
     capture. ``state`` are the tensors the step advances (the position): restored after
-    the eager calls and the capture, so that the first replay is the first step. ``cuda``
-    is ``torch.cuda`` (a test gives a stand-in).
+    the eager calls and the capture, so that the first replay is the first step. A capture
+    that fails (an operation CUDA graphs cannot hold, in some torch build) is logged once
+    and the step runs uncaptured from then on: slower, never wrong. ``cuda`` is
+    ``torch.cuda`` (a test gives a stand-in).
     """
 
     def __init__(
@@ -201,17 +203,28 @@ class GraphedStep:
         self.cuda = cuda if cuda is not None else torch.cuda
         self.graph: Any = None
         self.output: torch.Tensor | None = None  # the graph's output buffer
+        self.error: BaseException | None = None  # a failed capture's
 
     def __call__(self) -> torch.Tensor:
+        if self.error is not None:
+            return self.step()
         if self.graph is None:
-            self._capture()
+            kept = [t.clone() for t in self.state]
+            try:
+                self._capture(kept)
+            except RuntimeError as e:  # torch reports capture errors as RuntimeError
+                self._restore(kept)
+                self.error = e
+                logger.warning(
+                    "decoding steps run uncaptured: the CUDA graph capture failed (%s)", e
+                )
+                return self.step()
         self.graph.replay()
         assert self.output is not None
         return self.output
 
-    def _capture(self) -> None:
+    def _capture(self, kept: list[torch.Tensor]) -> None:
         cuda = self.cuda
-        kept = [t.clone() for t in self.state]
         side = cuda.Stream()
         side.wait_stream(cuda.current_stream())
         with cuda.stream(side):

@@ -268,6 +268,24 @@ def test_the_graph_is_captured_once_per_shape_and_replayed_at_every_step(gpt2_en
     assert cuda.replays == 2 * 29  # the 29 steps after each prompt's logits, all replayed
 
 
+def test_a_failed_capture_leaves_the_steps_uncaptured(gpt2_engine, caplog):
+    class Refusing(FakeCuda):
+        @contextlib.contextmanager
+        def graph(self, graph, capture_error_mode="global"):
+            raise RuntimeError("operation not permitted when stream is capturing")
+            yield
+
+    twin = static_twin(gpt2_engine, Refusing())
+    greedy = GenerationConfig(max_new_tokens=30, temperature=0, stop_at_eos=False, heal=False)
+    with caplog.at_level("WARNING"):
+        (ours,) = twin.generate(PROMPT, greedy)
+        (again,) = twin.generate(PROMPT, greedy)
+    (eager,) = gpt2_engine.generate(PROMPT, greedy)
+    assert ours.text == again.text == eager.text  # the position restored after the warm-up
+    failures = [r for r in caplog.records if "capture failed" in r.getMessage()]
+    assert len(failures) == 1 and "not permitted" in failures[0].getMessage()
+
+
 def test_cuda_graphs_are_refused_where_they_do_not_apply(tiny_checkpoint, gpt2_engine):
     with pytest.raises(ConfigError, match="cuda_graphs needs a CUDA device; the model is on cpu"):
         Engine.load(tiny_checkpoint, device="cpu", cuda_graphs=True)
