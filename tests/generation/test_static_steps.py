@@ -166,11 +166,9 @@ def test_the_engine_on_static_steps_writes_the_eager_text(request, name):
     (eager,) = engine.generate(PROMPT, greedy)
     (ours,) = twin.generate(PROMPT, greedy)
     assert ours.text == eager.text and ours.new_tokens == 30
-    # n samples of one prompt in one batch of the slot's shape; rows that stop early stay
-    # in the batch, their logits dropped
-    sampled = GenerationConfig(
-        max_new_tokens=24, temperature=1.0, n=6, seed=3, stop=("\n",), heal=False
-    )
+    # n samples of one prompt in one batch of the slot's shape (token healing on); rows that
+    # stop early stay in the batch, their logits dropped
+    sampled = GenerationConfig(max_new_tokens=24, temperature=1.0, n=6, seed=3, stop=("\n",))
     eager = engine.generate(PROMPT, sampled)
     ours = twin.generate(PROMPT, sampled)
     assert [c.text for c in ours] == [c.text for c in eager]
