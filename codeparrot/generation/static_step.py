@@ -312,7 +312,9 @@ class StaticSteps:
     its keys/values are copied to the slot's rows, then every step is the slot's.
 
     Finished candidates stay in the batch (the shapes must not change): their rows go on
-    with a stale token and their logits are dropped. ``close`` frees the slot."""
+    with a stale token and their logits are dropped. Each row holds its own copy of the
+    prompt's keys/values (the eager steps share one): memory, not time, on a GPU at these
+    sizes. ``close`` frees the slot."""
 
     def __init__(self, prompt_steps: Any, slot: StaticSlot, n: int, positions: int) -> None:
         self.prompt_steps = prompt_steps  # LeanSteps of one row
