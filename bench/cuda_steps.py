@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in report(result):
         print(line)
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))
     return 0
 

@@ -157,10 +157,11 @@ def check_fsdp_resume(command: list[str], run: Path, gpus: int) -> tuple[bool, s
 ENGINE_SECONDS = 200  # bench/cuda_steps.py on the quickstart's model: transformers' compile most
 
 
-def check_engine(workdir: Path) -> tuple[bool, str]:
+def check_engine(workdir: Path, output: Path | None) -> tuple[bool, str]:
     """``bench/cuda_steps.py`` on the trained checkpoint: ms/token with and without the
-    captured step, and n=20 x 128 samples/s against transformers' static-cache generate."""
-    out = workdir / "engine.json"
+    captured step, and n=20 x 128 samples/s against transformers' static-cache generate
+    (its JSON kept as ``cuda_steps.json`` beside ``output``, where given)."""
+    out = workdir / "engine.json" if output is None else output.with_name("cuda_steps.json")
     command = [sys.executable, "bench/cuda_steps.py", "--checkpoint", str(workdir / "train"),
                "--json", str(out)]  # fmt: skip
     ok, tail = run_command(command, ENGINE_SECONDS)
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             "train": lambda: check_train(workdir, corpus, tokenizer, len(devices)),
             "ddp": lambda: check_launch(workdir, corpus, tokenizer, len(devices), fsdp=False),
             "fsdp": lambda: check_launch(workdir, corpus, tokenizer, len(devices), fsdp=True),
-            "engine": lambda: check_engine(workdir),
+            "engine": lambda: check_engine(workdir, args.output),
             "lsp": lambda: check_lsp(workdir),
             "plan": lambda: check_plan(workdir),
             "quickstart": lambda: check_quickstart(workdir),
