@@ -187,3 +187,104 @@ def recognise(
             + (f"; if it is {hint}'s file, pass --task {hint}" if hint else "")
         )
     return task, plus_ids if task is plus else frozenset()
+
+
+# At most this many calls are read from a plus test's ``inputs`` (HumanEval+'s largest has
+# about a thousand); a longer list is recorded against the reference as any other test.
+MAX_PLUS_CALLS = 1 << 16
+_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _element(target: ast.expr, source: ast.expr) -> str | None:
+    """The loop variable ``target`` binds to each item of ``inputs`` when it iterates
+    ``source`` (``inputs``, ``enumerate(...)`` or ``zip(...)`` of them), or None."""
+    if isinstance(source, ast.Name) and source.id == "inputs":
+        return target.id if isinstance(target, ast.Name) else None
+    if not (isinstance(source, ast.Call) and isinstance(source.func, ast.Name)):
+        return None
+    if source.keywords or not isinstance(target, ast.Tuple):
+        return None
+    if source.func.id == "enumerate" and len(source.args) == 1 and len(target.elts) == 2:
+        return _element(target.elts[1], source.args[0])
+    if source.func.id == "zip" and len(source.args) == len(target.elts):
+        found = [_element(t, s) for t, s in zip(target.elts, source.args, strict=True)]
+        named = [name for name in found if name is not None]
+        return named[0] if len(named) == 1 else None
+    return None
+
+
+def _calls_each_input_once(loop: ast.For, element: str) -> bool:
+    """Whether the loop's only use of ``candidate`` is one ``candidate(*element)``, and
+    nothing in the loop but its target assigns ``element``."""
+    nodes = [node for part in (loop.iter, *loop.body) for node in ast.walk(part)]
+    if any(
+        isinstance(n, ast.Name) and n.id == element and not isinstance(n.ctx, ast.Load)
+        for n in nodes
+    ):
+        return False
+    uses = [n for n in nodes if isinstance(n, ast.Name) and n.id == "candidate"]
+    calls = [
+        n
+        for n in nodes
+        if isinstance(n, ast.Call)
+        and n.func in uses
+        and not n.keywords
+        and len(n.args) == 1
+        and isinstance(n.args[0], ast.Starred)
+        and isinstance(n.args[0].value, ast.Name)
+        and n.args[0].value.id == element
+    ]
+    return len(uses) == 1 and len(calls) == 1
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` (from ``ast.literal_eval``) is plain data that encodes the same in
+    every process: no set (a set of strings iterates in an order of its process's own)."""
+    if type(value) in _PLAIN:
+        return True
+    if depth > 100:
+        return False
+    if type(value) in (list, tuple):
+        return all(_plain(item, depth + 1) for item in value)
+    if type(value) is dict:
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def plus_calls(test: str, entry_point: str) -> list[tuple] | None:
+    """The arguments of each call evalplus's plus test makes, in order, read from its
+    literal ``inputs`` list (nothing is run): ``test`` is that layout (see the module's
+    doc) followed by ``check(<entry_point>)``, and its loop calls ``candidate(*inp)`` once
+    for each item ``inp`` of ``inputs``. None for any other test, or one whose inputs are
+    not all literal lists or tuples of plain data, or more than :data:`MAX_PLUS_CALLS`.
+    """
+    tree = parse(test)
+    if tree is None or not tree.body:
+        return None
+    *body, last = tree.body
+    called = (
+        isinstance(last, ast.Expr)
+        and isinstance(last.value, ast.Call)
+        and isinstance(last.value.func, ast.Name)
+        and last.value.func.id == "check"
+        and not last.value.keywords
+        and len(last.value.args) == 1
+        and isinstance(last.value.args[0], ast.Name)
+        and last.value.args[0].id == entry_point
+    )
+    if not called or not plus_layout(ast.Module(body=body, type_ignores=[])):
+        return None
+    (check,) = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == "check"]
+    *lists, loop = check.body
+    element = _element(loop.target, loop.iter)
+    if element is None or loop.orelse or not _calls_each_input_once(loop, element):
+        return None
+    if len(lists[0].value.elts) > MAX_PLUS_CALLS:
+        return None
+    try:
+        inputs = ast.literal_eval(lists[0].value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not all(type(inp) in (list, tuple) and _plain(inp) for inp in inputs):
+        return None
+    return [tuple(inp) for inp in inputs]

@@ -36,7 +36,7 @@ def test_a_sample_sees_every_call_even_after_a_wrong_answer_by_default(isolation
     program = Program(COUNTER, TEST, "f", reference=REFERENCE, timeout=2.0)
     results, stats = run([program], isolation)
     assert results == ["timed out"]  # it answered the third call before any was checked
-    assert stats == {"recorded": 1, "fallbacks": 0, "unrecorded": 0, "kept": 0}
+    assert stats == {"recorded": 1, "fallbacks": 0, "unrecorded": 0, "kept": 0, "inputs": 0}
     # call by call, the test stops at the wrong first answer: the sample learns of it
     assert run([program], isolation, no_feedback=False)[0] == ["failed: AssertionError"]
 
@@ -58,7 +58,7 @@ def test_verdicts_of_replayed_answers(isolation):
     assert results[3] == "failed: the sample process exited"
     assert results[4] == "passed"
     assert results[5].startswith("failed: AssertionError")
-    assert stats == {"recorded": 2, "fallbacks": 0, "unrecorded": 0, "kept": 0}
+    assert stats == {"recorded": 2, "fallbacks": 0, "unrecorded": 0, "kept": 0, "inputs": 0}
 
 
 def test_a_call_not_recorded_falls_back_to_calls_one_by_one_and_is_counted(isolation):
@@ -69,7 +69,7 @@ def test_a_call_not_recorded_falls_back_to_calls_one_by_one_and_is_counted(isola
     ]
     results, stats = run(programs, isolation)
     assert results == ["failed: AssertionError", "passed", "passed"]
-    assert stats == {"recorded": 2, "fallbacks": 1, "unrecorded": 1, "kept": 0}
+    assert stats == {"recorded": 2, "fallbacks": 1, "unrecorded": 1, "kept": 0, "inputs": 0}
 
 
 def test_answers_beyond_the_cap_fail_the_sample(isolation):
@@ -88,7 +88,7 @@ def test_humaneval_canonical_solutions_pass_replayed(isolation):
     results, stats = run(programs, isolation)
     assert results == ["passed"] * len(problems)
     # HumanEval/38, /50 and /53 draw unseeded random inputs: seeded alike, they replay
-    assert stats == {"recorded": 164, "fallbacks": 0, "unrecorded": 0, "kept": 0}
+    assert stats == {"recorded": 164, "fallbacks": 0, "unrecorded": 0, "kept": 0, "inputs": 0}
 
 
 def test_a_test_drawing_unseeded_random_inputs_replays(isolation):
@@ -103,7 +103,7 @@ def test_a_test_drawing_unseeded_random_inputs_replays(isolation):
     ]
     results, stats = run(programs, isolation)
     assert results == ["passed", "failed: AssertionError"]
-    assert stats == {"recorded": 1, "fallbacks": 0, "unrecorded": 0, "kept": 0}
+    assert stats == {"recorded": 1, "fallbacks": 0, "unrecorded": 0, "kept": 0, "inputs": 0}
 
 
 def test_a_plan_comes_only_from_a_passed_reference():
@@ -156,14 +156,23 @@ def test_eval_execute_answers_every_call_at_once_by_default(tmp_path, capsys, mo
 
     assert main(command) == 0
     printed = capsys.readouterr().out
-    assert "2 tests recorded (0 kept from an earlier run); 0 samples made a call" in printed
+    assert (
+        "2 tests recorded (0 kept from an earlier run), 0 read from their literal inputs; 0 samples"
+        in printed
+    )
     # the counting sample answered its third call before any answer was checked
     assert verdicts() == ["passed", "failed: AssertionError", "passed",
                           "failed: AssertionError", "timed out"]  # fmt: skip
     scoring = json.loads(out.with_name("r.summary.json").read_text())["scoring"]
     assert scoring["feedback"] is False
     # HumanEval/53's random calls are seeded alike in its recording and its replays
-    assert scoring["no_feedback"] == {"recorded": 2, "fallbacks": 0, "unrecorded": 0, "kept": 0}
+    assert scoring["no_feedback"] == {
+        "recorded": 2,
+        "fallbacks": 0,
+        "unrecorded": 0,
+        "kept": 0,
+        "inputs": 0,
+    }
     assert main(command) == 0  # again: both kept
     assert "2 tests recorded (2 kept from an earlier run)" in capsys.readouterr().out
     assert verdicts()[:4] == ["passed", "failed: AssertionError", "passed",
@@ -195,7 +204,7 @@ def test_references_recorded_several_to_a_run_each_on_its_own(isolation):
         "passed",
         "passed",
     ]
-    assert stats == {"recorded": 6, "fallbacks": 0, "unrecorded": 3, "kept": 0}
+    assert stats == {"recorded": 6, "fallbacks": 0, "unrecorded": 3, "kept": 0, "inputs": 0}
 
 
 def kept_runs(programs, isolation, folder):
@@ -221,7 +230,7 @@ def test_recordings_are_kept_and_read_back(isolation, tmp_path):
     assert len(list(tmp_path.glob("*.rec"))) == 2
     again, stats, cache = kept_runs(programs, isolation, tmp_path)
     assert again == first
-    assert stats == {"recorded": 2, "fallbacks": 0, "unrecorded": 0, "kept": 2}
+    assert stats == {"recorded": 2, "fallbacks": 0, "unrecorded": 0, "kept": 2, "inputs": 0}
     assert cache.written == 0
 
 
