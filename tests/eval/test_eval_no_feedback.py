@@ -369,3 +369,66 @@ def test_references_are_recorded_in_one_sandbox_run_per_worker_at_most_batch_eac
     assert record_jobs(5, 2) == [3, 2]
     assert record_jobs(3, 4) == [1, 1, 1]
     assert record_jobs(BATCH + 6, 1) == [BATCH, 6]
+
+
+# evalplus's layout of a plus test: its calls are read from ``inputs``, no reference runs.
+PLUS = (
+    "def check(candidate):\n    inputs = [[1], [2], [3]]\n"
+    "    for i, inp in enumerate(inputs):\n        assert candidate(*inp) == {expected}\n"
+    "\n\ncheck(f)\n"
+)
+MIB = 1 << 20
+
+
+def _frame(value) -> bytes:
+    from codeparrot.eval._zygote import encode
+
+    data = encode(value)
+    return b"%010d" % len(data) + data
+
+
+def test_answers_of_plus_tests_too_large_for_a_frame_come_in_parts(isolation):
+    test = PLUS.format(expected=f"'a' * {7 * MIB}")  # 21 MiB in all, each within a frame
+    # a sample that writes its own parts: the second is not a value
+    forged = _frame(("parts", 3)) + _frame(("ok", "a" * 7 * MIB, None)) + b"0000000001\xff"
+    forged += _frame(("ok", "a" * 7 * MIB, None))
+    programs = [
+        Program(f"def f(x):\n    return 'a' * {7 * MIB}\n", test, "f", reference="x"),
+        Program(
+            f"def f(x):\n    return ('b' if x == 2 else 'a') * {7 * MIB}\n",
+            test,
+            "f",
+            reference="x",
+        ),
+        # one answer larger than a frame fails, as it does answered call by call
+        Program(
+            f"def f(x):\n    return 'a' * ({17 * MIB} if x == 3 else {7 * MIB})\n",
+            test,
+            "f",
+            reference="x",
+        ),
+        Program(
+            f"import os\ndef f(x):\n    os.write(4, {forged!r})\n    os._exit(0)\n",
+            test,
+            "f",
+            reference="x",
+        ),
+    ]
+    results, stats = run(programs, isolation)
+    assert results[:2] == ["passed", "failed: AssertionError"]
+    assert results[2].startswith("failed: TooLarge: value of over"), results[2]
+    assert results[3] == "failed: malformed reply from the sample"
+    assert stats == {"recorded": 0, "fallbacks": 0, "unrecorded": 0, "kept": 0, "inputs": 1}
+    one_by_one, _ = run(programs[:3], isolation, no_feedback=False)
+    assert one_by_one == results[:3]
+
+
+def test_answers_of_plus_tests_beyond_their_cap_fail_the_sample(isolation):
+    from codeparrot.eval.replay import INPUTS_CAP
+
+    test = PLUS.format(expected="1")
+    forged = _frame(("parts", 3)) + b"%010d" % (INPUTS_CAP // 2)
+    programs = [Program(f"import os\ndef f(x):\n    os.write(4, {forged!r})\n    os._exit(0)\n",
+                        test, "f", reference="x")]  # fmt: skip
+    results, _ = run(programs, isolation)
+    assert results[0].startswith("failed: answers larger than the cap"), results[0]
