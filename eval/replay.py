@@ -22,11 +22,12 @@ counts these (``fallbacks``). The checker's ``random`` is seeded alike at the re
 and at each replay (``TEST_SEED`` in ``eval/_zygote.py``), so a test that draws its
 inputs from it makes the same calls both times.
 
-HumanEval+'s own inputs are already a list: a test laid out as evalplus's plus tests are
-(its ``check`` loops over a literal ``inputs`` list, calling the candidate once on each)
-skips step 1. Its calls are read from that list with ``ast`` in the harness
-(:func:`codeparrot.eval.structure.plus_calls`; nothing of the problem file runs there),
-and steps 2 and 3 are as above. A test whose inputs cannot be read so is recorded.
+A test whose calls can be read from its text skips step 1: HumanEval+'s own inputs are
+already a list (evalplus's plus tests loop over a literal ``inputs`` list, calling the
+candidate once on each), and most of HumanEval's tests are asserts on calls of literal
+arguments. Their calls are read with ``ast`` in the harness
+(:func:`codeparrot.eval.structure.literal_calls`; nothing of the problem file runs
+there), and steps 2 and 3 are as above. Any other test is recorded.
 
 This is how the harness runs by default; ``--feedback`` (``no_feedback=False``) answers
 every test's calls one by one, as the test makes them.
@@ -48,7 +49,7 @@ from codeparrot.eval.recordings import (
     recording_key,
 )
 from codeparrot.eval.sandbox import Verdict
-from codeparrot.eval.structure import plus_calls
+from codeparrot.eval.structure import literal_calls
 
 if TYPE_CHECKING:
     from codeparrot.eval.execution import Program
@@ -64,7 +65,7 @@ MAX_PLAN = 15 << 20  # the checker reads frames of up to 16 MiB
 # The cap on a sample's answers to calls read from its test, with no reference's answers
 # to size it by: a right sample of HumanEval+'s /130 answers 76 MiB (sent in parts, one
 # frame each, held as bytes by the checker and decoded one by one as the test meets them).
-INPUTS_CAP = 256 << 20
+LITERAL_CAP = 256 << 20
 
 
 def recording_from(result: str) -> bytes | None:
@@ -100,21 +101,22 @@ def plan_of_calls(calls: list[bytes], cap: int) -> bytes | None:
     return plan if len(plan) <= MAX_PLAN else None
 
 
-def inputs_plan(test: str, entry_point: str) -> bytes | None:
-    """The replay plan of a test laid out as evalplus's plus tests are, its calls read from
-    its literal ``inputs`` (:func:`~codeparrot.eval.structure.plus_calls`: nothing is run),
-    answers capped at :data:`INPUTS_CAP`; None for any other test."""
-    if "inputs" not in test:  # no need to parse it
+def literal_plan(test: str, entry_point: str) -> bytes | None:
+    """The replay plan of a test whose calls are read from its syntax tree (nothing is
+    run: :func:`~codeparrot.eval.structure.literal_calls`, evalplus's plus tests and
+    HumanEval's asserts of literal arguments), answers capped at :data:`LITERAL_CAP`;
+    None for any other test."""
+    if "candidate" not in test:  # no need to parse it
         return None
-    calls = plus_calls(test, entry_point)
+    calls = literal_calls(test, entry_point)
     if not calls:
         return None
     codec = recording_codec()
     try:
-        keys = [codec.encode((args, {}), MAX_PLAN) for args in calls]
+        keys = [codec.encode(call, MAX_PLAN) for call in calls]
     except (ValueError, TypeError):
         return None
-    return plan_of_calls(keys, INPUTS_CAP)
+    return plan_of_calls(keys, LITERAL_CAP)
 
 
 def plan_from(result: str) -> bytes | None:
@@ -147,10 +149,10 @@ BATCH_BYTES = 4 << 20
 class Schedule:
     """The jobs of one run without per-call feedback, handed out as they become ready.
 
-    ``programs`` with a ``reference`` replay the calls of their test: read from it where it
-    is laid out as evalplus's plus tests are (:func:`inputs_plan`; ``inputs`` counts these
-    problems, whose reference never runs), else they wait for their problem's recording:
-    kept from an earlier run in ``cache`` (``kept`` counts these), or recorded in this one, up to
+    ``programs`` with a ``reference`` replay the calls of their test: read from its text
+    where they can be (:func:`literal_plan`; ``literal`` counts these problems, whose
+    reference never runs), else they wait for their problem's recording: kept from an
+    earlier run in ``cache`` (``kept`` counts these), or recorded in this one, up to
     :data:`BATCH` problems per sandbox run, spread evenly over ``workers`` runs where
     fewer are needed (``record_all`` in ``eval/_zygote.py``; a run that fails as a whole
     records its problems one at a time instead). The others (and
@@ -169,7 +171,7 @@ class Schedule:
     fallbacks: int = 0
     unrecorded: int = 0
     kept: int = 0
-    inputs: int = 0
+    literal: int = 0
     _waiting: dict[tuple, list[int]] = field(default_factory=dict)
     _references: list[tuple] = field(default_factory=list)
     _batches: list[list[int]] = field(default_factory=list)
@@ -180,7 +182,7 @@ class Schedule:
     @property
     def recorded(self) -> int:
         """References recorded or kept (one per problem)."""
-        return len(self._references) - self.inputs
+        return len(self._references) - self.literal
 
     def first(self) -> list[Job]:
         jobs = []
@@ -195,9 +197,9 @@ class Schedule:
             self._waiting[key].append(i)
         missing = []
         for index, key in enumerate(self._references):
-            plan = inputs_plan(key[1], key[2])
+            plan = literal_plan(key[1], key[2])
             if plan is not None:
-                self.inputs += 1
+                self.literal += 1
             else:
                 kept = self.cache.get(self._cache_key(key)) if self.cache is not None else None
                 plan = None if kept is None else plan_of(kept)
