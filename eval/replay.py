@@ -210,6 +210,9 @@ class Schedule:
             jobs += [Job("sample", i, self.programs[i], plan) for i in self._waiting.pop(key)]
         if missing:  # the codec, imported now (while the zygotes start), not at a recording
             recording_codec()
+        # the longest tests first (HumanEval+'s plus tests, say): samples of those that run
+        # to their time limit start at once, and shorter ones fill the gaps after them
+        jobs.sort(key=lambda job: -len(job.program.test))
         return self._batch(missing) + jobs
 
     @staticmethod
