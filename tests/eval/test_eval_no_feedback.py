@@ -434,3 +434,13 @@ def test_answers_of_plus_tests_beyond_their_cap_fail_the_sample(isolation):
                         test, "f", reference="x")]  # fmt: skip
     results, _ = run(programs, isolation)
     assert results[0].startswith("failed: answers larger than the cap"), results[0]
+
+
+def test_samples_of_the_longest_tests_start_first():
+    from codeparrot.eval.replay import Schedule
+
+    tests = ["assert f(1)\n", "assert f(1)\n" * 50, "assert f(1)\n" * 5]
+    programs = [Program("def f(x):\n    return x\n", test, "f") for test in tests]
+    for enabled in (True, False):
+        jobs = Schedule(programs, enabled).first()
+        assert [job.index for job in jobs] == [1, 2, 0]
