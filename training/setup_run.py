@@ -213,14 +213,7 @@ def setup(
     rank, world = accelerator.process_index, accelerator.num_processes
     state = TrainState(Batches(train_data, config.batch_size, rank, world), plan)
     if resume_from is not None:
-        saved = load_state(
-            resume_from / STATE,
-            accelerator=accelerator,
-            model=model,
-            optimizer=optimizer,
-            scheduler=scheduler,
-        )
-        state.load_state_dict(saved)
+        _restore(state, resume_from, accelerator, model, optimizer, scheduler)
     peaks = peak_flops(choice, say, config.peak_tflops)
     return Run(
         config=config,
@@ -241,6 +234,21 @@ def setup(
         memory=memory,
         log=say,
     )
+
+
+def _restore(
+    state: TrainState, resume_from: Path, accelerator: Any, model: Any, optimizer: Any,
+    scheduler: Any,
+) -> None:  # fmt: skip
+    """Where a resumed run stopped: weights, optimizer, schedule, data position and plan."""
+    saved = load_state(
+        resume_from / STATE,
+        accelerator=accelerator,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+    )
+    state.load_state_dict(saved)
 
 
 def _tokenizer_and_fim(config: TrainConfig) -> tuple[Any, FimTransform | None]:

@@ -101,3 +101,55 @@ def test_muon_under_fsdp_is_refused_before_any_work(tmp_path, corpus, tiny_check
     assert not out.exists()
     check_shardable("adamw", {"ACCELERATE_USE_FSDP": "true"})
     check_shardable("muon", {})
+
+
+SMALL = dict(parameters=85_000_000, n_layer=12, width=768, vocab_size=8_192, seq_length=1024)
+
+
+def test_on_a_cpu_activations_are_float32_and_attention_dropout_keeps_every_score():
+    # measured on the small preset under bf16 autocast on a CPU (training/memory.py):
+    # 0.69 GiB a sequence without dropout, 2.53 GiB with attention dropout 0.1
+    def per_sequence(**kw):
+        return memory_floor(**SMALL, optimizer="adamw", mixed_precision="bf16",
+                            gradient_checkpointing=False, n_head=12, **kw).per_sequence  # fmt: skip
+
+    gpu = per_sequence(device_type="cuda", attention_dropout=0.1)
+    cpu = per_sequence(device_type="cpu")
+    cpu_dropout = per_sequence(device_type="cpu", attention_dropout=0.1)
+    assert gpu < cpu < cpu_dropout
+    assert 0.6e9 < cpu < 0.8e9 and 2.4e9 < cpu_dropout < 2.9e9
+
+
+def test_the_host_memory_is_the_smaller_of_memavailable_and_the_cgroup_limit(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 24000000 kB\nMemAvailable:   20000000 kB\n")
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    assert memory_module.host_available_memory(meminfo, cgroup) == 20_000_000 * 1024
+    (cgroup / "memory.max").write_text("max\n")
+    assert memory_module.host_available_memory(meminfo, cgroup) == 20_000_000 * 1024
+    (cgroup / "memory.max").write_text(str(8 * GIB))
+    (cgroup / "memory.current").write_text(str(3 * GIB))
+    assert memory_module.host_available_memory(meminfo, cgroup) == 5 * GIB
+    assert memory_module.host_available_memory(tmp_path / "none", tmp_path / "none") is None
+
+
+def test_processes_on_one_cpu_machine_share_its_memory(monkeypatch):
+    monkeypatch.setattr(memory_module, "host_available_memory", lambda: 20 * GIB)
+    floor = memory_floor(**SMALL, optimizer="adamw", mixed_precision="bf16",
+                         gradient_checkpointing=False, device_type="cpu")  # fmt: skip
+    config = SimpleNamespace(batch_size=12, gradient_accumulation_steps=1, seq_length=1024)
+    device = SimpleNamespace(type="cpu")
+    check_batch_fits(config, floor, device, sharing=2)  # ~9.2 GiB of 10
+    with pytest.raises(ConfigError, match=r"a share of 3 processes; --batch-size \d+ would fit"):
+        check_batch_fits(config, floor, device, sharing=3)
+
+
+def test_a_cpu_run_beyond_the_machines_memory_stops_before_any_step(
+    tmp_path, corpus, tiny_checkpoint, monkeypatch
+):
+    monkeypatch.setattr(memory_module, "host_available_memory", lambda: 1024)
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match=r"--batch-size 4: .*this machine's available memory"):
+        train(tiny_config(corpus, tiny_checkpoint, out))
+    assert not (out / "checkpoints").exists() and not (out / "metrics.jsonl").exists()
