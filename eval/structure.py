@@ -319,7 +319,7 @@ def _mentions(node: ast.AST, name: str = "candidate") -> bool:
 
 # Expressions whose parts Python evaluates every time, in the order of their fields.
 _ALWAYS = (ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.Subscript, ast.Attribute,
-           ast.Starred, ast.Slice, ast.Dict, ast.JoinedStr, ast.FormattedValue)  # fmt: skip
+           ast.Starred, ast.Slice, ast.JoinedStr, ast.FormattedValue)  # fmt: skip
 
 
 def _ordered_calls(node: ast.AST | None, out: list[ast.Call]) -> bool:
