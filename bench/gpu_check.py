@@ -14,8 +14,11 @@ a tokenizer trained on it in the first minute:
   orthogonalises whole matrices, so the run refuses it under FSDP): stopped at step 20 by
   ``--max-tokens``, resumed with ``--resume`` to step 40, and the export loaded with
   ``AutoModelForCausalLM``, its embedding and output weights tied.
-- ``engine``: the generation engine on CUDA (``dtype auto``: bf16, SDPA attention): ms
-  per token of a 64-token greedy completion, after one warm-up.
+- ``engine``: the generation engine on CUDA (``dtype auto``: bf16, SDPA attention),
+  ``bench/cuda_steps.py`` on the trained checkpoint (at most 200 s): ms per token of a
+  64-token greedy completion with and without the captured step (``cuda_graphs``), and
+  n = 20 samples x 128 tokens of a HumanEval prompt against transformers' ``generate``
+  with its static cache, with HumanEval's stop strings and at a fixed length.
 - ``lsp``: ``bench/lsp.py`` on the trained checkpoint: the language server's latency with
   the model on the GPU.
 - ``plan``: ``codeparrot quickstart --total-minutes 4`` (no code execution): its GPU plan
@@ -30,7 +33,9 @@ Expected output on one H100 (the figures are what to compare, not targets)::
     train       ok    precision: bf16 autocast on cuda (auto: the device supports bf16); ... tokens/s
     ddp         ok    1 process(es), step 40, ... tokens/s
     fsdp        ok    step 20, resumed to 40, export loads with tied weights
-    engine      ok    dtype torch.bfloat16, attention sdpa, ~N ms/token
+    engine      ok    dtype torch.bfloat16, attention sdpa
+                      (a) ms/token, greedy 64 tokens: eager ..., captured ... (...x; ...)
+                      (b) n=20 x 128, stop strings: eager .../s (...x ...), ...
     lsp         ok    isolated requests: median ... ms
     summary: 5 of 5 checks ok (results in --output, JSON)
 
@@ -149,24 +154,25 @@ def check_fsdp_resume(command: list[str], run: Path, gpus: int) -> tuple[bool, s
     return step == 40 and tied, f"{tail}\nresumed to step {step}, export tied: {tied}"
 
 
-def check_engine(workdir: Path) -> tuple[bool, str]:
-    import torch
+ENGINE_SECONDS = 200  # bench/cuda_steps.py on the quickstart's model: transformers' compile most
 
-    from codeparrot.generation import Engine, GenerationConfig
 
-    engine = Engine.load(workdir / "train", device="cuda")
-    settings = GenerationConfig(max_new_tokens=64, temperature=0.0, seed=0)
-    engine.generate("def fibonacci(n):", settings)  # warm-up
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    engine.generate("import os\n\ndef walk(root):", settings)
-    torch.cuda.synchronize()
-    model = engine.model
-    attention = getattr(model.config, "_attn_implementation", "?")
-    dtype = next(model.parameters()).dtype
-    per_token = (time.perf_counter() - start) / 64 * 1000
-    ok = dtype == torch.bfloat16 and attention == "sdpa"
-    return ok, f"dtype {dtype}, attention {attention}, ~{per_token:.1f} ms/token"
+def check_engine(workdir: Path, output: Path | None) -> tuple[bool, str]:
+    """``bench/cuda_steps.py`` on the trained checkpoint: ms/token with and without the
+    captured step, and n=20 x 128 samples/s against transformers' static-cache generate
+    (its JSON kept as ``cuda_steps.json`` beside ``output``, where given)."""
+    out = workdir / "engine.json" if output is None else output.with_name("cuda_steps.json")
+    command = [sys.executable, "bench/cuda_steps.py", "--checkpoint", str(workdir / "train"),
+               "--json", str(out)]  # fmt: skip
+    ok, tail = run_command(command, ENGINE_SECONDS)
+    if not ok or not out.is_file():
+        return False, tail
+    result = json.loads(out.read_text())
+    ok = result["dtype"] == "torch.bfloat16" and result["attention"] == "sdpa"
+    from cuda_steps import report  # this folder is first on sys.path when run as a script
+
+    return ok, "\n".join([f"dtype {result['dtype']}, attention {result['attention']}",
+                          *report(result)])  # fmt: skip
 
 
 def check_lsp(workdir: Path) -> tuple[bool, str]:
@@ -232,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             "train": lambda: check_train(workdir, corpus, tokenizer, len(devices)),
             "ddp": lambda: check_launch(workdir, corpus, tokenizer, len(devices), fsdp=False),
             "fsdp": lambda: check_launch(workdir, corpus, tokenizer, len(devices), fsdp=True),
-            "engine": lambda: check_engine(workdir),
+            "engine": lambda: check_engine(workdir, args.output),
             "lsp": lambda: check_lsp(workdir),
             "plan": lambda: check_plan(workdir),
             "quickstart": lambda: check_quickstart(workdir),

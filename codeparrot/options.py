@@ -83,6 +83,14 @@ QUANTIZE_WEIGHTS = Declaration(
     choices=LOAD_QUANTIZE,
 )
 
+CUDA_GRAPHS = Declaration(
+    False,
+    "on a CUDA device: capture the one-token decoding step once as a CUDA graph (a key/value "
+    "cache of fixed capacity, the position kept on the device) and replay it for every "
+    "token, n samples of a prompt in one batch; for GPT-2, Llama-family and Qwen "
+    "checkpoints in their own weights",
+)
+
 # The revision of a Hub model (every command that takes a checkpoint resolves it through
 # codeparrot.models.checkpoint.resolve_checkpoint).
 REVISION = Declaration(

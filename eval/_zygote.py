@@ -129,14 +129,18 @@ _PACKED = {float: ("d", b"f"), int: ("q", b"i")}  # element type: array typecode
 _UNPACKED = {ord("f"): "d", ord("i"): "q"}
 
 
+class TooLarge(ValueError):
+    """A value encodes to more than the limit's bytes."""
+
+
 def encode(obj, limit=MAX_FRAME):
-    """The bytes of plain data ``obj``; ValueError past ``limit`` bytes or too deep, TypeError
+    """The bytes of plain data ``obj``; TooLarge past ``limit`` bytes, ValueError too deep, TypeError
     for anything but None, bool, int, float, complex, str, bytes, list, tuple, set,
     frozenset and dict (exact types: a subclass could carry code)."""
     out = bytearray()
     _encode(obj, out, 0, limit)
     if len(out) > limit:
-        raise ValueError(f"value of over {limit} bytes")
+        raise TooLarge(f"value of over {limit} bytes")
     return bytes(out)
 
 
@@ -144,7 +148,7 @@ def _encode(obj, out, depth, limit):
     if depth > MAX_DEPTH:
         raise ValueError("value nested too deeply")
     if len(out) > limit:
-        raise ValueError(f"value of over {limit} bytes")
+        raise TooLarge(f"value of over {limit} bytes")
     t = type(obj)
     if obj is None:
         out += b"N"
@@ -544,21 +548,41 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
         except EOFError:
             os._exit(0)
         try:
-            if request[0] == "names":
+            if request[0] == "calls":
+                payload = outcomes_payload(answer_calls(namespace[request[1]], request[2]))
+                if payload is None:  # sent in parts
+                    continue
+            elif request[0] == "names":
                 found = [n for n in request[1] if callable(namespace.get(n))]
-                reply = ("ok", found)
-            elif request[0] == "calls":
-                reply = ("ok", answer_calls(namespace[request[1]], request[2]))
+                payload = encode(("ok", found))
             else:
                 _, name, args, kwargs = request
-                reply = ("ok", namespace[name](*args, **kwargs))
-            payload = encode(reply)
+                payload = encode(("ok", namespace[name](*args, **kwargs)))
         except BaseException as e:
             try:
                 payload = encode(("err", f"{type(e).__name__}: {e}"[:500]))
             except BaseException:
                 payload = encode(("err", "unprintable exception"))
         write_frame(4, payload)
+
+
+def outcomes_payload(outcomes):
+    """The frame of ("ok", outcomes). Where several calls' outcomes do not fit in one, None,
+    having sent ("parts", n), then each outcome in a frame of its own (one too large for a
+    frame is an error, as it is when calls are answered one by one)."""
+    try:
+        return encode(("ok", outcomes))
+    except TooLarge:
+        if len(outcomes) < 2:
+            raise
+    write_frame(4, encode(("parts", len(outcomes))))
+    for outcome in outcomes:
+        try:
+            part = encode(outcome)
+        except (ValueError, TypeError) as e:
+            part = encode(("err", f"{type(e).__name__}: {e}"[:500]))
+        write_frame(4, part)
+    return None
 
 
 def answer_calls(function, calls):
@@ -717,32 +741,21 @@ def replayer(channel, name, plan, sample):
         raise NotRecorded("the recording is not valid") from None
     if type(keys) is not list or not all(type(key) is bytes for key in keys):
         raise NotRecorded("the recording is not valid")
-    # encode(("calls", name, calls)), from the calls as they are already encoded
-    request = b"t*" + _LENGTH.pack(3) + encode("calls") + encode(name)
-    request += b"l*" + _LENGTH.pack(len(keys)) + b"".join(keys)
-    try:
-        write_frame(channel.req_fd, request)
-        head = read_exact(channel.resp_fd, 10)
-        if not head.isdigit() or int(head) > cap:
-            raise SampleFailed(f"answers larger than the cap of {cap} bytes")
-        reply = decode(read_exact(channel.resp_fd, int(head)))
-    except (EOFError, BrokenPipeError):
-        raise SampleFailed("the sample process exited") from None
-    except (ValueError, TypeError, IndexError, OverflowError, UnicodeError) as e:
-        raise SampleFailed(f"malformed reply from the sample ({type(e).__name__})") from None
-    finally:
-        os.kill(sample, signal.SIGKILL)
-    if type(reply) is tuple and len(reply) == 2 and reply[0] == "err":
-        raise SampleFailed(str(reply[1]))
-    if type(reply) is not tuple or len(reply) != 2 or reply[0] != "ok":
-        raise SampleFailed("malformed reply from the sample")
-    if type(reply[1]) is not list or len(reply[1]) != len(keys):
-        raise SampleFailed("malformed reply from the sample")
-    outcomes = [_outcome(r) for r in reply[1]]
+    outcomes = _read_outcomes(channel, name, keys, cap, sample)
     first = {}
     for j, key in enumerate(keys):
         first.setdefault(key, j)
     position = [0]  # the next recorded call
+
+    def outcome(at, copy):
+        item = outcomes[at]
+        if type(item) is not bytes:  # checked: decode(encode()) makes a copy
+            return decode(encode(item)) if copy else item
+        try:  # an answer sent in a frame of its own, decoded as the test meets it
+            return _outcome(decode(item))
+        except (ValueError, TypeError, IndexError, OverflowError, UnicodeError, SampleFailed):
+            channel.broken = "malformed reply from the sample"
+            raise SampleFailed(channel.broken) from None
 
     def candidate(*args, **kwargs):
         j = channel.calls
@@ -754,13 +767,53 @@ def replayer(channel, name, plan, sample):
         at = position[0]
         if at < len(keys) and key == keys[at]:
             position[0] += 1
-            return _answer(outcomes[at], args)
+            return _answer(outcome(at, False), args)
         at = first.get(key, len(keys))
         if at >= position[0]:
             raise NotRecorded(f"call {j} was not recorded")
-        return _answer(decode(encode(outcomes[at])), args)  # a copy: the test may change one
+        return _answer(outcome(at, True), args)  # a copy: the test may change one
 
     return candidate
+
+
+def _read_outcomes(channel, name, keys, cap, sample):
+    """B's outcomes of the calls ``keys``, at most ``cap`` bytes of them; B is killed once
+    they are read. Each is checked, or where B sent them in parts (they do not fit in one
+    frame: a right sample of HumanEval+'s /130 answers 76 MiB), its bytes, decoded only
+    when the test makes its call: the checker never holds more than one decoded."""
+    # encode(("calls", name, calls)), from the calls as they are already encoded
+    request = b"t*" + _LENGTH.pack(3) + encode("calls") + encode(name)
+    request += b"l*" + _LENGTH.pack(len(keys)) + b"".join(keys)
+    parts = []
+    try:
+        write_frame(channel.req_fd, request)
+        head = read_exact(channel.resp_fd, 10)
+        if not head.isdigit() or int(head) > cap:
+            raise SampleFailed(f"answers larger than the cap of {cap} bytes")
+        reply = decode(read_exact(channel.resp_fd, int(head)))
+        if reply == ("parts", len(keys)):
+            left = cap - int(head)
+            for _ in keys:
+                head = read_exact(channel.resp_fd, 10)
+                if not head.isdigit() or int(head) > min(left, MAX_FRAME):
+                    raise SampleFailed(f"answers larger than the cap of {cap} bytes")
+                left -= int(head)
+                parts.append(read_exact(channel.resp_fd, int(head)))
+    except (EOFError, BrokenPipeError):
+        raise SampleFailed("the sample process exited") from None
+    except (ValueError, TypeError, IndexError, OverflowError, UnicodeError) as e:
+        raise SampleFailed(f"malformed reply from the sample ({type(e).__name__})") from None
+    finally:
+        os.kill(sample, signal.SIGKILL)
+    if parts:
+        return parts
+    if type(reply) is tuple and len(reply) == 2 and reply[0] == "err":
+        raise SampleFailed(str(reply[1]))
+    if type(reply) is not tuple or len(reply) != 2 or reply[0] != "ok":
+        raise SampleFailed("malformed reply from the sample")
+    if type(reply[1]) is not list or len(reply[1]) != len(keys):
+        raise SampleFailed("malformed reply from the sample")
+    return [_outcome(r) for r in reply[1]]
 
 
 BYTECODE = b"\0bytecode\0"  # + the magic number of the harness's Python + marshal data

@@ -94,7 +94,8 @@ def _print_summary(summary: dict, asked: str | None = None) -> None:
     if replay:
         print(
             f"no per-call feedback: {replay['recorded']} tests recorded "
-            f"({replay.get('kept', 0)} kept from an earlier run); "
+            f"({replay.get('kept', 0)} kept from an earlier run), "
+            f"{replay.get('literal', 0)} read from their literal arguments; "
             f"{replay['fallbacks']} samples made a call their test's reference did not and "
             f"ran call by call, {replay['unrecorded']} had no recording (reference failed)"
         )

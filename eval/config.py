@@ -13,6 +13,7 @@ from codeparrot.eval.tasks import TASK_NAMES, TASKS
 from codeparrot.options import (
     CANDIDATES,
     CHECKPOINT,
+    CUDA_GRAPHS,
     DEVICE,
     FIM_ORDER,
     FIM_SUFFIX_SHARE,
@@ -215,6 +216,7 @@ class GenerationOptions(TaskOptions):
         (), "only these task ids (e.g. HumanEval/0 HumanEval/1)", flag="--problems"
     )
     device: str | None = DEVICE.field()
+    cuda_graphs: bool = CUDA_GRAPHS.field()
     threads: int | None = option(
         None,
         "problems generated at once, one per thread, written in problem order (the same "

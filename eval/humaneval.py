@@ -304,7 +304,12 @@ def _load_engine(config: GenerationOptions, group: Any) -> Any:
     if device is None and group is not None:
         device = str(group.device)
     # every check: the core loader
-    return Engine.load(config.model_path, device=device, fim=FimSettings.of(config))
+    return Engine.load(
+        config.model_path,
+        device=device,
+        fim=FimSettings.of(config),
+        cuda_graphs=config.cuda_graphs,
+    )
 
 
 def served_engine(config: GenerationOptions) -> Any:

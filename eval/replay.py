@@ -22,6 +22,13 @@ counts these (``fallbacks``). The checker's ``random`` is seeded alike at the re
 and at each replay (``TEST_SEED`` in ``eval/_zygote.py``), so a test that draws its
 inputs from it makes the same calls both times.
 
+A test whose calls can be read from its text skips step 1: HumanEval+'s own inputs are
+already a list (evalplus's plus tests loop over a literal ``inputs`` list, calling the
+candidate once on each), and most of HumanEval's tests are asserts on calls of literal
+arguments. Their calls are read with ``ast`` in the harness
+(:func:`codeparrot.eval.structure.literal_calls`; nothing of the problem file runs
+there), and steps 2 and 3 are as above. Any other test is recorded.
+
 This is how the harness runs by default; ``--feedback`` (``no_feedback=False``) answers
 every test's calls one by one, as the test makes them.
 """
@@ -42,6 +49,7 @@ from codeparrot.eval.recordings import (
     recording_key,
 )
 from codeparrot.eval.sandbox import Verdict
+from codeparrot.eval.structure import literal_calls
 
 if TYPE_CHECKING:
     from codeparrot.eval.execution import Program
@@ -54,6 +62,10 @@ NOT_RECORDED = "not recorded: "
 CAP_FLOOR = 64 << 10  # bytes of answers a sample may send whatever the reference's size
 CAP_FACTOR = 4
 MAX_PLAN = 15 << 20  # the checker reads frames of up to 16 MiB
+# The cap on a sample's answers to calls read from its test, with no reference's answers
+# to size it by: a right sample of HumanEval+'s /130 answers 76 MiB (sent in parts, one
+# frame each, held as bytes by the checker and decoded one by one as the test meets them).
+LITERAL_CAP = 256 << 20
 
 
 def recording_from(result: str) -> bytes | None:
@@ -75,10 +87,36 @@ def plan_of(recording: bytes) -> bytes | None:
     calls = recorded_calls(recording)
     if calls is None:
         return None
-    cap = CAP_FLOOR + CAP_FACTOR * len(recording)
-    keys = recording_codec().encode(calls, MAX_PLAN)
+    return plan_of_calls(calls, CAP_FLOOR + CAP_FACTOR * len(recording))
+
+
+def plan_of_calls(calls: list[bytes], cap: int) -> bytes | None:
+    """The replay plan of ``calls`` (each an encoded ``(args tuple, kwargs dict)``) with
+    answers capped at ``cap`` bytes; None where it is larger than :data:`MAX_PLAN`."""
+    try:
+        keys = recording_codec().encode(calls, MAX_PLAN)
+    except ValueError:
+        return None
     plan = REPLAY + b"%010d" % min(cap, 10**10 - 1) + keys
     return plan if len(plan) <= MAX_PLAN else None
+
+
+def literal_plan(test: str, entry_point: str) -> bytes | None:
+    """The replay plan of a test whose calls are read from its syntax tree (nothing is
+    run: :func:`~codeparrot.eval.structure.literal_calls`, evalplus's plus tests and
+    HumanEval's asserts of literal arguments), answers capped at :data:`LITERAL_CAP`;
+    None for any other test."""
+    if "candidate" not in test:  # no need to parse it
+        return None
+    calls = literal_calls(test, entry_point)
+    if not calls:
+        return None
+    codec = recording_codec()
+    try:
+        keys = [codec.encode(call, MAX_PLAN) for call in calls]
+    except (ValueError, TypeError):
+        return None
+    return plan_of_calls(keys, LITERAL_CAP)
 
 
 def plan_from(result: str) -> bytes | None:
@@ -111,7 +149,9 @@ BATCH_BYTES = 4 << 20
 class Schedule:
     """The jobs of one run without per-call feedback, handed out as they become ready.
 
-    ``programs`` with a ``reference`` wait for their problem's recording: kept from an
+    ``programs`` with a ``reference`` replay the calls of their test: read from its text
+    where they can be (:func:`literal_plan`; ``literal`` counts these problems, whose
+    reference never runs), else they wait for their problem's recording: kept from an
     earlier run in ``cache`` (``kept`` counts these), or recorded in this one, up to
     :data:`BATCH` problems per sandbox run, spread evenly over ``workers`` runs where
     fewer are needed (``record_all`` in ``eval/_zygote.py``; a run that fails as a whole
@@ -131,6 +171,7 @@ class Schedule:
     fallbacks: int = 0
     unrecorded: int = 0
     kept: int = 0
+    literal: int = 0
     _waiting: dict[tuple, list[int]] = field(default_factory=dict)
     _references: list[tuple] = field(default_factory=list)
     _batches: list[list[int]] = field(default_factory=list)
@@ -141,7 +182,7 @@ class Schedule:
     @property
     def recorded(self) -> int:
         """References recorded or kept (one per problem)."""
-        return len(self._references)
+        return len(self._references) - self.literal
 
     def first(self) -> list[Job]:
         jobs = []
@@ -156,15 +197,22 @@ class Schedule:
             self._waiting[key].append(i)
         missing = []
         for index, key in enumerate(self._references):
-            kept = self.cache.get(self._cache_key(key)) if self.cache is not None else None
-            plan = None if kept is None else plan_of(kept)
-            if plan is None:
-                missing.append(index)
-                continue
-            self.kept += 1
+            plan = literal_plan(key[1], key[2])
+            if plan is not None:
+                self.literal += 1
+            else:
+                kept = self.cache.get(self._cache_key(key)) if self.cache is not None else None
+                plan = None if kept is None else plan_of(kept)
+                if plan is None:
+                    missing.append(index)
+                    continue
+                self.kept += 1
             jobs += [Job("sample", i, self.programs[i], plan) for i in self._waiting.pop(key)]
         if missing:  # the codec, imported now (while the zygotes start), not at a recording
             recording_codec()
+        # the longest tests first (HumanEval+'s plus tests, say): samples of those that run
+        # to their time limit start at once, and shorter ones fill the gaps after them
+        jobs.sort(key=lambda job: -len(job.program.test))
         return self._batch(missing) + jobs
 
     @staticmethod

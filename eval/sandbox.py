@@ -546,24 +546,31 @@ class CompiledCode:
         self._frames: dict[tuple[str, str], bytes] = {}
         self._size = 0
         self._lock = threading.Lock()
+        self._compiling = threading.Lock()
 
     def frame(self, text: str, name: str) -> bytes:
         """The job frame of trusted ``text`` compiled as ``name`` (``<prompt>``, ``<test>``)."""
         found = self._frames.get((name, text))
         if found is not None:
             return found
-        try:  # as the checker compiles it: no future flags of this module, asserts kept
-            code = compile(text, name, "exec", dont_inherit=True, optimize=0)
-            found = BYTECODE + importlib.util.MAGIC_NUMBER + marshal.dumps(code)
-        except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError):
-            # (ints of over 4,300 digits, which the checker allows, among them)
-            return text.encode("utf-8", "surrogatepass")
-        with self._lock:
-            if self._size + len(found) > self.max_bytes:
-                self._frames.clear()
-                self._size = 0
-            self._frames[(name, text)] = found
-            self._size += len(found)
+        # One compile at a time (they hold the GIL anyway): workers that start samples of
+        # the same problem together wait for its one compile instead of each making one.
+        with self._compiling:
+            found = self._frames.get((name, text))
+            if found is not None:
+                return found
+            try:  # as the checker compiles it: no future flags of this module, asserts kept
+                code = compile(text, name, "exec", dont_inherit=True, optimize=0)
+                found = BYTECODE + importlib.util.MAGIC_NUMBER + marshal.dumps(code)
+            except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError):
+                # (ints of over 4,300 digits, which the checker allows, among them)
+                return text.encode("utf-8", "surrogatepass")
+            with self._lock:
+                if self._size + len(found) > self.max_bytes:
+                    self._frames.clear()
+                    self._size = 0
+                self._frames[(name, text)] = found
+                self._size += len(found)
         return found
 
 

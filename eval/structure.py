@@ -187,3 +187,202 @@ def recognise(
             + (f"; if it is {hint}'s file, pass --task {hint}" if hint else "")
         )
     return task, plus_ids if task is plus else frozenset()
+
+
+# At most this many calls are read from a plus test's ``inputs`` (HumanEval+'s largest has
+# about a thousand); a longer list is recorded against the reference as any other test.
+MAX_PLUS_CALLS = 1 << 16
+_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _element(target: ast.expr, source: ast.expr) -> str | None:
+    """The loop variable ``target`` binds to each item of ``inputs`` when it iterates
+    ``source`` (``inputs``, ``enumerate(...)`` or ``zip(...)`` of them), or None."""
+    if isinstance(source, ast.Name) and source.id == "inputs":
+        return target.id if isinstance(target, ast.Name) else None
+    if not (isinstance(source, ast.Call) and isinstance(source.func, ast.Name)):
+        return None
+    if source.keywords or not isinstance(target, ast.Tuple):
+        return None
+    if source.func.id == "enumerate" and len(source.args) == 1 and len(target.elts) == 2:
+        return _element(target.elts[1], source.args[0])
+    if source.func.id == "zip" and len(source.args) == len(target.elts):
+        found = [_element(t, s) for t, s in zip(target.elts, source.args, strict=True)]
+        named = [name for name in found if name is not None]
+        return named[0] if len(named) == 1 else None
+    return None
+
+
+def _calls_each_input_once(loop: ast.For, element: str) -> bool:
+    """Whether the loop's only use of ``candidate`` is one ``candidate(*element)``, and
+    nothing in the loop but its target assigns ``element``."""
+    nodes = [node for part in (loop.iter, *loop.body) for node in ast.walk(part)]
+    if any(
+        isinstance(n, ast.Name) and n.id == element and not isinstance(n.ctx, ast.Load)
+        for n in nodes
+    ):
+        return False
+    uses = [n for n in nodes if isinstance(n, ast.Name) and n.id == "candidate"]
+    calls = [
+        n
+        for n in nodes
+        if isinstance(n, ast.Call)
+        and n.func in uses
+        and not n.keywords
+        and len(n.args) == 1
+        and isinstance(n.args[0], ast.Starred)
+        and isinstance(n.args[0].value, ast.Name)
+        and n.args[0].value.id == element
+    ]
+    return len(uses) == 1 and len(calls) == 1
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` (from ``ast.literal_eval``) is plain data that encodes the same in
+    every process: no set (a set of strings iterates in an order of its process's own)."""
+    if type(value) in _PLAIN:
+        return True
+    if depth > 100:
+        return False
+    if type(value) in (list, tuple):
+        return all(_plain(item, depth + 1) for item in value)
+    if type(value) is dict:
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _check_of(tree: ast.Module, entry_point: str) -> ast.FunctionDef | None:
+    """The test's ``def check(candidate):`` where it is the module's only ``check``, the
+    module ends by calling it on ``entry_point`` and names it nowhere else; else None."""
+    *body, last = tree.body
+    called = (
+        isinstance(last, ast.Expr)
+        and isinstance(last.value, ast.Call)
+        and isinstance(last.value.func, ast.Name)
+        and last.value.func.id == "check"
+        and not last.value.keywords
+        and len(last.value.args) == 1
+        and isinstance(last.value.args[0], ast.Name)
+        and last.value.args[0].id == entry_point
+    )
+    checks = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == "check"]
+    if not called or len(checks) != 1 or any(_mentions(n, entry_point) for n in body):
+        return None  # a test that calls the entry point by name as well: recorded
+    (check,) = checks
+    args = check.args
+    plain = [a.arg for a in args.args] == ["candidate"] and not (args.vararg or args.kwarg)
+    return check if plain and not check.decorator_list else None
+
+
+def literal_calls(test: str, entry_point: str) -> list[tuple[tuple, dict]] | None:
+    """The calls a test makes of the sample's ``entry_point``, in order, read from its
+    syntax tree (nothing is run): ``(args, kwargs)`` each, every argument a literal of
+    plain data. The test ends by calling its ``check(candidate)`` on the entry point, and
+    ``check`` is laid out as evalplus's plus tests are (its calls read from its literal
+    ``inputs``, :func:`plus_calls`) or as HumanEval's tests (:func:`assert_calls`). None
+    for any other test, or more than :data:`MAX_PLUS_CALLS` calls."""
+    tree = parse(test)
+    if tree is None or not tree.body:
+        return None
+    check = _check_of(tree, entry_point)
+    if check is None:
+        return None
+    if plus_layout(ast.Module(body=tree.body[:-1], type_ignores=[])):
+        calls = plus_calls(check)
+        return None if calls is None else [(args, {}) for args in calls]
+    return assert_calls(check)
+
+
+def plus_calls(check: ast.FunctionDef) -> list[tuple] | None:
+    """The arguments of each call evalplus's plus test makes, in order, read from its
+    literal ``inputs`` list: its loop calls ``candidate(*inp)`` once for each item ``inp``
+    of ``inputs``. None where it does not, or where its inputs are not all literal lists
+    or tuples of plain data, or more than :data:`MAX_PLUS_CALLS`."""
+    *lists, loop = check.body
+    element = _element(loop.target, loop.iter)
+    if element is None or loop.orelse or not _calls_each_input_once(loop, element):
+        return None
+    if len(lists[0].value.elts) > MAX_PLUS_CALLS:
+        return None
+    try:
+        inputs = ast.literal_eval(lists[0].value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not all(type(inp) in (list, tuple) and _plain(inp) for inp in inputs):
+        return None
+    return [tuple(inp) for inp in inputs]
+
+
+def _mentions(node: ast.AST, name: str = "candidate") -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+
+
+# Expressions whose parts Python evaluates every time, in the order of their fields.
+_ALWAYS = (ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.Subscript, ast.Attribute,
+           ast.Starred, ast.Slice, ast.JoinedStr, ast.FormattedValue)  # fmt: skip
+
+
+def _ordered_calls(node: ast.AST | None, out: list[ast.Call]) -> bool:
+    """Append the calls of ``candidate`` in expression ``node`` in the order Python makes
+    them; False where one may not happen (short-circuits, branches, functions made in
+    it) or ``candidate`` is used any other way."""
+    if node is None or not _mentions(node):
+        return True
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Name) and node.func.id == "candidate":
+            out.append(node)
+            return not any(_mentions(part) for part in (*node.args, *node.keywords))
+        parts = [node.func, *node.args, *(k.value for k in node.keywords)]
+    elif isinstance(node, ast.Compare | ast.BoolOp | ast.IfExp):
+        # what always runs first: a chain stops at its first false comparison, `a and b`
+        # runs b only where a is true, `b if a else c` one of b and c
+        if isinstance(node, ast.Compare):
+            parts, maybe = [node.left, node.comparators[0]], node.comparators[1:]
+        elif isinstance(node, ast.BoolOp):
+            parts, maybe = node.values[:1], node.values[1:]
+        else:
+            parts, maybe = [node.test], [node.body, node.orelse]
+        if any(_mentions(part) for part in maybe):
+            return False
+    elif isinstance(node, _ALWAYS):
+        parts = [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)]
+    else:  # lambdas, comprehensions, a bare `candidate`...
+        return False
+    return all(_ordered_calls(part, out) for part in parts)
+
+
+def _literal_call(call: ast.Call) -> tuple[tuple, dict] | None:
+    """The arguments of ``call`` where each is a literal of plain data, else None."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(
+        k.arg is None for k in call.keywords
+    ):
+        return None
+    try:
+        args = tuple(ast.literal_eval(a) for a in call.args)
+        kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return (args, kwargs) if _plain(args) and _plain(kwargs) else None
+
+
+def assert_calls(check: ast.FunctionDef) -> list[tuple[tuple, dict]] | None:
+    """The calls HumanEval's layout of a test makes, in order: its ``check`` calls
+    ``candidate`` only in plain statements (``assert``, an expression, an assignment to
+    names), each call's arguments literals; the others never name it. None otherwise."""
+    calls: list[ast.Call] = []
+    for statement in check.body:
+        if not _mentions(statement):
+            continue
+        if isinstance(statement, ast.Assert):
+            value = statement.test  # its message runs only once the test has failed
+        elif isinstance(statement, ast.Expr) or (
+            isinstance(statement, ast.Assign)
+            and all(isinstance(t, ast.Name) and t.id != "candidate" for t in statement.targets)
+        ):
+            value = statement.value
+        else:
+            return None
+        if not _ordered_calls(value, calls) or len(calls) > MAX_PLUS_CALLS:
+            return None
+    found = [_literal_call(call) for call in calls]
+    return None if None in found else found  # type: ignore[return-value]

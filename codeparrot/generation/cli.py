@@ -127,6 +127,7 @@ def _load_for_complete(
         dtype=config.dtype,
         quantize=config.quantize,
         fim=fim,
+        cuda_graphs=config.cuda_graphs,
     )
     return engine, config, gen, prompt, suffix
 

@@ -13,6 +13,7 @@ from codeparrot.config import Config, option
 from codeparrot.options import (
     CANDIDATES,
     CHECKPOINT,
+    CUDA_GRAPHS,
     DEVICE,
     DTYPE,
     DTYPES,
@@ -110,6 +111,7 @@ class CompleteConfig(Config):
     device: str | None = DEVICE.field()
     dtype: str = DTYPE.field()
     quantize: str = QUANTIZE_WEIGHTS.field()
+    cuda_graphs: bool = CUDA_GRAPHS.field()
     stream: bool = option(False, "print text as it is generated")
     json: bool = option(False, "print the completions as JSON (text, finish reason, counts)")
     humaneval_stops: bool = option(

@@ -54,6 +54,11 @@ class Decoder:
     ``kept_speeds``: a :class:`~codeparrot.generation.speeds_cache.KeptSpeeds` whose
     answers of an earlier start here replace the probes; answers measured now are
     kept in it for the next.
+    ``cuda_graphs``: one-token steps of static shape (a fixed-capacity cache, the
+    position a device tensor) captured once as a CUDA graph and replayed
+    (:mod:`codeparrot.generation.static_step`): the lean decoder's GPT-2 and Llama-family
+    models in their own weights; off by default until measured. On a CPU the same static
+    steps run uncaptured (for tests: slower than the eager ones there).
     """
 
     def __init__(
@@ -70,6 +75,7 @@ class Decoder:
         quantize: str = "none",
         int8_rows_cache: Any = None,
         kept_speeds: Any = None,
+        cuda_graphs: bool = False,
     ) -> None:
         from codeparrot.generation.gpt2 import PromptCache
         from codeparrot.generation.lean import lean_decoder
@@ -93,6 +99,15 @@ class Decoder:
         if quantize == "int8":
             self.enable_int8(int8_rows_cache)
         self.prompt_cache = PromptCache(prompt_cache_entries)
+        # the static, captured steps where asked for (see static_step.StaticSlots)
+        self.static_slots: Any = None
+        if cuda_graphs:
+            from codeparrot.generation.static_step import StaticSlots, static_problem
+
+            problem = static_problem(self.lean)
+            if problem:
+                raise ConfigError(f"cuda_graphs: {problem}")
+            self.static_slots = StaticSlots(self.lean)
         self.reuse_prompt_starts = reuse_prompt_starts
         # see compile_steps: set once the compile has finished, well or not
         self.steps_compiled = threading.Event()
@@ -104,9 +119,20 @@ class Decoder:
         """The forward steps of one call: ``prefill()``, ``decode(next_ids)``, ``keep(rows,
         next_ids)`` and ``cached_tokens``. ``reuse_start``: may the prompt reuse a kept
         prompt's start (None: :attr:`reuse_prompt_starts`)."""
-        if self.lean is not None:
-            return LeanSteps(self, ids, n, max_new_tokens, reuse_start)
-        return HFSteps(self.model, ids, n, self.device)
+        if self.lean is None:
+            return HFSteps(self.model, ids, n, self.device)
+        if self.static_slots is not None:
+            from codeparrot.generation.static_step import StaticSteps
+
+            positions = len(ids) + max_new_tokens
+            slot = self.static_slots.acquire(n, positions)
+            if slot is not None:
+                prompt = LeanSteps(self, ids, 1, 0, reuse_start)  # the prompt alone
+                return StaticSteps(prompt, slot, n, positions)
+            logger.debug(
+                "eager steps for %d rows of %d positions: no free static cache fits", n, positions
+            )
+        return LeanSteps(self, ids, n, max_new_tokens, reuse_start)
 
     def _why_not_lean(self) -> str:
         from codeparrot.generation.lean import why_no_lean_decoder

@@ -101,7 +101,8 @@ class Engine:
 
         ``decoding``: the :class:`~codeparrot.generation.decoder.Decoder`'s options
         (``bf16_prefill``, ``prompt_cache_entries``, ``reuse_prompt_starts``, ``lean_gpt2``,
-        ``decode_threads``, ``quantize``, ``int8_rows_cache``, ``kept_speeds``).
+        ``decode_threads``, ``quantize``, ``int8_rows_cache``, ``kept_speeds``,
+        ``cuda_graphs``).
         """
         self.model = model
         self.tokenizer = tokenizer
@@ -175,6 +176,7 @@ class Engine:
         threads: int = 0,
         compile: bool = False,
         fim: FimSettings | None = None,
+        cuda_graphs: bool = False,
     ) -> Engine:
         """Load a checkpoint directory (ours, or any local Hugging Face causal LM), prepared
         for ``profile``: ``"batch"``, ``"editor"`` or ``"server"``, its prompts with a
@@ -193,6 +195,7 @@ class Engine:
             threads=threads,
             compile=compile,
             fim=fim,
+            cuda_graphs=cuda_graphs,
         )
 
     # -- prompts ---------------------------------------------------------------------
@@ -321,9 +324,20 @@ class Engine:
         reuse: bool | None = None,
     ) -> Iterator[StreamEvent]:
         """prefill -> loop(sample, detokenize, check stops, drop finished rows)."""
+        run = self._start(ids, truncated, config, healed, reuse)
+        try:
+            yield from self._loop(run, config, cancel, healed)
+        finally:  # a static step's cache goes back to the engine, however the call ended
+            close = getattr(run.step, "close", None)
+            if close is not None:
+                close()
+
+    def _loop(
+        self, run: _Run, config: GenerationConfig, cancel: Any, healed: Healed | None
+    ) -> Iterator[StreamEvent]:
+        """The call's work: the prompt, then a token per candidate per step."""
         import torch
 
-        run = self._start(ids, truncated, config, healed, reuse)
         with intra_op_threads(self.decoder.prompt_threads), torch.inference_mode():
             # inference_mode only around the tensor work, never across a yield
             logits = self.healer.prefill_mask(run.step.prefill(), healed)

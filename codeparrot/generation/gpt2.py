@@ -279,7 +279,10 @@ class GPT2Decoder:
                 x = self._blocks(ids, cache, int8)
         else:  # entering even a disabled autocast costs a step some microseconds
             x = self._blocks(ids, cache, int8)
-        last = self._final_norm(x[:, -1])  # (B, C)
+        return self._head(self._final_norm(x[:, -1]), int8)  # (B, V)
+
+    def _head(self, last: torch.Tensor, int8: bool = False) -> torch.Tensor:
+        """The logits (B, V) of the final-normed last positions ``last`` (B, C)."""
         if int8 and self.lm_head_int8 is not None:
             return int8_linear(last, self.lm_head_int8)
         if self.lm_head_bf16 is not None:

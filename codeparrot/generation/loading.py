@@ -56,6 +56,7 @@ def load(
     threads: int = 0,
     compile: bool = False,
     fim: Any = None,
+    cuda_graphs: bool = False,
 ) -> Any:
     """:meth:`Engine.load <codeparrot.generation.engine.Engine.load>`: ``cls`` (the Engine
     class) of the checkpoint at ``path``, prepared for ``profile``.
@@ -87,6 +88,10 @@ def load(
     (None: the defaults), resolved against the checkpoint here, once: its template (a
     ``fim_tokens`` override the tokenizer lacks is refused, naming it) and its order
     (``auto``: the family's own).
+
+    ``cuda_graphs`` (a CUDA device): one-token steps of static shape, captured once as a
+    CUDA graph and replayed (:mod:`codeparrot.generation.static_step`); a model or device
+    they do not apply to is refused, naming why.
     """
     quantize = PROFILE_QUANTIZE.get(profile, "none") if quantize is None else quantize
     check_load_options(dtype, quantize, profile)
@@ -102,6 +107,11 @@ def load(
 
     def load_as(quantize: str) -> Any:
         model, tokenizer, options = engine_options(local, device, dtype, quantize, lean_load)
+        if cuda_graphs:
+            on = next(model.parameters()).device.type
+            if on != "cuda":
+                raise ConfigError(f"cuda_graphs needs a CUDA device; the model is on {on}")
+            options["cuda_graphs"] = True
         options["path"] = Path(ref.name)  # the model as the user named it, for messages
         return cls(model, tokenizer, reuse_prompt_starts=profile == "editor", fim=fim, **options)
 

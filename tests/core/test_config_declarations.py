@@ -157,6 +157,7 @@ SHARED_BY_NAME = {
     "quantize": "QUANTIZE_WEIGHTS",
     "dtype": "DTYPE",
     "device": "DEVICE",
+    "cuda_graphs": "CUDA_GRAPHS",
     "preset": "PRESET",
     "n_positions": "N_POSITIONS",
     "vocab_size": "VOCAB_SIZE",

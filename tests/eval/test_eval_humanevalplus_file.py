@@ -217,3 +217,63 @@ def test_million_digit_answers_pass_with_the_default_limits(tmp_path):
     )  # fmt: skip
     (row,) = [json.loads(line) for line in (tmp_path / "samples_results.jsonl").open()]
     assert row["plus_passed"], row["plus_result"]
+
+
+def _execute(problem_file, samples, tmp_path, **config) -> tuple[dict, list[dict]]:
+    summary = execute(
+        ExecuteConfig(samples=samples, problem_file=problem_file, allow_code_execution=True,
+                      ks=(1,), workers=2, **config),
+        progress=False,
+    )  # fmt: skip
+    rows = (tmp_path / "samples_results.jsonl").read_text().splitlines()
+    return summary, [json.loads(line) for line in rows]
+
+
+def test_plus_tests_replay_their_literal_inputs_without_running_the_reference(tmp_path):
+    """The plus tests' calls are read from their ``inputs``: no reference runs for them (a
+    canonical solution that kills its process would leave them unrecorded), and every
+    verdict is the one calls answered one by one give."""
+    records = plus_records()
+    for record in records:  # a reference that ran would leave no recording
+        record["canonical_solution"] = "    raise SystemExit(1)\n"
+    he = load_problems()
+    path = tmp_path / "data" / "HumanEvalPlus-OriginFmt.jsonl.gz"
+    path.parent.mkdir()
+    with gzip.open(path, "wt") as fh:
+        fh.writelines(json.dumps(record) + "\n" for record in records)
+    samples = tmp_path / "samples.jsonl"
+    with open(samples, "w") as fh:
+        for record in records:
+            for completion in (he[record["task_id"]]["canonical_solution"], "    return None\n",
+                               "    return 1\n"):  # fmt: skip
+                fh.write(json.dumps({"task_id": record["task_id"], "completion": completion}))
+                fh.write("\n")
+    summary, rows = _execute(path, samples, tmp_path, timeout=10)
+    # of the base tests (HumanEval's own) only /32's, which draws random inputs, is recorded
+    # against the failing reference (its 3 samples then answer call by call)
+    assert summary["scoring"]["no_feedback"] == {
+        "recorded": 1, "fallbacks": 0, "unrecorded": 3, "kept": 0, "literal": 7,
+    }  # fmt: skip
+    assert [r["plus_passed"] for r in rows] == [True, False, False] * 4
+    _, one_by_one = _execute(path, samples, tmp_path, timeout=10, feedback=True)
+    verdicts = [(r["passed"], r["plus_passed"]) for r in rows]
+    assert verdicts == [(r["passed"], r["plus_passed"]) for r in one_by_one]
+
+
+def test_answers_too_large_for_one_frame_are_sent_in_parts(tmp_path):
+    # three answers of 7 MiB each: 21 MiB do not fit in a frame (16 MiB), each alone does
+    big = 7 << 20
+    record = {
+        "task_id": "Big/0", "prompt": 'def f(n):\n    """n"""\n', "canonical_solution": "    return 'a'\n",
+        "entry_point": "f",
+        "test": f"def check(candidate):\n    inputs = [[1], [2], [3]]\n"
+                f"    for inp in inputs:\n        assert candidate(*inp) == 'a' * {big}\n",
+    }  # fmt: skip
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(json.dumps(record) + "\n")
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({"task_id": "Big/0", "completion": f"    return 'a' * {big}\n"}))
+    summary, (row,) = _execute(problems, samples, tmp_path)
+    assert row["passed"], row["result"]
+    assert summary["scoring"]["no_feedback"]["fallbacks"] == 0
+    assert summary["scoring"]["no_feedback"]["literal"] == 1

@@ -36,7 +36,7 @@ def test_a_sample_sees_every_call_even_after_a_wrong_answer_by_default(isolation
     program = Program(COUNTER, TEST, "f", reference=REFERENCE, timeout=2.0)
     results, stats = run([program], isolation)
     assert results == ["timed out"]  # it answered the third call before any was checked
-    assert stats == {"recorded": 1, "fallbacks": 0, "unrecorded": 0, "kept": 0}
+    assert stats == {"recorded": 1, "fallbacks": 0, "unrecorded": 0, "kept": 0, "literal": 0}
     # call by call, the test stops at the wrong first answer: the sample learns of it
     assert run([program], isolation, no_feedback=False)[0] == ["failed: AssertionError"]
 
@@ -58,7 +58,7 @@ def test_verdicts_of_replayed_answers(isolation):
     assert results[3] == "failed: the sample process exited"
     assert results[4] == "passed"
     assert results[5].startswith("failed: AssertionError")
-    assert stats == {"recorded": 2, "fallbacks": 0, "unrecorded": 0, "kept": 0}
+    assert stats == {"recorded": 2, "fallbacks": 0, "unrecorded": 0, "kept": 0, "literal": 0}
 
 
 def test_a_call_not_recorded_falls_back_to_calls_one_by_one_and_is_counted(isolation):
@@ -69,7 +69,7 @@ def test_a_call_not_recorded_falls_back_to_calls_one_by_one_and_is_counted(isola
     ]
     results, stats = run(programs, isolation)
     assert results == ["failed: AssertionError", "passed", "passed"]
-    assert stats == {"recorded": 2, "fallbacks": 1, "unrecorded": 1, "kept": 0}
+    assert stats == {"recorded": 2, "fallbacks": 1, "unrecorded": 1, "kept": 0, "literal": 0}
 
 
 def test_answers_beyond_the_cap_fail_the_sample(isolation):
@@ -87,8 +87,9 @@ def test_humaneval_canonical_solutions_pass_replayed(isolation):
     programs = [humaneval_program(p, p["canonical_solution"]) for p in problems.values()]
     results, stats = run(programs, isolation)
     assert results == ["passed"] * len(problems)
-    # HumanEval/38, /50 and /53 draw unseeded random inputs: seeded alike, they replay
-    assert stats == {"recorded": 164, "fallbacks": 0, "unrecorded": 0, "kept": 0}
+    # HumanEval/38, /50 and /53 draw unseeded random inputs: seeded alike, they replay. All
+    # but 13 tests assert on calls of literal arguments: their references never run.
+    assert stats == {"recorded": 13, "fallbacks": 0, "unrecorded": 0, "kept": 0, "literal": 151}
 
 
 def test_a_test_drawing_unseeded_random_inputs_replays(isolation):
@@ -103,7 +104,7 @@ def test_a_test_drawing_unseeded_random_inputs_replays(isolation):
     ]
     results, stats = run(programs, isolation)
     assert results == ["passed", "failed: AssertionError"]
-    assert stats == {"recorded": 1, "fallbacks": 0, "unrecorded": 0, "kept": 0}
+    assert stats == {"recorded": 1, "fallbacks": 0, "unrecorded": 0, "kept": 0, "literal": 0}
 
 
 def test_a_plan_comes_only_from_a_passed_reference():
@@ -156,16 +157,26 @@ def test_eval_execute_answers_every_call_at_once_by_default(tmp_path, capsys, mo
 
     assert main(command) == 0
     printed = capsys.readouterr().out
-    assert "2 tests recorded (0 kept from an earlier run); 0 samples made a call" in printed
+    assert (
+        "1 tests recorded (0 kept from an earlier run), 1 read from their literal arguments; 0 samples"
+        in printed
+    )
     # the counting sample answered its third call before any answer was checked
     assert verdicts() == ["passed", "failed: AssertionError", "passed",
                           "failed: AssertionError", "timed out"]  # fmt: skip
     scoring = json.loads(out.with_name("r.summary.json").read_text())["scoring"]
     assert scoring["feedback"] is False
-    # HumanEval/53's random calls are seeded alike in its recording and its replays
-    assert scoring["no_feedback"] == {"recorded": 2, "fallbacks": 0, "unrecorded": 0, "kept": 0}
-    assert main(command) == 0  # again: both kept
-    assert "2 tests recorded (2 kept from an earlier run)" in capsys.readouterr().out
+    # HumanEval/53's random calls are seeded alike in its recording and its replays;
+    # HumanEval/0's are read from its asserts
+    assert scoring["no_feedback"] == {
+        "recorded": 1,
+        "fallbacks": 0,
+        "unrecorded": 0,
+        "kept": 0,
+        "literal": 1,
+    }
+    assert main(command) == 0  # again: HumanEval/53's recording kept
+    assert "1 tests recorded (1 kept from an earlier run)" in capsys.readouterr().out
     assert verdicts()[:4] == ["passed", "failed: AssertionError", "passed",
                               "failed: AssertionError"]  # fmt: skip
     assert main([*command, "--feedback"]) == 0  # call by call: the test stops at once
@@ -195,7 +206,7 @@ def test_references_recorded_several_to_a_run_each_on_its_own(isolation):
         "passed",
         "passed",
     ]
-    assert stats == {"recorded": 6, "fallbacks": 0, "unrecorded": 3, "kept": 0}
+    assert stats == {"recorded": 6, "fallbacks": 0, "unrecorded": 3, "kept": 0, "literal": 0}
 
 
 def kept_runs(programs, isolation, folder):
@@ -221,7 +232,7 @@ def test_recordings_are_kept_and_read_back(isolation, tmp_path):
     assert len(list(tmp_path.glob("*.rec"))) == 2
     again, stats, cache = kept_runs(programs, isolation, tmp_path)
     assert again == first
-    assert stats == {"recorded": 2, "fallbacks": 0, "unrecorded": 0, "kept": 2}
+    assert stats == {"recorded": 2, "fallbacks": 0, "unrecorded": 0, "kept": 2, "literal": 0}
     assert cache.written == 0
 
 
@@ -360,3 +371,76 @@ def test_references_are_recorded_in_one_sandbox_run_per_worker_at_most_batch_eac
     assert record_jobs(5, 2) == [3, 2]
     assert record_jobs(3, 4) == [1, 1, 1]
     assert record_jobs(BATCH + 6, 1) == [BATCH, 6]
+
+
+# evalplus's layout of a plus test: its calls are read from ``inputs``, no reference runs.
+PLUS = (
+    "def check(candidate):\n    inputs = [[1], [2], [3]]\n"
+    "    for i, inp in enumerate(inputs):\n        assert candidate(*inp) == {expected}\n"
+    "\n\ncheck(f)\n"
+)
+MIB = 1 << 20
+
+
+def _frame(value) -> bytes:
+    from codeparrot.eval._zygote import encode
+
+    data = encode(value)
+    return b"%010d" % len(data) + data
+
+
+def test_answers_of_plus_tests_too_large_for_a_frame_come_in_parts(isolation):
+    test = PLUS.format(expected=f"'a' * {7 * MIB}")  # 21 MiB in all, each within a frame
+    # a sample that writes its own parts: the second is not a value
+    forged = _frame(("parts", 3)) + _frame(("ok", "a" * 7 * MIB, None)) + b"0000000001\xff"
+    forged += _frame(("ok", "a" * 7 * MIB, None))
+    programs = [
+        Program(f"def f(x):\n    return 'a' * {7 * MIB}\n", test, "f", reference="x"),
+        Program(
+            f"def f(x):\n    return ('b' if x == 2 else 'a') * {7 * MIB}\n",
+            test,
+            "f",
+            reference="x",
+        ),
+        # one answer larger than a frame fails, as it does answered call by call
+        Program(
+            f"def f(x):\n    return 'a' * ({17 * MIB} if x == 3 else {7 * MIB})\n",
+            test,
+            "f",
+            reference="x",
+        ),
+        Program(
+            f"import os\ndef f(x):\n    os.write(4, {forged!r})\n    os._exit(0)\n",
+            test,
+            "f",
+            reference="x",
+        ),
+    ]
+    results, stats = run(programs, isolation)
+    assert results[:2] == ["passed", "failed: AssertionError"]
+    assert results[2].startswith("failed: TooLarge: value of over"), results[2]
+    assert results[3] == "failed: malformed reply from the sample"
+    assert stats == {"recorded": 0, "fallbacks": 0, "unrecorded": 0, "kept": 0, "literal": 1}
+    one_by_one, _ = run(programs[:3], isolation, no_feedback=False)
+    assert one_by_one == results[:3]
+
+
+def test_answers_of_plus_tests_beyond_their_cap_fail_the_sample(isolation):
+    from codeparrot.eval.replay import LITERAL_CAP
+
+    test = PLUS.format(expected="1")
+    forged = _frame(("parts", 3)) + b"%010d" % (LITERAL_CAP // 2)
+    programs = [Program(f"import os\ndef f(x):\n    os.write(4, {forged!r})\n    os._exit(0)\n",
+                        test, "f", reference="x")]  # fmt: skip
+    results, _ = run(programs, isolation)
+    assert results[0].startswith("failed: answers larger than the cap"), results[0]
+
+
+def test_samples_of_the_longest_tests_start_first():
+    from codeparrot.eval.replay import Schedule
+
+    tests = ["assert f(1)\n", "assert f(1)\n" * 50, "assert f(1)\n" * 5]
+    programs = [Program("def f(x):\n    return x\n", test, "f") for test in tests]
+    for enabled in (True, False):
+        jobs = Schedule(programs, enabled).first()
+        assert [job.index for job in jobs] == [1, 2, 0]

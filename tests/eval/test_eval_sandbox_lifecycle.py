@@ -66,3 +66,32 @@ def test_samples_of_one_zygote_do_not_share_state(mode):
             assert seen == "False"
             values.add(value)
     assert len(values) == 3
+
+
+def test_a_text_asked_for_by_several_workers_at_once_is_compiled_once(monkeypatch):
+    import builtins
+    import threading
+    import time
+
+    from codeparrot.eval import sandbox
+
+    calls = []
+
+    def slow_compile(*args, **kwargs):
+        calls.append(args[1])
+        time.sleep(0.05)  # long enough for every worker to ask before it is done
+        return builtins.compile(*args, **kwargs)
+
+    monkeypatch.setattr(sandbox, "compile", slow_compile, raising=False)
+    compiled = sandbox.CompiledCode()
+    frames = []
+    threads = [
+        threading.Thread(target=lambda: frames.append(compiled.frame("x = 1\n", "<test>")))
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == ["<test>"]
+    assert len(set(frames)) == 1 and frames[0].startswith(sandbox.BYTECODE)

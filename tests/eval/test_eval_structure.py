@@ -15,6 +15,7 @@ import pytest
 from codeparrot.cli import main
 from codeparrot.errors import DataError
 from codeparrot.eval.data import load_problems
+from codeparrot.eval.structure import literal_calls
 from codeparrot.eval.structure import record_shape as shape_of
 from codeparrot.eval.tasks import load_task
 
@@ -114,3 +115,97 @@ def test_a_file_laid_out_as_humanevalplus_is_read_as_it(tmp_path):
         load_task("humaneval", other)
     found = load_task("humanevalplus", other)
     assert found.installed_tests == 0 and found.problems["Mine/0"]["test"] == PLUS_TEST
+
+
+CROSS_TEST = """
+def ref_func(n):
+    return n + 1
+
+
+def check(candidate):
+    inputs = [[1], [2], (3,), [[4, 5], {"k": -0.0}]]
+    for i, inp in enumerate(inputs):
+        assert candidate(*inp) == ref_func(*inp)
+"""
+
+
+def test_plus_calls_are_read_from_the_literal_inputs_of_either_layout():
+    assert literal_calls(PLUS_TEST + "\n\ncheck(f)\n", "f") == [
+        (([1.0, 2.0, 3.0], 0.5), {}),
+        (([1.0, 2.8, 3.0], 0.3), {}),
+    ]
+    assert literal_calls(CROSS_TEST + "\n\ncheck(f)\n", "f") == [
+        ((1,), {}),
+        ((2,), {}),
+        ((3,), {}),
+        (([4, 5], {"k": -0.0}), {}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("check(f)", "check(g)"),  # the entry point is another function
+        ("check(f)", "check(f)\nprint(1)"),  # more top-level code after the call
+        ("inputs = [[1], [2]", "inputs = [[abs(-1)], [2]"),  # not literal: runs code
+        ("inputs = [[1], [2]", "inputs = [{1}, [2]"),  # a set: no order across processes
+        ("inputs = [[1], [2]", "inputs = [1, [2]"),  # an input is not a list of arguments
+        ("candidate(*inp)", "candidate(inp)"),  # not one call per input's items
+        ("candidate(*inp)", "candidate(*inp, 1)"),
+        ("candidate(*inp)", "candidate(*inp) and candidate(*inp)"),
+        ("for i, inp in enumerate(inputs):", "for i, inp in enumerate(inputs):\n        inp = [0]"),
+        ("enumerate(inputs)", "enumerate(reversed(inputs))"),
+    ],
+)
+def test_any_other_test_has_no_literal_calls(old, new):
+    test = (CROSS_TEST + "\n\ncheck(f)\n").replace("inputs = [[1], [2], (3,)", "inputs = [[1], [2]")
+    assert literal_calls(test, "f") is not None
+    changed = test.replace(old, new, 1)
+    assert changed != test
+    assert literal_calls(changed, "f") is None
+
+
+HUMANEVAL_TEST = """
+METADATA = {}
+
+
+def check(candidate):
+    import math
+    assert candidate([1.0, 2.0], 0.5) == True, "the message runs only once it failed"
+    x = candidate("a", k=(1, -2))
+    assert math.isclose(abs(candidate(1) - 2), 0) and x
+    assert candidate(2) != candidate(3) < 4
+    for _ in range(2):
+        assert True
+"""
+
+
+def test_humaneval_asserts_of_literal_arguments_are_read_in_the_order_they_run():
+    # `a and b`: b only runs where a is true; a chain stops at its first false comparison
+    assert literal_calls(HUMANEVAL_TEST + "\n\ncheck(f)\n", "f") == [
+        (([1.0, 2.0], 0.5), {}),
+        (("a",), {"k": (1, -2)}),
+        ((1,), {}),
+        ((2,), {}),
+        ((3,), {}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("candidate(1)", "candidate(x)"),  # an argument that is not literal
+        ("candidate(1)", "candidate(*[1])"),
+        ("and x", "and candidate(4)"),  # may not run
+        ("< 4", "< candidate(4)"),
+        ("x = candidate", "x, y = candidate"),
+        ("assert True", "assert candidate(5)"),  # in a loop
+        ("import math", "import math\n    g = candidate"),
+        ("METADATA = {}", "METADATA = f(0)"),  # the test calls the entry point by name too
+    ],
+)
+def test_a_humaneval_test_whose_calls_may_differ_is_not_read(old, new):
+    test = HUMANEVAL_TEST + "\n\ncheck(f)\n"
+    changed = test.replace(old, new, 1)
+    assert changed != test
+    assert literal_calls(changed, "f") is None
