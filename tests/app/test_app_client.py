@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 gradio_client = pytest.importorskip("gradio_client")
@@ -157,21 +159,44 @@ def test_model_card_endpoint_shows_the_facts(client, playground):
     assert "no such directory" in missing
 
 
-def test_stop_ends_the_running_generation(playground):
-    import time
+class PacedEngine:
+    """Writes a piece to each candidate every 20 ms until cancelled or 10,000 pieces; a
+    generation of the real tiny model ends before a client's /stop can reach it."""
 
-    client = gradio_client.Client(playground.url, verbose=False)  # its own session
-    job = client.submit(
-        *generate_args(playground.trained, max_new_tokens=128, n=8), api_name="/generate"
-    )
+    context_length = 256
+    fim = None
+
+    def encode_prompt(self, prompt, max_new_tokens):
+        return [0, 1], False
+
+    def count_tokens(self, text):
+        return 2
+
+    def stream(self, prompt, config, cancel=None):
+        from codeparrot.generation import Completion, StreamEvent
+
+        pieces = 0
+        while pieces < 10_000 and not (cancel is not None and cancel.is_set()):
+            pieces += 1
+            for i in range(config.n):
+                yield StreamEvent(i, "x ")
+            time.sleep(0.02)
+        reason = "cancelled" if pieces < 10_000 else "length"
+        for i in range(config.n):
+            yield StreamEvent(i, "", Completion("x " * pieces, reason, 2, pieces, 0.1, seed=0))
+
+
+def test_stop_ends_the_running_generation(served):
+    url, playground = served(PacedEngine())
+    client = gradio_client.Client(url, verbose=False)  # its own session
+    checkpoint = next(iter(playground.pool.checkpoints))
+    job = client.submit(*generate_args(checkpoint, n=3), api_name="/generate")
     deadline = time.monotonic() + 60
     while len(job.outputs()) < 3 and not job.done() and time.monotonic() < deadline:
         time.sleep(0.01)
     client.predict(api_name="/stop")
     details = job.result()[1]
-    reasons = {d["finish_reason"] for d in details}
-    assert "cancelled" in reasons, reasons
-    cancelled = [d for d in details if d["finish_reason"] == "cancelled"]
-    assert all(d["new_tokens"] < 128 for d in cancelled)
-    label = job.outputs()[-1][2 + cancelled[0]["candidate"] - 1]["label"]
+    assert [d["finish_reason"] for d in details] == ["cancelled"] * 3
+    assert all(0 < d["new_tokens"] < 10_000 for d in details)
+    label = job.outputs()[-1][2]["label"]
     assert label.endswith("cancelled")
