@@ -787,6 +787,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from codeparrot.generation.waits import prefer_short_spins
+
+    prefer_short_spins()  # before torch loads: training spins briefly (generation.waits)
     cfg = config_from_args(QuickstartConfig, args)
 
     def log(message: str) -> None:

@@ -85,6 +85,9 @@ def speed_line(result: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from codeparrot.generation.waits import prefer_short_spins
+
+    prefer_short_spins()  # before torch loads (codeparrot.generation.waits)
     from codeparrot.training.loop import train
 
     config = train_config(args, warn=lambda line: print(line, flush=True))

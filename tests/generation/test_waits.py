@@ -9,7 +9,13 @@ import sys
 
 import pytest
 
-from codeparrot.generation.waits import VARIABLE, prefer_passive_waits
+from codeparrot.generation.waits import (
+    SPINS,
+    TRAINING_SPINS,
+    VARIABLE,
+    prefer_passive_waits,
+    prefer_short_spins,
+)
 
 
 def test_passive_unless_the_user_chose_or_torch_is_loaded(monkeypatch):
@@ -57,3 +63,35 @@ def test_each_serving_command_sets_it_before_torch_loads(argv):
     out = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True,
                          text=True, env=env, timeout=300)  # fmt: skip
     assert out.stdout.strip().splitlines()[-1] == "[False] PASSIVE", out.stderr[-2000:]
+
+
+def test_training_spins_briefly_unless_the_user_chose(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    environ: dict[str, str] = {}
+    assert prefer_short_spins(environ) and environ == {SPINS: str(TRAINING_SPINS)}
+    for chosen in ({VARIABLE: "PASSIVE"}, {SPINS: "0"}):
+        kept = dict(chosen)
+        assert not prefer_short_spins(kept) and kept == chosen
+    monkeypatch.setitem(sys.modules, "torch", object())
+    late: dict[str, str] = {}
+    assert not prefer_short_spins(late) and late == {}
+
+
+SPIN_PROBE = PROBE.replace("prefer_passive_waits", "prefer_short_spins").replace(
+    'os.environ.get("OMP_WAIT_POLICY")', 'os.environ.get("GOMP_SPINCOUNT")'
+)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--data", "/nonexistent", "--output", "/nonexistent/run"],
+        ["quickstart", "--output", "/nonexistent/run", "--total-minutes", "-1"],
+    ],
+    ids=["train", "quickstart"],
+)
+def test_each_training_command_sets_its_spins_before_torch_loads(argv):
+    env = {k: v for k, v in os.environ.items() if k not in (VARIABLE, SPINS)}
+    out = subprocess.run([sys.executable, "-c", SPIN_PROBE, *argv], capture_output=True,
+                         text=True, env=env, timeout=300)  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == f"[False] {TRAINING_SPINS}", out.stderr[-2000:]
