@@ -40,7 +40,7 @@ def train_tokens_per_s(args: argparse.Namespace, policy: str, steps: int) -> flo
         command = [
             sys.executable, "-m", "codeparrot", "train", "--data", str(args.data),
             "--tokenizer", str(args.tokenizer), "--output", out, "--max-steps", str(steps),
-            "--seed", "0", "--log-every", "10", "--no-progress",
+            "--seed", "0", "--log-every", "10", "--no-progress", *args.train_args,
         ]  # fmt: skip
         run = subprocess.run(command, env=env, capture_output=True, text=True)
     found = STEADY.findall(run.stdout + run.stderr)
@@ -85,9 +85,15 @@ def main() -> None:
         help="OMP_WAIT_POLICY values, default (unset), or GOMP_SPINCOUNT values (digits); "
         "the first is the baseline of the ratios",
     )  # fmt: skip
+    parser.add_argument(
+        "--conditions", nargs="+", choices=("alone", "loaded"), default=["alone", "loaded"]
+    )
+    parser.add_argument(
+        "--train-args", nargs="*", default=[], help="more flags for train (e.g. --compile)"
+    )
     args = parser.parse_args()
     print(f"CPU {os.cpu_count()} cores; load before: {os.getloadavg()[0]:.1f}")
-    for loaded in (False, True):
+    for loaded in [c == "loaded" for c in args.conditions]:
         rates = condition(args, loaded)
         median = {p: statistics.median(v) for p, v in rates.items()}
         where = f"beside {args.load} busy processes" if loaded else "alone"

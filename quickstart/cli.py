@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import shlex
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -794,7 +793,6 @@ def main(args: argparse.Namespace) -> int:
 
     def log(message: str) -> None:
         print(message, flush=True)
-        sys.stdout.flush()
 
     state = run_quickstart(cfg, log=log)
     print(format_summary(cfg, state))
