@@ -21,6 +21,7 @@ from families import build_family
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_lean_families import peaked
+from test_scripted_steps import _steps
 
 VARIANTS = ("codeparrot-small", "gpt2-layer-scaled", "tiny_starcoder_py", "bigcode-interleaved")
 
@@ -54,20 +55,6 @@ def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         root / "gpt2-exact-gelu", made["codeparrot-small"], activation_function="gelu"
     )
     return made
-
-
-def _steps(decoder: GPT2Decoder, scripted: bool, int8: bool, rows: int) -> list[torch.Tensor]:
-    """Logits of a 7-token prompt's rows and then 9 one-token steps."""
-    decoder._scripted = {} if scripted else {int8: None}  # None: the eager step
-    torch.manual_seed(0)
-    prompt = torch.randint(3, 40, (rows, 7))
-    cache = decoder.new_cache(rows, 16)
-    with torch.inference_mode():
-        out = [decoder.forward(prompt, cache)]
-        for t in range(9):
-            nxt = torch.tensor([[5 + t + r] for r in range(rows)])
-            out.append(decoder.step(nxt, cache, int8=int8))
-    return out
 
 
 @pytest.mark.parametrize("name", VARIANTS)

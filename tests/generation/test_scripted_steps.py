@@ -32,7 +32,8 @@ def family_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _steps(decoder, scripted: bool, int8: bool, rows: int) -> list[torch.Tensor]:
-    """Logits of a 7-token prompt's rows and then 9 one-token steps (past the window)."""
+    """Logits of a 7-token prompt's rows and then 9 one-token steps (past Mistral's
+    window), eager or scripted; the GPT-2 family's tests use it too."""
     decoder._scripted = {} if scripted else {int8: None}  # None: the eager step
     torch.manual_seed(0)
     prompt = torch.randint(3, 40, (rows, 7))
