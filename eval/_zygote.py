@@ -1153,7 +1153,8 @@ def runtime_paths(extra_objects=()):
     else), the shared objects the interpreter has mapped, and the shared libraries that
     those, the standard library's extension modules and ``extra_objects`` (the checker's
     packages) load, file by file: not the C library's whole directory, which holds every
-    library the system has (a larger surface, and more pages to signal through).
+    library the system has (a larger surface, and more pages to signal through). Nothing
+    under ``extra_objects`` itself: the checker's packages are bound at CHECKER_SITE.
     """
     paths = {os.path.realpath(p) for p in sys.path if os.path.isdir(p)}
     objects = [os.path.realpath(p) for p in mapped_objects()]
@@ -1166,7 +1167,9 @@ def runtime_paths(extra_objects=()):
     if libraries is None:  # not an ELF layout this reads: the C library's directory instead
         libc = next((p for p in objects if os.path.basename(p).startswith("libc.")), None)
         libraries = {os.path.dirname(libc)} if libc else set()
-    ordered = sorted(paths | {p for p in objects if os.path.isfile(p)} | libraries)
+    checker = tuple(root + os.sep for root in extra_objects)
+    found = paths | {p for p in objects if os.path.isfile(p)} | libraries
+    ordered = sorted(p for p in found if not p.startswith(checker))
     return [p for p in ordered if not any(p.startswith(q + os.sep) for q in ordered)]
 
 
@@ -1444,9 +1447,11 @@ def _copy_file(source, destination, mtime, made=None):
 RUNTIME_PREFIX = "codeparrot-runtime-"  # + the harness's pid: stale copies are found by it
 
 
-def prepare_runtime(base, owner, secret, checker):
+def prepare_runtime(base, owner, secret, checker, tree=None):
     """Copy, once per run, what a sample sees of the runtime into a new folder under
     ``base`` (a tmpfs); print ``{"tree": folder, "bound": paths}`` for the zygotes.
+    ``tree``: that run's folder, made already (before the checker's packages were known):
+    only what it lacks is added.
 
     The standard library (trimmed, see ``tree_files``) and the libraries Z has not loaded
     are copied, at their host paths under the folder; each object Z has loaded (the
@@ -1464,23 +1469,30 @@ def prepare_runtime(base, owner, secret, checker):
     os.umask(0o022)
     paths = runtime_paths([os.path.realpath(path) for path, _ in checker])
     loaded = {os.path.realpath(path) for path in mapped_objects()}
-    tree = tempfile.mkdtemp(prefix=f"{RUNTIME_PREFIX}{owner}-", dir=base)
+    made_here = tree is None
+    if made_here:
+        tree = tempfile.mkdtemp(prefix=f"{RUNTIME_PREFIX}{owner}-", dir=base)
+    elif os.path.dirname(tree) != base or not os.path.basename(tree).startswith(RUNTIME_PREFIX):
+        raise ValueError(f"not a runtime copy under {base}: {tree}")
     bound = []
     made = set()
     try:
         for path in paths:
             if not os.path.isdir(path) and os.path.realpath(path) in loaded:
-                os.makedirs(os.path.dirname(tree + path), exist_ok=True)
-                open(tree + path, "x").close()
+                if not os.path.lexists(tree + path):
+                    os.makedirs(os.path.dirname(tree + path), exist_ok=True)
+                    open(tree + path, "x").close()
                 bound.append(path)
                 continue
             for relative, mtime in tree_files(path, secret):
                 source = os.path.join(path, relative) if relative else path
-                _copy_file(source, tree + source, mtime, made)
+                if made_here or not os.path.lexists(tree + source):
+                    _copy_file(source, tree + source, mtime, made)
     except BaseException:
         import shutil
 
-        shutil.rmtree(tree, ignore_errors=True)
+        if made_here:
+            shutil.rmtree(tree, ignore_errors=True)
         raise
     sys.stdout.write(json.dumps({"tree": tree, "bound": bound}))
 
@@ -1822,7 +1834,10 @@ def main():
     mode, slot, config = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     if config.get("prepare"):  # once per run, before any zygote starts
         prepare = config["prepare"]
-        prepare_runtime(prepare["base"], prepare["owner"], config["secret"], config["checker"])
+        prepare_runtime(
+            prepare["base"], prepare["owner"], config["secret"], config["checker"],
+            prepare.get("tree"),
+        )  # fmt: skip
         return
     # HumanEval+ expects ints of over 4,300 digits (/83, /139), which a sample or a test
     # may write or read as text: the limit is lifted, as evalplus does. (They cross

@@ -12,7 +12,7 @@ import queue
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codeparrot.eval.data import Sample
 from codeparrot.eval.recordings import RecordingCache
@@ -24,8 +24,12 @@ from codeparrot.eval.sandbox import (
     RuntimeCopy,
     Sandbox,
     Verdict,
+    default_secret_dirs,
     detect_isolation,
 )
+
+if TYPE_CHECKING:
+    from codeparrot.eval.startup import SandboxStart
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ def run_programs(
     stats: dict[str, int] | None = None,
     recordings: RecordingCache | None = None,
     runtime: RuntimeCopy | None = None,
+    start: SandboxStart | None = None,
 ) -> list[Verdict]:
     """Verdicts for ``programs``, in order. Needs permission checked by the caller.
 
@@ -98,16 +103,22 @@ def run_programs(
     workers share one copy of the runtime (:class:`~codeparrot.eval.sandbox.RuntimeCopy`):
     ``runtime``, the caller's (of ``isolation``'s mode; made, or started, with the same
     ``secret_dirs`` and checker packages; the caller removes it), else one made for this
-    call and removed at its end.
+    call and removed at its end. ``start``: the run's sandbox, begun already (its isolation
+    and copy are used; ``isolation`` and ``runtime`` are then None): the tests' calls are
+    read meanwhile.
     """
     if not programs:
         return []
-    isolation = isolation or detect_isolation()
     limits = limits or Limits()
-    if isolation.mode == "none":
-        recordings = None
     workers = max(1, min(workers or default_workers(), len(programs)))
-    schedule = Schedule(programs, no_feedback, recordings, limits.timeout, workers)
+    schedule = Schedule(programs, no_feedback, None, limits.timeout, workers)
+    if start is not None:
+        schedule.read_calls()  # the harness's own work, while the sandbox starts
+        secret = default_secret_dirs() if secret_dirs is None else secret_dirs
+        isolation, runtime = start.ready(limits.checker_packages, secret)
+    isolation = isolation or detect_isolation()
+    if isolation.mode != "none":  # (in mode none, samples could write them)
+        schedule.cache = recordings
     if isolation.mode == "none":
         verdicts = _run_all(
             programs, workers, limits, isolation, progress, secret_dirs, None, schedule
@@ -132,8 +143,8 @@ def run_programs(
             kept=schedule.kept,
             literal=schedule.literal,
         )
-    if recordings is not None and recordings.written:
-        recordings.prune()
+    if schedule.cache is not None and schedule.cache.written:
+        schedule.cache.prune()
     return verdicts
 
 

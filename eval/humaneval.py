@@ -27,13 +27,11 @@ from codeparrot.eval.report import summarize, write_chart, write_results, write_
 from codeparrot.eval.sandbox import (
     Isolation,
     Limits,
-    RuntimeCopy,
     default_secret_dirs,
-    detect_isolation,
     require_permission,
-    strongest_mode,
 )
 from codeparrot.eval.scoring import score_samples
+from codeparrot.eval.startup import SandboxStart
 from codeparrot.eval.tasks import ProblemSet, get_task, load_task
 from codeparrot.io import atomic_open, provenance, read_json, write_json
 
@@ -538,42 +536,38 @@ def score(
     config: ExecutionOptions,
     *,
     progress: bool = True,
+    start: SandboxStart | None = None,
 ) -> tuple[list[dict[str, Any]], Isolation, dict[str, Any]]:
     """Result rows of ``samples`` (see :mod:`codeparrot.eval.scoring`), the isolation used
-    and how time was limited (``{"mode": "flat", ...}`` or the per-task report)."""
+    and how time was limited (``{"mode": "flat", ...}`` or the per-task report).
+    ``start``: the sandbox, begun before the problems were read (:func:`sandbox_start`;
+    the caller closes it); else one is begun here."""
     if not get_task(config.task).executes:
         return match_rows(samples, problems), NOT_RUN, {"mode": "not run"}
     require_permission(config.allow_code_execution)
-    secret = _secret_dirs(config)
-    # The run's copy of the runtime is made while the isolation is probed, for the mode
-    # tried first; should that one fail, run_programs makes one for the mode found.
-    runtime = RuntimeCopy(config.sandbox or strongest_mode(), limits_of(config).checker_packages,
-                          secret)  # fmt: skip
-    if runtime.mode != "none":
-        runtime.start()
-    try:
-        isolation = detect_isolation(config.sandbox)
-        if isolation.mode != runtime.mode:
-            runtime.close()
-        return _score_in(
-            samples, problems, config, isolation, secret,
-            runtime if isolation.mode == runtime.mode else None, progress,
-        )  # fmt: skip
-    finally:
-        runtime.close()
+    if start is None:
+        with sandbox_start(config) as start:
+            return _score_in(samples, problems, config, start, progress)
+    return _score_in(samples, problems, config, start, progress)
+
+
+def sandbox_start(config: ExecutionOptions) -> SandboxStart:
+    """The run's sandbox, begun now (the isolation probed, the runtime copied) for
+    ``config``'s task, while the problems and samples are read (see
+    :mod:`codeparrot.eval.startup`)."""
+    return SandboxStart(config.sandbox, limits_of(config).checker_packages, _secret_dirs(config))
 
 
 def _score_in(
     samples: SampleFile,
     problems: dict[str, dict[str, Any]],
     config: ExecutionOptions,
-    isolation: Isolation,
-    secret: tuple[str, ...],
-    runtime: RuntimeCopy | None,
+    start: SandboxStart,
     progress: bool,
 ) -> tuple[list[dict[str, Any]], Isolation, dict[str, Any]]:
     time_limits, timing = None, {"mode": "flat", "seconds": config.timeout}
     replay: dict[str, int] = {}
+    secret = _secret_dirs(config)
     if config.gt_time_limit_factor is not None:
         from functools import partial
 
@@ -582,7 +576,7 @@ def _score_in(
 
         used = {s.task_id: problems[s.task_id] for s in samples.samples}
         run = partial(run_programs, workers=config.workers, limits=limits_of(config),
-                      isolation=isolation, secret_dirs=secret, runtime=runtime)  # fmt: skip
+                      secret_dirs=secret, start=start)  # fmt: skip
         time_limits, timing = task_time_limits(
             used, run, floor=config.min_time_limit, factor=config.gt_time_limit_factor
         )
@@ -592,18 +586,17 @@ def _score_in(
         sanitize=config.sanitize,
         workers=config.workers,
         limits=limits_of(config),
-        isolation=isolation,
         progress=progress,
         secret_dirs=secret,
         time_limits=time_limits,
         no_feedback=not config.feedback,
         stats=replay,
         recordings=None if config.feedback else RecordingCache.default(),
-        runtime=runtime,
+        start=start,
     )
     if not config.feedback:
         timing = timing | {"no_feedback": replay}
-    return rows, isolation, timing
+    return rows, start.isolation(), timing
 
 
 class _NotRun:
@@ -680,8 +673,14 @@ def scoring_settings(
 
 def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
     """Score a samples file; writes RESULTS.jsonl and RESULTS.summary.json. Returns the summary."""
-    if get_task(config.task).executes:
-        require_permission(config.allow_code_execution)
+    if not get_task(config.task).executes:
+        return _execute(config, None, progress)
+    require_permission(config.allow_code_execution)
+    with sandbox_start(config) as start:  # while the problems and samples are read
+        return _execute(config, start, progress)
+
+
+def _execute(config: ExecuteConfig, start: SandboxStart | None, progress: bool) -> dict[str, Any]:
     config, found = with_problems(config)
     assert config.samples is not None
     samples = read_samples(config.samples, found.problems)
@@ -694,7 +693,7 @@ def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
                 else ""
             )
         )
-    rows, isolation, timing = score(samples, found.problems, config, progress=progress)
+    rows, isolation, timing = score(samples, found.problems, config, progress=progress, start=start)
     out = config.results_path()
     write_results(out, rows)
     summary = summarize(

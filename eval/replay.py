@@ -172,6 +172,7 @@ class Schedule:
     unrecorded: int = 0
     kept: int = 0
     literal: int = 0
+    _literal: dict[tuple[str, str], bytes | None] = field(default_factory=dict)
     _waiting: dict[tuple, list[int]] = field(default_factory=dict)
     _references: list[tuple] = field(default_factory=list)
     _batches: list[list[int]] = field(default_factory=list)
@@ -184,7 +185,17 @@ class Schedule:
         """References recorded or kept (one per problem)."""
         return len(self._references) - self.literal
 
+    def read_calls(self) -> None:
+        """Read the calls of the tests that state them (:func:`literal_plan`), each test
+        once, ahead of :meth:`first` (the harness's own work, done while the sandbox
+        starts)."""
+        for p in self.programs:
+            key = (p.test, p.entry_point)
+            if self.enabled and p.reference and p.entry_point and key not in self._literal:
+                self._literal[key] = literal_plan(*key)
+
     def first(self) -> list[Job]:
+        self.read_calls()
         jobs = []
         for i, p in enumerate(self.programs):
             if not (self.enabled and p.reference and p.entry_point):
@@ -197,7 +208,7 @@ class Schedule:
             self._waiting[key].append(i)
         missing = []
         for index, key in enumerate(self._references):
-            plan = literal_plan(key[1], key[2])
+            plan = self._literal[key[1], key[2]]
             if plan is not None:
                 self.literal += 1
             else:

@@ -327,6 +327,7 @@ def detect_isolation(mode: str | None = None) -> Isolation:
             if mode:
                 raise SandboxError(errors[-1])
             continue
+        warming = _warm_shared_files() if candidate != "none" else None  # beside the probe
         try:
             # The probe program is the harness's own: it may see the host's runtime.
             with Sandbox(Isolation(candidate), slot=0, runtime=HOST_RUNTIME) as box:
@@ -334,13 +335,13 @@ def detect_isolation(mode: str | None = None) -> Isolation:
         except (OSError, SandboxError) as e:
             errors.append(f"{candidate}: {e}")
             continue
+        finally:
+            _warmed(warming)
         if verdict.passed:
             accounting = cgroup_support()
             missing = MISSING[candidate] + ([NO_CGROUP] if accounting == "none" else [])
             if os.uname().machine not in SECCOMP_MACHINES:
                 missing.append(NO_SECCOMP)
-            if candidate != "none":
-                warm_shared_files()
             isolation = Isolation(candidate, missing, accounting)
             if isolation.missing:
                 message = (
@@ -363,13 +364,38 @@ def warm_shared_files() -> None:
     let a sample leave one bit for later samples and runs (see docs/threat-model.md).
     Some 30 ms of CPU once the files are cached; failure only warns.
     """
-    command = zygote_command("warm")
+    _warmed(_warm_shared_files())
+
+
+def _warm_shared_files() -> subprocess.Popen | None:
+    """Start :func:`warm_shared_files`' process (None: it could not start, logged)."""
     try:
-        subprocess.run(
-            command, env=_CLEAN_ENV, cwd="/", capture_output=True, timeout=120, check=True
-        )
-    except (OSError, subprocess.SubprocessError) as e:
+        return subprocess.Popen(
+            zygote_command("warm"), env=_CLEAN_ENV, cwd="/", stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+    except OSError as e:
         logger.warning("could not read the sandbox's files into the page cache: %s", e)
+        return None
+
+
+def _warmed(process: subprocess.Popen | None) -> None:
+    """Wait for a process of :func:`_warm_shared_files` (None: none started); a failure
+    only warns."""
+    if process is None:
+        return
+    try:
+        _, errors = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        errors = b"it did not finish in 120 s"
+    if process.returncode != 0:
+        text = errors.decode("utf-8", "replace").strip().splitlines()
+        logger.warning(
+            "could not read the sandbox's files into the page cache: %s",
+            text[-1] if text else f"exit status {process.returncode}",
+        )
 
 
 TMPFS_BASES = ("/dev/shm", "/run/user/{uid}")  # where a run's copy of the runtime may go
@@ -444,6 +470,7 @@ class RuntimeCopy:
         self._made = False
         self._making: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._wanted: list[tuple[str, str]] | None = None  # see require()
 
     def __enter__(self) -> RuntimeCopy:
         self.create()
@@ -465,18 +492,30 @@ class RuntimeCopy:
         except BaseException as e:  # raised by create()
             self._error = e
 
+    def require(self, checker_packages: tuple[str, ...]) -> None:
+        """The checker's packages after all (the copy was started before the problems,
+        which name its task, were read): :meth:`create` adds what they load to the copy."""
+        self._wanted = checker_paths(checker_packages)
+
     def create(self) -> None:
-        """Make the copy (once), or wait for :meth:`start`'s. Raises :class:`SandboxError`."""
+        """Make the copy (once), or wait for :meth:`start`'s; then add what the packages of
+        :meth:`require` load. Raises :class:`SandboxError`."""
         making, self._making = self._making, None
         if making is not None:
             making.join()
         error, self._error = self._error, None
         if error is not None:
             raise error
+        wanted, self._wanted = self._wanted, None
         if not self._made:
+            self.checker = self.checker if wanted is None else wanted
             self._make()
+        elif wanted is not None and wanted != self.checker:
+            self.checker = wanted
+            if self.manifest is not None:  # else the host's runtime is bound: nothing to add
+                self._make(self.manifest["tree"])
 
-    def _make(self) -> None:
+    def _make(self, tree: str | None = None) -> None:
         base = shared_tmpfs()
         if base is None:
             message = (
@@ -488,8 +527,9 @@ class RuntimeCopy:
             logger.warning(message)
             self._made = True
             return
-        _remove_stale_copies(base)
-        prepare = {"base": base, "owner": os.getpid()}
+        if tree is None:
+            _remove_stale_copies(base)
+        prepare = {"base": base, "owner": os.getpid(), "tree": tree}
         command = _command(self.mode, -1, self.secret, self.checker, prepare=prepare)
         try:
             done = subprocess.run(
@@ -501,9 +541,11 @@ class RuntimeCopy:
             raise SandboxError(f"could not copy the runtime for the sandbox: {lines[-1]}") from e
         except (OSError, subprocess.SubprocessError, ValueError) as e:
             raise SandboxError(f"could not copy the runtime for the sandbox: {e}") from e
-        tree = manifest.get("tree", "") if isinstance(manifest, dict) else ""
-        if Path(tree).parent != Path(base) or not Path(tree).name.startswith(RUNTIME_PREFIX):
-            raise SandboxError(f"the runtime's copy is not where it was asked for: {tree!r}")
+        made = manifest.get("tree", "") if isinstance(manifest, dict) else ""
+        if Path(made).parent != Path(base) or not Path(made).name.startswith(RUNTIME_PREFIX):
+            raise SandboxError(f"the runtime's copy is not where it was asked for: {made!r}")
+        if tree is not None and made != tree:
+            raise SandboxError(f"the runtime's copy moved: {made!r}, not {tree!r}")
         self.manifest = manifest
         self._made = True
 

@@ -14,13 +14,16 @@ sample within evalplus's tolerance can pass the plus test and fail the base test
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codeparrot.eval.data import Sample
 from codeparrot.eval.execution import Program, run_programs
 from codeparrot.eval.infill import exact_match, infilled
 from codeparrot.eval.recordings import RecordingCache
 from codeparrot.eval.sandbox import Isolation, Limits, RuntimeCopy
+
+if TYPE_CHECKING:
+    from codeparrot.eval.startup import SandboxStart
 
 
 def program_text(problem: dict[str, Any], completion: str, *, sanitize: bool = False) -> str:
@@ -81,10 +84,11 @@ def score_samples(
     stats: dict[str, int] | None = None,
     recordings: RecordingCache | None = None,
     runtime: RuntimeCopy | None = None,
+    start: SandboxStart | None = None,
 ) -> list[dict[str, Any]]:
     """One result row per sample, in order. Needs permission checked by the caller.
 
-    ``no_feedback``, ``stats``, ``recordings``, ``runtime``: see
+    ``no_feedback``, ``stats``, ``recordings``, ``runtime``, ``start``: see
     :func:`~codeparrot.eval.execution.run_programs`.
 
     ``time_limits``: seconds per (task id, ``"base"`` or ``"plus"``) test set, where a
@@ -127,6 +131,7 @@ def score_samples(
         stats=stats,
         recordings=recordings,
         runtime=runtime,
+        start=start,
     )
     rows = []
     for i, s in enumerate(samples):

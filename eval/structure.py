@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import re
 import sys
 from collections import Counter
 from collections.abc import Iterable
@@ -251,9 +252,19 @@ def _plain(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def _check_of(tree: ast.Module, entry_point: str) -> ast.FunctionDef | None:
+def _may_name(text: str, name: str) -> bool:
+    """Whether code ``text`` may use the identifier ``name``: an ASCII text without that
+    word cannot (in any other, an identifier may be spelt otherwise: Python reads
+    identifiers NFKC-normalised)."""
+    return not text.isascii() or re.search(rf"\b{re.escape(name)}\b", text) is not None
+
+
+def _check_of(tree: ast.Module, entry_point: str, test: str) -> ast.FunctionDef | None:
     """The test's ``def check(candidate):`` where it is the module's only ``check``, the
-    module ends by calling it on ``entry_point`` and names it nowhere else; else None."""
+    module ends by calling it on ``entry_point`` and names it nowhere else; else None.
+    (``test``: the text of ``tree``. Where the text before that last call does not hold
+    the name, no statement there is walked for it: HumanEval+'s tests hold megabytes of
+    literals.)"""
     *body, last = tree.body
     called = (
         isinstance(last, ast.Expr)
@@ -266,7 +277,12 @@ def _check_of(tree: ast.Module, entry_point: str) -> ast.FunctionDef | None:
         and last.value.args[0].id == entry_point
     )
     checks = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == "check"]
-    if not called or len(checks) != 1 or any(_mentions(n, entry_point) for n in body):
+    if not called or len(checks) != 1:
+        return None
+    lines = test.split("\n")  # as the parser counts lines, where no "\r" ends one
+    before = test if "\r" in test else "\n".join([*lines[: last.lineno - 1], ""])
+    before += lines[last.lineno - 1][: last.col_offset]
+    if _may_name(before, entry_point) and any(_mentions(n, entry_point) for n in body):
         return None  # a test that calls the entry point by name as well: recorded
     (check,) = checks
     args = check.args
@@ -284,7 +300,7 @@ def literal_calls(test: str, entry_point: str) -> list[tuple[tuple, dict]] | Non
     tree = parse(test)
     if tree is None or not tree.body:
         return None
-    check = _check_of(tree, entry_point)
+    check = _check_of(tree, entry_point, test)
     if check is None:
         return None
     if plus_layout(ast.Module(body=tree.body[:-1], type_ignores=[])):
@@ -317,21 +333,41 @@ def _mentions(node: ast.AST, name: str = "candidate") -> bool:
     return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
 
 
+def _using(tree: ast.AST, name: str = "candidate") -> set[int]:
+    """The ``id`` of every node of ``tree`` that uses ``name`` (itself or a node under
+    it), found in one walk: asking :func:`_mentions` of each node walks its subtree again
+    and again."""
+    order, parents = [tree], {}
+    for node in order:  # grows as it goes: every node once, each after its parent
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+            order.append(child)
+    found: set[int] = set()
+    for node in reversed(order):  # each before its parent
+        if id(node) in found or (isinstance(node, ast.Name) and node.id == name):
+            found.add(id(node))
+            parent = parents.get(id(node))
+            if parent is not None:
+                found.add(id(parent))
+    return found
+
+
 # Expressions whose parts Python evaluates every time, in the order of their fields.
 _ALWAYS = (ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.Subscript, ast.Attribute,
            ast.Starred, ast.Slice, ast.JoinedStr, ast.FormattedValue)  # fmt: skip
 
 
-def _ordered_calls(node: ast.AST | None, out: list[ast.Call]) -> bool:
+def _ordered_calls(node: ast.AST | None, out: list[ast.Call], uses: set[int]) -> bool:
     """Append the calls of ``candidate`` in expression ``node`` in the order Python makes
     them; False where one may not happen (short-circuits, branches, functions made in
-    it) or ``candidate`` is used any other way."""
-    if node is None or not _mentions(node):
+    it) or ``candidate`` is used any other way. ``uses``: the nodes that use
+    ``candidate`` (:func:`_using`)."""
+    if node is None or id(node) not in uses:
         return True
     if isinstance(node, ast.Call):
         if isinstance(node.func, ast.Name) and node.func.id == "candidate":
             out.append(node)
-            return not any(_mentions(part) for part in (*node.args, *node.keywords))
+            return not any(id(part) in uses for part in (*node.args, *node.keywords))
         parts = [node.func, *node.args, *(k.value for k in node.keywords)]
     elif isinstance(node, ast.Compare | ast.BoolOp | ast.IfExp):
         # what always runs first: a chain stops at its first false comparison, `a and b`
@@ -342,13 +378,13 @@ def _ordered_calls(node: ast.AST | None, out: list[ast.Call]) -> bool:
             parts, maybe = node.values[:1], node.values[1:]
         else:
             parts, maybe = [node.test], [node.body, node.orelse]
-        if any(_mentions(part) for part in maybe):
+        if any(id(part) in uses for part in maybe):
             return False
     elif isinstance(node, _ALWAYS):
         parts = [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)]
     else:  # lambdas, comprehensions, a bare `candidate`...
         return False
-    return all(_ordered_calls(part, out) for part in parts)
+    return all(_ordered_calls(part, out, uses) for part in parts)
 
 
 def _literal_call(call: ast.Call) -> tuple[tuple, dict] | None:
@@ -370,8 +406,9 @@ def assert_calls(check: ast.FunctionDef) -> list[tuple[tuple, dict]] | None:
     ``candidate`` only in plain statements (``assert``, an expression, an assignment to
     names), each call's arguments literals; the others never name it. None otherwise."""
     calls: list[ast.Call] = []
+    uses = _using(check)
     for statement in check.body:
-        if not _mentions(statement):
+        if id(statement) not in uses:
             continue
         if isinstance(statement, ast.Assert):
             value = statement.test  # its message runs only once the test has failed
@@ -382,7 +419,7 @@ def assert_calls(check: ast.FunctionDef) -> list[tuple[tuple, dict]] | None:
             value = statement.value
         else:
             return None
-        if not _ordered_calls(value, calls) or len(calls) > MAX_PLUS_CALLS:
+        if not _ordered_calls(value, calls, uses) or len(calls) > MAX_PLUS_CALLS:
             return None
     found = [_literal_call(call) for call in calls]
     return None if None in found else found  # type: ignore[return-value]
