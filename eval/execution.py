@@ -216,6 +216,10 @@ def _run_all(
             outstanding[0] += len(first)
             for job in first:
                 jobs.put(job)
+        for job in first[:workers]:  # their tests compiled meanwhile, as each zygote would
+            if job.kind not in ("record", "records"):
+                compiled.frame(job.program.prompt, "<prompt>")
+                compiled.frame(job.program.test, "<test>")
     except BaseException as e:
         failure.append(e)
         for _ in range(workers):

@@ -682,6 +682,8 @@ def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
 
 def _execute(config: ExecuteConfig, start: SandboxStart | None, progress: bool) -> dict[str, Any]:
     config, found = with_problems(config)
+    if start is not None:  # a problem file of another task: its checker's packages
+        start.require(limits_of(config).checker_packages)
     assert config.samples is not None
     samples = read_samples(config.samples, found.problems)
     if not samples.samples:

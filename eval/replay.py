@@ -222,8 +222,9 @@ class Schedule:
         if missing:  # the codec, imported now (while the zygotes start), not at a recording
             recording_codec()
         # the longest tests first (HumanEval+'s plus tests, say): samples of those that run
-        # to their time limit start at once, and shorter ones fill the gaps after them
-        jobs.sort(key=lambda job: -len(job.program.test))
+        # to their time limit start at once, and shorter ones fill the gaps after them; of
+        # one test, the longest samples first (a stub, `return None`, answers at once)
+        jobs.sort(key=lambda job: (-len(job.program.test), -len(job.program.program)))
         return self._batch(missing) + jobs
 
     @staticmethod

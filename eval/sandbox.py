@@ -470,7 +470,6 @@ class RuntimeCopy:
         self._made = False
         self._making: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._wanted: list[tuple[str, str]] | None = None  # see require()
 
     def __enter__(self) -> RuntimeCopy:
         self.create()
@@ -493,27 +492,40 @@ class RuntimeCopy:
             self._error = e
 
     def require(self, checker_packages: tuple[str, ...]) -> None:
-        """The checker's packages after all (the copy was started before the problems,
-        which name its task, were read): :meth:`create` adds what they load to the copy."""
-        self._wanted = checker_paths(checker_packages)
+        """The checker's packages after all (the copy was begun before the problems, which
+        name its task, were read): what they load is added to the copy, in a thread once
+        it is made; :meth:`create` waits for that too."""
+        wanted = checker_paths(checker_packages)
+        if not self._made and self._making is None:
+            self.checker = wanted  # not begun: it is made with them
+            return
+        before = self._making
+        self._making = threading.Thread(target=self._add, args=(before, wanted), daemon=True)
+        self._making.start()
+
+    def _add(self, before: threading.Thread | None, wanted: list[tuple[str, str]]) -> None:
+        if before is not None:
+            before.join()
+        if self._error is not None or wanted == self.checker:
+            return
+        self.checker = wanted
+        try:
+            if self.manifest is not None:  # else the host's runtime is bound: nothing to add
+                self._make(self.manifest["tree"])
+        except BaseException as e:  # raised by create()
+            self._error = e
 
     def create(self) -> None:
-        """Make the copy (once), or wait for :meth:`start`'s; then add what the packages of
-        :meth:`require` load. Raises :class:`SandboxError`."""
+        """Make the copy (once), or wait for :meth:`start`'s and :meth:`require`'s work.
+        Raises :class:`SandboxError`."""
         making, self._making = self._making, None
         if making is not None:
             making.join()
         error, self._error = self._error, None
         if error is not None:
             raise error
-        wanted, self._wanted = self._wanted, None
         if not self._made:
-            self.checker = self.checker if wanted is None else wanted
             self._make()
-        elif wanted is not None and wanted != self.checker:
-            self.checker = wanted
-            if self.manifest is not None:  # else the host's runtime is bound: nothing to add
-                self._make(self.manifest["tree"])
 
     def _make(self, tree: str | None = None) -> None:
         base = shared_tmpfs()

@@ -34,6 +34,7 @@ class SandboxStart:
         self, mode: str | None, checker_packages: tuple[str, ...], secret_dirs: tuple[str, ...]
     ):
         self.secret_dirs = secret_dirs
+        self._packages = checker_packages
         # the copy for the mode tried first; should that one fail, none is used (run_programs
         # then makes one for the mode found)
         self.runtime = RuntimeCopy(mode or strongest_mode(), checker_packages, secret_dirs)
@@ -65,6 +66,13 @@ class SandboxStart:
         assert self._isolation is not None
         return self._isolation
 
+    def require(self, checker_packages: tuple[str, ...]) -> None:
+        """The checker's packages of the task the problems turned out to be of: what they
+        load is added to the copy from now on."""
+        if checker_packages != self._packages:
+            self._packages = checker_packages
+            self.runtime.require(checker_packages)
+
     def ready(
         self, checker_packages: tuple[str, ...], secret_dirs: tuple[str, ...]
     ) -> tuple[Isolation, RuntimeCopy | None]:
@@ -76,7 +84,7 @@ class SandboxStart:
         if isolation.mode != self.runtime.mode or secret_dirs != self.secret_dirs:
             self.runtime.close()
             return isolation, None
-        self.runtime.require(checker_packages)
+        self.require(checker_packages)
         return isolation, self.runtime
 
     def close(self) -> None:
