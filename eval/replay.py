@@ -138,6 +138,23 @@ class Job:
     plan: bytes = b""
 
 
+def longest_first(jobs: list[Job]) -> list[Job]:
+    """``jobs`` in the order they start: the longest sample of each test first, the longest
+    tests first (HumanEval+'s plus tests, say), then the second longest of each, and so on.
+    Samples that run to their time limit thus start at once, on as many tests as there are
+    workers, and short ones fill the gaps after them; a test's stubs (``return None``,
+    which answers at once) come last."""
+    by_test: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_test.setdefault(job.program.test, []).append(job)
+    ranked = []
+    for test, alike in by_test.items():
+        alike.sort(key=lambda job: -len(job.program.program))
+        ranked += [(rank, -len(test), len(ranked) + rank, job) for rank, job in enumerate(alike)]
+    ranked.sort(key=lambda item: item[:3])
+    return [job for *_, job in ranked]
+
+
 # References recorded in one sandbox run: as many as spread them evenly over the workers
 # (each sandbox run costs about as much as a sample's: one run per worker pays it least),
 # but at most BATCH, and at most BATCH_BYTES of their code and tests.
@@ -221,11 +238,7 @@ class Schedule:
             jobs += [Job("sample", i, self.programs[i], plan) for i in self._waiting.pop(key)]
         if missing:  # the codec, imported now (while the zygotes start), not at a recording
             recording_codec()
-        # the longest tests first (HumanEval+'s plus tests, say): samples of those that run
-        # to their time limit start at once, and shorter ones fill the gaps after them; of
-        # one test, the longest samples first (a stub, `return None`, answers at once)
-        jobs.sort(key=lambda job: (-len(job.program.test), -len(job.program.program)))
-        return self._batch(missing) + jobs
+        return self._batch(missing) + longest_first(jobs)
 
     @staticmethod
     def _cache_key(key: tuple) -> str:

@@ -444,3 +444,14 @@ def test_samples_of_the_longest_tests_start_first():
     for enabled in (True, False):
         jobs = Schedule(programs, enabled).first()
         assert [job.index for job in jobs] == [1, 2, 0]
+
+
+def test_the_longest_sample_of_each_test_starts_before_any_tests_second():
+    # a test's stub answers at once: the samples likely to run long start on every worker
+    from codeparrot.eval.replay import Schedule
+
+    tests = ["assert f(1)\n", "assert f(1)\n" * 50]
+    bodies = ["    return None\n", "    y = x\n    return y\n"]
+    programs = [Program("def f(x):\n" + b, t, "f") for t in tests for b in bodies]
+    jobs = Schedule(programs).first()
+    assert [job.index for job in jobs] == [3, 1, 2, 0]
