@@ -186,10 +186,16 @@ def _run_all(
             ):
                 bar.update(1)
 
+    launched = threading.Semaphore(0)  # a zygote's process began (or failed to)
+
     def work(slot: int) -> None:
         job = None
         try:
             box = Sandbox(isolation, slot, limits, secret_dirs, runtime, compiled)
+            try:
+                box.start()
+            finally:
+                launched.release()
             with box:
                 while (job := jobs.get()) is not None:
                     p = job.program
@@ -216,7 +222,11 @@ def _run_all(
             outstanding[0] += len(first)
             for job in first:
                 jobs.put(job)
-        for job in first[:workers]:  # their tests compiled meanwhile, as each zygote would
+        # The first jobs' tests are compiled while the zygotes start (the longest part of the
+        # start: their processes are begun first, the harness's threads holding no lock).
+        for _ in range(workers):
+            launched.acquire(timeout=5)
+        for job in first[:workers]:
             if job.kind not in ("record", "records"):
                 compiled.frame(job.program.prompt, "<prompt>")
                 compiled.frame(job.program.test, "<test>")
