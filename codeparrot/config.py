@@ -372,10 +372,11 @@ def add_config_arguments(
     ``--name``/``--no-name``. ``--no-name`` of the first kind is still accepted (hidden).
     """
     skip, positional, required = set(skip), set(positional), set(required)
+    hints = typing.get_type_hints(cls)  # once: it evaluates every annotation of the class
     for f in dataclasses.fields(cls):
         if f.name in skip or f.metadata.get("cli", True) is False:
             continue
-        tp, default, needed = _field_facts(cls, f)
+        tp, default, needed = _field_facts(hints, f)
         needed = needed or f.name in required
         if tp is bool and f.name not in positional:
             _add_bool_flag(parser, f, default is True, _help_text(f, tp, default, needed))
@@ -395,7 +396,7 @@ def add_either_form(
     that command lines written for an argument's earlier form keep working. A tuple field
     collects the values of both forms."""
     f = next(f for f in dataclasses.fields(cls) if f.name == name)
-    tp, default, _needed = _field_facts(cls, f)
+    tp, default, _needed = _field_facts(typing.get_type_hints(cls), f)
     sequence = get_origin(tp) in (tuple, list)
     group = parser.add_mutually_exclusive_group(required=True)
     for shown in (True, False):
@@ -423,10 +424,10 @@ class _StoreOne(argparse.Action):
             setattr(namespace, self.dest, values[0])
 
 
-def _field_facts(cls: type[Config], f: dataclasses.Field) -> tuple[Any, Any, bool]:
-    """The field's type (``Optional`` removed), its default (``None``: none) and whether it
-    has none, so that a command line must give it."""
-    tp, _optional = _strip_optional(typing.get_type_hints(cls)[f.name])
+def _field_facts(hints: dict[str, Any], f: dataclasses.Field) -> tuple[Any, Any, bool]:
+    """The field's type (``Optional`` removed; ``hints``: its class's type hints), its
+    default (``None``: none) and whether it has none, so that a command line must give it."""
+    tp, _optional = _strip_optional(hints[f.name])
     if f.default is not dataclasses.MISSING:
         return tp, f.default, False
     if f.default_factory is not dataclasses.MISSING:
