@@ -1484,6 +1484,8 @@ def prepare_runtime(base, owner, secret, checker, tree=None):
                     open(tree + path, "x").close()
                 bound.append(path)
                 continue
+            if not made_here and os.path.isdir(path) and os.path.isdir(tree + path):
+                continue  # a folder is copied whole, whatever the checker's packages
             for relative, mtime in tree_files(path, secret):
                 source = os.path.join(path, relative) if relative else path
                 if made_here or not os.path.lexists(tree + source):

@@ -127,3 +127,35 @@ def test_without_a_writable_tmpfs_the_hosts_runtime_is_bound_with_a_warning(stro
         (view,) = views(strong)
     host = os.stat(sysconfig.get_paths()["stdlib"])
     assert view[1:3] == [host.st_dev, host.st_ino] and view[4] == "Read-only file system"
+
+
+def _files(tree: str) -> set[str]:
+    return {str(p.relative_to(tree)) for p in Path(tree).rglob("*") if not p.is_dir()}
+
+
+def test_a_copy_begun_before_its_task_was_known_gets_what_the_checkers_packages_load(strong):
+    # `eval execute` begins the copy before the problem file says which task (and so which
+    # checker packages) it is: the packages' libraries are added to the same folder
+    numpy = pytest.importorskip("numpy")
+    if sandbox.shared_tmpfs() is None:
+        pytest.skip("no writable tmpfs here")
+    from codeparrot.eval.sandbox import Limits
+
+    with RuntimeCopy(strong.mode, ("numpy",), secret_dirs=()) as direct:
+        wanted = _files(direct.manifest["tree"])
+    copy = RuntimeCopy(strong.mode, secret_dirs=())
+    copy.start()
+    try:
+        copy.require(("numpy",))
+        copy.create()
+        tree = copy.manifest["tree"]
+        assert _files(tree) == wanted
+        package = os.path.dirname(os.path.realpath(numpy.__file__))
+        assert not (Path(tree) / package.lstrip("/")).exists(), "the checker's package is copied"
+        program = Program("def f():\n    return 1\n", "import numpy\nassert f() == 1\n", "f")
+        limits = Limits(checker_packages=("numpy",))
+        (verdict,) = run_programs([program], isolation=strong, limits=limits, runtime=copy)
+        assert verdict.passed, verdict.result
+    finally:
+        copy.close()
+    assert leftovers() == []
