@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import importlib.metadata
 import json
 import os
 import platform
@@ -113,6 +112,8 @@ def atomic_directory(path: str | Path, *, overwrite: bool = False) -> Iterator[P
 
 def package_versions(extra: tuple[str, ...] = ()) -> dict[str, str | None]:
     """Installed versions of the packages that shape an artefact (``None`` if absent)."""
+    import importlib.metadata  # (not at import: it costs every CLI start ~30 ms)
+
     out: dict[str, str | None] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),

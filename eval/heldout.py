@@ -12,7 +12,6 @@ written by ``codeparrot data build`` (its ``valid`` split is read).
 from __future__ import annotations
 
 import gzip
-import importlib.metadata
 import json
 import os
 import random
@@ -71,6 +70,8 @@ def default_heldout_dir() -> Path:
 
 def installed_heldout_packages() -> list[str]:
     """Held-out packages in this Python, installed or vendored: the default corpus reads them."""
+    import importlib.metadata  # (not at import: it costs every CLI start ~30 ms)
+
     found = []
     for pin in HELDOUT_PACKAGES:
         name = pin.split("==")[0]
