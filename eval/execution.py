@@ -191,8 +191,8 @@ def _run_all(
     def work(slot: int) -> None:
         job = None
         try:
-            box = Sandbox(isolation, slot, limits, secret_dirs, runtime, compiled)
             try:
+                box = Sandbox(isolation, slot, limits, secret_dirs, runtime, compiled)
                 box.start()
             finally:
                 launched.release()
