@@ -28,20 +28,19 @@ from typing import Any
 
 import gradio as gr
 
-from codeparrot.app.config import MAX_CANDIDATES, AppConfig
+from codeparrot.app.config import AppConfig
 from codeparrot.app.examples import STOP_FIRST_BLOCK, STOP_MODES, STOP_NONE, STOP_SEQUENCES
+from codeparrot.app.frames import CandidatesView, PageRecords
 from codeparrot.app.limits import GenerationSlots, RequestLimits, RequestRefused, check_request
 from codeparrot.app.model_card import ModelCard, checkpoint_label, read_model_card
 from codeparrot.errors import CheckpointError, CodeparrotError, ConfigError
 from codeparrot.generation import (
     HUMANEVAL_STOP_SEQUENCES,
-    Completion,
     Engine,
     GenerationConfig,
     StreamEvent,
     decode_escapes,
 )
-from codeparrot.generation.repetition import cut_repetition
 from codeparrot.hub import ModelRef
 
 log = logging.getLogger(__name__)
@@ -125,17 +124,6 @@ def stop_sequences(mode: str, text: str) -> tuple[str, ...]:
     raise _user_error(f"Unknown stop mode {mode!r}; choose one of {', '.join(STOP_MODES)}.")
 
 
-def _candidate_label(index: int, completion: Any | None, cut: bool = False) -> str:
-    if completion is None:
-        return f"candidate {index + 1} · generating…"
-    return (
-        f"candidate {index + 1} · {completion.new_tokens} tokens · {completion.seconds:.2f} s · "
-        f"{completion.tokens_per_second:.1f} tokens/s · "
-        + ("cut at a repetition · " if cut else "")
-        + completion.finish_reason
-    )
-
-
 def _truncation_notice(prompt_tokens: int, kept: int, engine: Engine, max_new_tokens: int) -> str:
     return (
         f"⚠️ **Prompt trimmed**: it is {prompt_tokens} tokens, but the model's context of "
@@ -209,10 +197,16 @@ def _events_in_background(
     Sampling never waits for the page: while Gradio sends one update, the next tokens are
     already being computed, and updates coalesce when the page is slower than the model.
     An event that comes after a quiet ``interval`` (the first token, above all) is yielded
-    at once. Whoever stops iterating must set ``cancel`` so the thread ends within one
-    token.
+    at once. The first batch waits at most ``interval`` for the first token (else it is
+    empty: the page learns that the generation has started), so that one update, not
+    two, is on the first token's way to the page. Once it has the first token, sampling
+    waits for the reader to come back for more (at most ``interval``): the update that
+    carries the first token goes through Gradio without the next tokens' work sharing
+    the interpreter with it. Whoever stops iterating must set ``cancel`` so the thread
+    ends within one token.
     """
     events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    handed = threading.Event()  # the reader came back after a batch with the first token
 
     def produce() -> None:
         try:
@@ -223,25 +217,40 @@ def _events_in_background(
             )
             for event in stream:
                 events.put(event)
+                if not handed.is_set():
+                    handed.wait(timeout=interval)
+                    handed.set()
         except BaseException as e:  # handed to the consumer, raised there
             events.put(e)
         finally:
             events.put(_DONE)
 
     threading.Thread(target=produce, name="codeparrot-generate", daemon=True).start()
-    return _batches(events, interval)
+    return _batches(events, interval, handed)
 
 
-def _batches(events: queue.SimpleQueue[Any], interval: float) -> Iterator[list[StreamEvent]]:
-    """The events of :func:`_events_in_background`'s thread, batched (see there)."""
+def _batches(
+    events: queue.SimpleQueue[Any], interval: float, handed: threading.Event | None = None
+) -> Iterator[list[StreamEvent]]:
+    """The events of :func:`_events_in_background`'s thread, batched (see there); sets
+    ``handed`` when the reader comes back after a batch that had events."""
 
     def ends(item: Any) -> bool:
         return item is _DONE or isinstance(item, BaseException)
 
-    last = -float("inf")  # when the last batch went out
+    last = -float("inf")  # when the last batch with events went out
     finished = False
+    first = True
     while not finished:
-        batch = [events.get()]  # block for the next event
+        if first:  # the first token, or an empty batch after `interval` without one
+            first = False
+            try:
+                batch = [events.get(timeout=interval)]
+            except queue.Empty:
+                yield []
+                batch = [events.get()]
+        else:
+            batch = [events.get()]  # block for the next event
         # no sooner than `interval` after the last batch: gather what comes until then
         while not ends(batch[-1]) and (left := last + interval - time.monotonic()) > 0:
             try:
@@ -259,98 +268,12 @@ def _batches(events: queue.SimpleQueue[Any], interval: float) -> Iterator[list[S
         finished = batch[-1] is _DONE
         last = time.monotonic()
         yield [e for e in batch if isinstance(e, StreamEvent)]
+        if handed is not None:
+            handed.set()
 
 
 def _session_of(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or ""
-
-
-class _CandidatesView:
-    """The page's view of one generation: text so far and the finished candidates.
-
-    In infill mode each editor shows prompt + middle + ``suffix``.
-
-    With ``cut`` each candidate is shown cut before its first degenerate repetition
-    (:func:`~codeparrot.generation.repetition.cut_repetition`, the prompt being the text
-    above and before it); the details say which were cut.
-    """
-
-    def __init__(self, prompt: str, n: int, cut: bool = False, suffix: str = "") -> None:
-        self.prompt = prompt
-        self.suffix = suffix  # shown after each candidate: the middle grows in place
-        self.cut = cut
-        self.texts = [""] * n
-        self.done: list[Completion | None] = [None] * n
-        # (notice, details, editor labels) as the last frame sent them
-        self._sent: tuple[str, list[dict[str, Any]], list[str]] | None = None
-
-    def shown(self, index: int) -> str:
-        """Candidate ``index`` as the page shows it."""
-        text = self.texts[index]
-        return cut_repetition(text, before=self.prompt, above=self.prompt) if self.cut else text
-
-    def add(self, event: StreamEvent) -> None:
-        if event.completion is not None:
-            self.texts[event.index] = event.completion.text
-            self.done[event.index] = event.completion
-        else:
-            self.texts[event.index] += event.delta
-
-    def details(self) -> list[dict[str, Any]]:
-        out = []
-        for i, c in enumerate(self.done):
-            text = self.shown(i)
-            row: dict[str, Any] = {
-                "candidate": i + 1,
-                "text": text,
-                "finish_reason": None,
-                "repetition_cut": text != self.texts[i],
-            }
-            if c is not None:
-                row.update(
-                    finish_reason=c.finish_reason,
-                    new_tokens=c.new_tokens,
-                    seconds=round(c.seconds, 4),
-                    tokens_per_second=round(c.tokens_per_second, 2),
-                    prompt_tokens=c.prompt_tokens,
-                    prompt_truncated=c.prompt_truncated,
-                    seed=c.seed,
-                )
-            out.append(row)
-        return out
-
-    def frame(self, notice: str, *, full: bool = True) -> tuple[Any, ...]:
-        """Values of (notice, details, candidate 1, ..., candidate MAX_CANDIDATES).
-
-        A frame that is not ``full`` (mid-stream) gives the notice and the details as the
-        last full frame sent them and only the editors' texts, as plain values: Gradio
-        handles a plain value several times faster than an update of a component's
-        properties (or a ``gr.skip()``, which it handles as one), and this frame is on
-        the way of every token to the page. An editor whose label changed (its
-        candidate finished) still gets an update.
-        """
-        n = len(self.texts)
-        shown = [self.shown(i) for i in range(n)]
-        labels = [_candidate_label(i, self.done[i], shown[i] != self.texts[i]) for i in range(n)]
-        if not full and self._sent is not None:
-            sent_notice, sent_details, sent_labels = self._sent
-            editors = [
-                self.prompt + shown[i] + self.suffix
-                if labels[i] == sent_labels[i]
-                else gr.Code(value=self.prompt + shown[i] + self.suffix, label=labels[i])
-                for i in range(n)
-            ]
-            self._sent = (sent_notice, sent_details, labels)
-            return (sent_notice, sent_details, *editors, *[""] * (MAX_CANDIDATES - n))
-        details = self.details()
-        self._sent = (notice, details, labels)
-        editors = [
-            gr.Code(value=self.prompt + shown[i] + self.suffix, label=labels[i], visible=True)
-            if i < n
-            else gr.Code(value="", visible=False)
-            for i in range(MAX_CANDIDATES)
-        ]
-        return (gr.Markdown(notice, visible=bool(notice)), details, *editors)
 
 
 class Playground:
@@ -369,6 +292,7 @@ class Playground:
             config.served_checkpoints, device=config.device, compile=config.compile
         )
         self.running = _RunningGenerations()
+        self.pages = PageRecords()
         self.choices = _checkpoint_choices(config.served_checkpoints)
         self.slots = GenerationSlots(config.concurrency, config.queue_size)
         self.limits = RequestLimits(
@@ -433,13 +357,21 @@ class Playground:
             ticket = self.slots.join()
         except CodeparrotError as e:
             raise _user_error(str(e)) from None
-        view = _CandidatesView(prompt, gen.n, cut=bool(cut_repetition), suffix=suffix or "")
         session = _session_of(request)
+        view = CandidatesView(
+            prompt,
+            gen.n,
+            cut=bool(cut_repetition),
+            suffix=suffix or "",
+            page=self.pages.get(session),
+        )
         cancel = self.running.start(session)
+        ended = False
         try:
             yield from self._wait_for_turn(ticket, view, cancel)
             if not cancel.is_set():
                 yield from self._run(checkpoint, view, gen, cancel)
+            ended = True
         except CodeparrotError as e:
             raise _user_error(str(e)) from None
         except gr.Error:
@@ -451,6 +383,8 @@ class Playground:
             cancel.set()  # the page went away or stopped: end the generation thread too
             self.running.finish(session, cancel)
             self.slots.leave(ticket)
+            # what the page shows, known only if the last frame reached it
+            self.pages.put(session, view.page if ended else None)
 
     def infill_note(self, checkpoint: str) -> str:
         """What ``checkpoint`` does with the code after the cursor, for beside that box:
@@ -502,7 +436,7 @@ class Playground:
         return request.generation(stop=stop_sequences(stop_mode, stop_text))
 
     def _wait_for_turn(
-        self, ticket: object, view: _CandidatesView, cancel: threading.Event
+        self, ticket: object, view: CandidatesView, cancel: threading.Event
     ) -> Iterator[tuple[Any, ...]]:
         """Wait in line for a generation slot, telling the page how many are ahead.
 
@@ -522,7 +456,7 @@ class Playground:
     def _run(
         self,
         checkpoint: str,
-        view: _CandidatesView,
+        view: CandidatesView,
         gen: GenerationConfig,
         cancel: threading.Event,
     ) -> Iterator[tuple[Any, ...]]:
@@ -548,18 +482,18 @@ class Playground:
                 notice = _truncation_notice(
                     engine.count_tokens(view.prompt), len(ids), engine, gen.max_new_tokens
                 )
-        # sampling starts before the page's first update goes out: the model reads the
-        # prompt while Gradio sends that update (the notice is worked out before: the
-        # tokenizer is not shared with the sampling thread)
+        # the page's first update waits for the first token (at most an interval) and
+        # carries it: one update through Gradio on its way, not two
         batches = _events_in_background(
             engine, view.prompt, gen, cancel, self.config.stream_interval, suffix=suffix
         )
-        yield view.frame(notice)
+        full = True
         for batch in batches:
             for event in batch:
                 view.add(event)
-            yield view.frame(notice, full=False)
-        yield view.frame(notice)
+            yield view.frame(notice, full=full)
+            full = False
+        yield view.frame(notice, every_prop=True)  # mends any frame the page did not get
 
 
 def build_app(config: AppConfig) -> gr.Blocks:

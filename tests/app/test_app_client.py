@@ -72,8 +72,10 @@ def test_generation_streams_partial_output(client, playground):
     assert lengths == sorted(lengths)
     assert editor_value(outputs[-1][2]) == prompt + final_details[0]["text"]
     assert editor_value(outputs[-1][3]) == prompt + final_details[1]["text"]
-    # editors beyond n are hidden
-    assert outputs[0][4]["visible"] is False
+    # editors beyond n are hidden (the last frame sets every property; the first one only
+    # those that differ from what this client's page shows: its earlier generation had n=1)
+    assert outputs[-1][4]["visible"] is False
+    assert isinstance(outputs[0][3], dict) and outputs[0][3]["visible"] is True
     assert all(not isinstance(o[4], dict) or o[4].get("visible") is not True for o in outputs)
     # mid-stream frames carry the editors' texts as plain values (cheaper for Gradio)
     assert any(isinstance(o[2], str) for o in outputs[1:-1])

@@ -95,3 +95,25 @@ def test_the_first_token_goes_out_at_once_and_later_ones_at_most_every_interval(
     gen.close()
     cancel.set()
     assert engine.stopped.wait(5)
+
+
+def test_the_first_batch_waits_an_interval_at_most_for_the_first_token():
+    engine = ScriptedEngine(["a", "b"], delay=0.5)
+    gen = _events_in_background(engine, "p", GenerationConfig(), threading.Event(), 0.05)
+    start = time.monotonic()
+    assert next(gen) == []  # no token yet: the page is told the generation started
+    assert time.monotonic() - start < 0.4
+    assert [e.delta for e in next(gen)] == ["a"]  # then the first token at once
+    assert "".join(e.delta for b in gen for e in b) == "b"
+
+
+def test_sampling_waits_while_the_first_token_is_with_the_reader():
+    engine = ScriptedEngine([f"t{i} " for i in range(20)])
+    cancel = threading.Event()
+    gen = _events_in_background(engine, "p", GenerationConfig(), cancel, 5.0)
+    first = next(gen)
+    assert [e.delta for e in first] == ["t0 "]
+    time.sleep(0.2)  # the reader (Gradio sending the first update) is busy
+    assert engine.produced == 1
+    rest = [e for b in gen for e in b]  # back for more: sampling goes on
+    assert len(rest) == 20 and engine.produced == 20
