@@ -7,8 +7,9 @@ Inference goes through :class:`codeparrot.generation.Engine`; engines load on fi
 and are cached per checkpoint inside the playground's :class:`EnginePool`, so nothing is
 loaded at import and nothing is global.
 
-Sampling runs in a thread of its own and the page gets the text gathered every
-``--stream-interval`` seconds, so the model never waits for the browser. Each session
+``/generate``'s handler runs on Gradio's event loop; sampling runs in a thread of its own
+and the page gets the text gathered every ``--stream-interval`` seconds, so the model
+never waits for the browser. Each session
 (browser tab or API client) has at most one generation that **Stop** can end.
 
 Public API endpoints (``gradio_client``): ``/generate`` (streams), ``/model_card`` and
@@ -17,15 +18,16 @@ Public API endpoints (``gradio_client``): ``/generate`` (streams), ``/model_card
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-import queue
 import socket
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import gradio as gr
 
 from codeparrot.app.config import AppConfig
@@ -83,6 +85,9 @@ class EnginePool:
     def get(self, key: str) -> Engine:
         if key not in self.checkpoints:
             raise CheckpointError(f"checkpoint {key!r} is not one this playground serves")
+        engine = self._engines.get(key)  # loaded: no wait behind another one's load
+        if engine is not None:
+            return engine
         with self._lock:
             engine = self._engines.get(key)
             if engine is None:
@@ -190,9 +195,10 @@ def _events_in_background(
     cancel: threading.Event,
     interval: float,
     suffix: str | None = None,
-) -> Iterator[list[StreamEvent]]:
+) -> AsyncIterator[list[StreamEvent]]:
     """Start ``engine.stream`` in its own thread now; yield its events in batches, at most
-    one batch every ``interval`` seconds.
+    one batch every ``interval`` seconds, on the running event loop (Gradio's: each batch
+    reaches the handler without a hop through a worker thread).
 
     Sampling never waits for the page: while Gradio sends one update, the next tokens are
     already being computed, and updates coalesce when the page is slower than the model.
@@ -200,13 +206,20 @@ def _events_in_background(
     at once. The first batch waits at most ``interval`` for the first token (else it is
     empty: the page learns that the generation has started), so that one update, not
     two, is on the first token's way to the page. Once it has the first token, sampling
-    waits for the reader to come back for more (at most ``interval``): the update that
-    carries the first token goes through Gradio without the next tokens' work sharing
-    the interpreter with it. Whoever stops iterating must set ``cancel`` so the thread
-    ends within one token.
+    waits (at most ``interval``) until the reader comes back for more and the event loop
+    has had its turns to send that update: it goes out without the next tokens' work
+    sharing the interpreter with it. Whoever stops iterating must set ``cancel`` so the
+    thread ends within one token.
     """
-    events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    handed = threading.Event()  # the reader came back after a batch with the first token
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[Any] = asyncio.Queue()
+    handed = threading.Event()  # the update with the first token is on its way
+
+    def put(item: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(events.put_nowait, item)
+        except RuntimeError:  # the loop is closed: the server is shutting down
+            cancel.set()
 
     def produce() -> None:
         try:
@@ -216,27 +229,42 @@ def _events_in_background(
                 else engine.stream(prompt, gen, cancel=cancel, suffix=suffix)
             )
             for event in stream:
-                events.put(event)
+                put(event)
                 if not handed.is_set():
                     handed.wait(timeout=interval)
                     handed.set()
         except BaseException as e:  # handed to the consumer, raised there
-            events.put(e)
+            put(e)
         finally:
-            events.put(_DONE)
+            put(_DONE)
 
     threading.Thread(target=produce, name="codeparrot-generate", daemon=True).start()
     return _batches(events, interval, handed)
 
 
-def _batches(
-    events: queue.SimpleQueue[Any], interval: float, handed: threading.Event | None = None
-) -> Iterator[list[StreamEvent]]:
+# Event-loop turns the update with the first token gets before sampling goes on: Gradio
+# comes back for the next update as soon as it has queued one, before its event stream
+# has written it (measured: the write then waited ~2 ms for the interpreter).
+SEND_TURNS = 4
+
+
+async def _batches(
+    events: asyncio.Queue[Any], interval: float, handed: threading.Event | None = None
+) -> AsyncIterator[list[StreamEvent]]:
     """The events of :func:`_events_in_background`'s thread, batched (see there); sets
     ``handed`` when the reader comes back after a batch that had events."""
+    loop = asyncio.get_running_loop()
 
     def ends(item: Any) -> bool:
         return item is _DONE or isinstance(item, BaseException)
+
+    async def get(timeout: float | None) -> Any:  # asyncio.TimeoutError after `timeout`
+        try:
+            return events.get_nowait()
+        except asyncio.QueueEmpty:
+            if timeout is not None and timeout <= 0:
+                raise asyncio.TimeoutError from None
+        return await asyncio.wait_for(events.get(), timeout)
 
     last = -float("inf")  # when the last batch with events went out
     finished = False
@@ -245,30 +273,32 @@ def _batches(
         if first:  # the first token, or an empty batch after `interval` without one
             first = False
             try:
-                batch = [events.get(timeout=interval)]
-            except queue.Empty:
+                batch = [await get(interval)]
+            except asyncio.TimeoutError:
                 yield []
-                batch = [events.get()]
+                batch = [await get(None)]
         else:
-            batch = [events.get()]  # block for the next event
+            batch = [await get(None)]  # wait for the next event
         # no sooner than `interval` after the last batch: gather what comes until then
-        while not ends(batch[-1]) and (left := last + interval - time.monotonic()) > 0:
+        while not ends(batch[-1]) and (left := last + interval - loop.time()) > 0:
             try:
-                batch.append(events.get(timeout=left))
-            except queue.Empty:
+                batch.append(await get(left))
+            except asyncio.TimeoutError:
                 break
         # drain what is already there: coalesce when the consumer is slow
         while not ends(batch[-1]):
             try:
                 batch.append(events.get_nowait())
-            except queue.Empty:
+            except asyncio.QueueEmpty:
                 break
         if isinstance(batch[-1], BaseException):
             raise batch[-1]
         finished = batch[-1] is _DONE
-        last = time.monotonic()
+        last = loop.time()
         yield [e for e in batch if isinstance(e, StreamEvent)]
-        if handed is not None:
+        if handed is not None and not handed.is_set():
+            for _ in range(SEND_TURNS):
+                await asyncio.sleep(0)
             handed.set()
 
 
@@ -293,6 +323,7 @@ class Playground:
         )
         self.running = _RunningGenerations()
         self.pages = PageRecords()
+        self._waiting_threads: anyio.CapacityLimiter | None = None
         self.choices = _checkpoint_choices(config.served_checkpoints)
         self.slots = GenerationSlots(config.concurrency, config.queue_size)
         self.limits = RequestLimits(
@@ -329,7 +360,7 @@ class Playground:
         top = min(limit, context - 1) if context and context > 1 else limit
         return gr.Slider(maximum=top, value=min(int(current or 1), top))
 
-    def generate(
+    async def generate(
         self,
         checkpoint: str,
         prompt: str,
@@ -343,12 +374,15 @@ class Playground:
         cut_repetition: bool = True,
         suffix: str = "",
         request: gr.Request | None = None,
-    ) -> Iterator[tuple[Any, ...]]:
+    ) -> AsyncIterator[tuple[Any, ...]]:
         """Stream candidates: yields (notice, details, candidate 1, ..., candidate 8).
 
         The request is checked, then waits for a generation slot, then runs; nothing is
         tokenized before the checks pass. Errors reach the client as one short line;
         unexpected ones leave their traceback in the server's log only.
+
+        It runs on Gradio's event loop (an async generator: no worker-thread hop per
+        update); what blocks (waiting in line, loading a checkpoint) goes to a thread.
         """
         try:
             gen = self._generation_config(
@@ -368,9 +402,11 @@ class Playground:
         cancel = self.running.start(session)
         ended = False
         try:
-            yield from self._wait_for_turn(ticket, view, cancel)
+            async for frame in self._wait_for_turn(ticket, view, cancel):
+                yield frame
             if not cancel.is_set():
-                yield from self._run(checkpoint, view, gen, cancel)
+                async for frame in self._run(checkpoint, view, gen, cancel):
+                    yield frame
             ended = True
         except CodeparrotError as e:
             raise _user_error(str(e)) from None
@@ -435,9 +471,9 @@ class Playground:
             )
         return request.generation(stop=stop_sequences(stop_mode, stop_text))
 
-    def _wait_for_turn(
+    async def _wait_for_turn(
         self, ticket: object, view: CandidatesView, cancel: threading.Event
-    ) -> Iterator[tuple[Any, ...]]:
+    ) -> AsyncIterator[tuple[Any, ...]]:
         """Wait in line for a generation slot, telling the page how many are ahead.
 
         Yielding while waiting lets Gradio notice a page that went away; /stop ends
@@ -445,7 +481,11 @@ class Playground:
         """
         shown = 0
         while not cancel.is_set():
-            ahead = self.slots.ahead(ticket, timeout=WAIT_POLL_SECONDS)
+            ahead = self.slots.ahead(ticket, timeout=0)
+            if ahead:  # wait in a thread (a slot that frees wakes it at once)
+                ahead = await anyio.to_thread.run_sync(
+                    self.slots.ahead, ticket, WAIT_POLL_SECONDS, limiter=self._waiting()
+                )
             if ahead == 0:
                 return
             if ahead != shown:
@@ -453,13 +493,19 @@ class Playground:
                 yield view.frame(f"⏳ Waiting for a free slot: {ahead} generation(s) ahead.")
         yield view.frame("Stopped before it started.")
 
-    def _run(
+    def _waiting(self) -> anyio.CapacityLimiter:
+        """Threads for the requests waiting in line (made on the event loop, once)."""
+        if self._waiting_threads is None:
+            self._waiting_threads = anyio.CapacityLimiter(thread_budget(self.config))
+        return self._waiting_threads
+
+    async def _run(
         self,
         checkpoint: str,
         view: CandidatesView,
         gen: GenerationConfig,
         cancel: threading.Event,
-    ) -> Iterator[tuple[Any, ...]]:
+    ) -> AsyncIterator[tuple[Any, ...]]:
         """Load (first use), fit the prompt to the context, then stream the candidates.
 
         With a suffix and a checkpoint that has the FIM sentinels the model writes the
@@ -467,33 +513,52 @@ class Playground:
         """
         if not self.pool.is_loaded(checkpoint):
             yield view.frame(f"Loading `{checkpoint_label(Path(checkpoint))}` (first use)…")
-        engine = self.pool.get(checkpoint)
-        suffix = view.suffix if view.suffix.strip() else None
-        if suffix is not None and engine.fim is None:
-            suffix, view.suffix = None, ""
-            notice = NO_SENTINELS
-        elif suffix is not None:
-            _, truncated = engine.encode_infill(view.prompt, suffix, gen.max_new_tokens)
-            notice = _infill_trimmed_notice(engine, gen.max_new_tokens) if truncated else ""
+            engine = await anyio.to_thread.run_sync(self.pool.get, checkpoint)
         else:
-            ids, truncated = engine.encode_prompt(view.prompt, gen.max_new_tokens)
-            notice = ""
-            if truncated:
-                notice = _truncation_notice(
-                    engine.count_tokens(view.prompt), len(ids), engine, gen.max_new_tokens
-                )
+            engine = self.pool.get(checkpoint)
+        fit = functools.partial(_fit_prompt, engine, view, gen.max_new_tokens)
+        if len(view.prompt) + len(view.suffix) <= TOKENIZE_ON_THE_LOOP_CHARS:
+            suffix, notice = fit()
+        else:  # a long prompt is tokenized in a thread: the loop serves the other pages
+            suffix, notice = await anyio.to_thread.run_sync(fit)
         # the page's first update waits for the first token (at most an interval) and
         # carries it: one update through Gradio on its way, not two
         batches = _events_in_background(
             engine, view.prompt, gen, cancel, self.config.stream_interval, suffix=suffix
         )
         full = True
-        for batch in batches:
+        async for batch in batches:
             for event in batch:
                 view.add(event)
             yield view.frame(notice, full=full)
             full = False
         yield view.frame(notice, every_prop=True)  # mends any frame the page did not get
+
+
+# Characters of prompt and suffix tokenized on the event loop (a fraction of a millisecond)
+TOKENIZE_ON_THE_LOOP_CHARS = 8_000
+
+
+def _fit_prompt(
+    engine: Engine, view: CandidatesView, max_new_tokens: int
+) -> tuple[str | None, str]:
+    """(the suffix the model gets, the notice): the prompt fitted to the context; without
+    FIM sentinels the suffix is dropped (and ``view`` no longer shows it)."""
+    suffix = view.suffix if view.suffix.strip() else None
+    if suffix is not None and engine.fim is None:
+        suffix, view.suffix = None, ""
+        notice = NO_SENTINELS
+    elif suffix is not None:
+        _, truncated = engine.encode_infill(view.prompt, suffix, max_new_tokens)
+        notice = _infill_trimmed_notice(engine, max_new_tokens) if truncated else ""
+    else:
+        ids, truncated = engine.encode_prompt(view.prompt, max_new_tokens)
+        notice = ""
+        if truncated:
+            notice = _truncation_notice(
+                engine.count_tokens(view.prompt), len(ids), engine, max_new_tokens
+            )
+    return suffix, notice
 
 
 def build_app(config: AppConfig) -> gr.Blocks:
@@ -587,8 +652,7 @@ def serve(playground: Playground, *, block: bool = True) -> tuple[gr.Blocks, str
         server_name=config.host,
         server_port=port,
         prevent_thread_lock=not block,
-        # a waiting generation holds a worker thread; leave room for /stop and the card
-        max_threads=max(40, config.concurrency + config.queue_size + 16),
+        max_threads=thread_budget(config),
         show_error=False,  # gr.Error messages still reach clients; tracebacks stay in the log
         quiet=not block,
         css=CSS,
@@ -598,6 +662,11 @@ def serve(playground: Playground, *, block: bool = True) -> tuple[gr.Blocks, str
     if config.load_at_start and first is not None and read_model_card(first).exists:
         _load_in_background(playground.pool, first)
     return demo, demo.local_url or f"http://{config.host}:{port}/"
+
+
+def thread_budget(config: AppConfig) -> int:
+    """Worker threads: a generation waiting in line holds one; room for /stop and the card."""
+    return max(40, config.concurrency + config.queue_size + 16)
 
 
 def _load_in_background(pool: Any, key: str) -> threading.Thread:

@@ -130,7 +130,12 @@ def test_errors_arrive_as_errors(client, playground, kwargs, message):
         client.predict(*generate_args(checkpoint, prompt, **kwargs), api_name="/generate")
 
 
-def test_long_prompt_is_trimmed_with_a_notice(client, playground):
+@pytest.mark.parametrize("on_the_loop", [True, False], ids=["on the loop", "in a thread"])
+def test_long_prompt_is_trimmed_with_a_notice(client, playground, monkeypatch, on_the_loop):
+    from codeparrot.app import ui
+
+    if not on_the_loop:  # a prompt this long is tokenized in a thread
+        monkeypatch.setattr(ui, "TOKENIZE_ON_THE_LOOP_CHARS", 0)
     prompt = "".join(f"value_{i} = {i} * {i}\n" for i in range(200))  # far beyond 256 tokens
     result = client.predict(
         *generate_args(playground.trained, prompt, max_new_tokens=32), api_name="/generate"
