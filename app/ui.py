@@ -197,23 +197,24 @@ def _events_in_background(
     suffix: str | None = None,
 ) -> AsyncIterator[list[StreamEvent]]:
     """Start ``engine.stream`` in its own thread now; yield its events in batches, at most
-    one batch every ``interval`` seconds, on the running event loop (Gradio's: each batch
-    reaches the handler without a hop through a worker thread).
+    one batch every ``interval`` seconds once text shows, on the running event loop
+    (Gradio's: each batch reaches the handler without a hop through a worker thread).
 
     Sampling never waits for the page: while Gradio sends one update, the next tokens are
     already being computed, and updates coalesce when the page is slower than the model.
-    An event that comes after a quiet ``interval`` (the first token, above all) is yielded
-    at once. The first batch waits at most ``interval`` for the first token (else it is
-    empty: the page learns that the generation has started), so that one update, not
-    two, is on the first token's way to the page. Once it has the first token, sampling
-    waits (at most ``interval``) until the reader comes back for more and the event loop
-    has had its turns to send that update: it goes out without the next tokens' work
-    sharing the interpreter with it. Whoever stops iterating must set ``cancel`` so the
-    thread ends within one token.
+    An event that comes after a quiet ``interval`` is yielded at once. The first text a
+    user sees is the exception: the first batch waits at most ``interval`` for the first
+    token (else it is empty: the page learns that the generation has started), so that
+    one update, not two, is on its way to the page; until a batch has text that shows
+    (more than blank space: the indentation after a prompt's last line does not), each
+    event goes out at once, and sampling waits (at most ``interval``) for the reader to
+    come back and the event loop to have had its turns to send the update, which then
+    goes out without the next tokens' work sharing the interpreter with it. Whoever
+    stops iterating must set ``cancel`` so the thread ends within one token.
     """
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[Any] = asyncio.Queue()
-    handed = threading.Event()  # the update with the first token is on its way
+    sync = _FirstText()
 
     def put(item: Any) -> None:
         try:
@@ -230,29 +231,43 @@ def _events_in_background(
             )
             for event in stream:
                 put(event)
-                if not handed.is_set():
-                    handed.wait(timeout=interval)
-                    handed.set()
+                if not sync.shown.is_set():  # until text shows: in step with the reader
+                    sync.back.wait(timeout=interval)
+                    sync.back.clear()
         except BaseException as e:  # handed to the consumer, raised there
             put(e)
         finally:
             put(_DONE)
 
     threading.Thread(target=produce, name="codeparrot-generate", daemon=True).start()
-    return _batches(events, interval, handed)
+    return _batches(events, interval, sync)
 
 
-# Event-loop turns the update with the first token gets before sampling goes on: Gradio
+class _FirstText:
+    """Between the sampling thread and the reader, until the first text shows."""
+
+    def __init__(self) -> None:
+        self.back = threading.Event()  # the reader came back after a batch, its update sent
+        self.shown = threading.Event()  # a batch with text that shows went out
+
+
+# Event-loop turns an update before the first text gets before sampling goes on: Gradio
 # comes back for the next update as soon as it has queued one, before its event stream
 # has written it (measured: the write then waited ~2 ms for the interpreter).
 SEND_TURNS = 4
 
 
+def _shows(batch: list[Any]) -> bool:
+    return any(
+        isinstance(e, StreamEvent) and (e.delta.strip() or e.completion is not None) for e in batch
+    )
+
+
 async def _batches(
-    events: asyncio.Queue[Any], interval: float, handed: threading.Event | None = None
+    events: asyncio.Queue[Any], interval: float, sync: _FirstText | None = None
 ) -> AsyncIterator[list[StreamEvent]]:
-    """The events of :func:`_events_in_background`'s thread, batched (see there); sets
-    ``handed`` when the reader comes back after a batch that had events."""
+    """The events of :func:`_events_in_background`'s thread, batched (see there); tells
+    ``sync`` when the reader comes back after a batch and when text has shown."""
     loop = asyncio.get_running_loop()
 
     def ends(item: Any) -> bool:
@@ -266,19 +281,14 @@ async def _batches(
                 raise asyncio.TimeoutError from None
         return await asyncio.wait_for(events.get(), timeout)
 
-    last = -float("inf")  # when the last batch with events went out
-    finished = False
-    first = True
+    last = -float("inf")  # when the last batch went out, once text shows
+    finished = shown = False
+    try:
+        batch = [await get(interval)]  # the first token, or an empty batch after `interval`
+    except asyncio.TimeoutError:
+        yield []
+        batch = [await get(None)]
     while not finished:
-        if first:  # the first token, or an empty batch after `interval` without one
-            first = False
-            try:
-                batch = [await get(interval)]
-            except asyncio.TimeoutError:
-                yield []
-                batch = [await get(None)]
-        else:
-            batch = [await get(None)]  # wait for the next event
         # no sooner than `interval` after the last batch: gather what comes until then
         while not ends(batch[-1]) and (left := last + interval - loop.time()) > 0:
             try:
@@ -294,12 +304,17 @@ async def _batches(
         if isinstance(batch[-1], BaseException):
             raise batch[-1]
         finished = batch[-1] is _DONE
-        last = loop.time()
+        was_shown, shown = shown, shown or _shows(batch)
+        last = loop.time() if shown else last
         yield [e for e in batch if isinstance(e, StreamEvent)]
-        if handed is not None and not handed.is_set():
+        if sync is not None and not was_shown:
             for _ in range(SEND_TURNS):
                 await asyncio.sleep(0)
-            handed.set()
+            if shown:
+                sync.shown.set()
+            sync.back.set()
+        if not finished:
+            batch = [await get(None)]  # wait for the next event
 
 
 def _session_of(request: gr.Request | None) -> str:

@@ -158,3 +158,22 @@ def test_sampling_waits_while_the_first_token_is_with_the_reader():
         assert len(rest) == 20 and engine.produced == 20
 
     asyncio.run(run())
+
+
+def test_blank_first_tokens_do_not_hold_back_the_first_text():
+    # after a prompt's last line the first tokens are often a newline and indentation,
+    # which the page does not show: the first token that shows goes out at once too
+    engine = ScriptedEngine(["\n", "    ", "return"] + [f" t{i}" for i in range(10)])
+
+    async def run():
+        gen = batches_of(engine, 5.0)
+        start = time.monotonic()
+        batches = [await anext(gen)]
+        while not any(e.delta.strip() for e in batches[-1]):
+            batches.append(await anext(gen))
+        assert time.monotonic() - start < 2  # not an interval (5 s) between them
+        assert [e.delta for b in batches for e in b] == ["\n", "    ", "return"]
+        rest = [e for b in await every_batch(gen) for e in b]
+        assert len(rest) == 11
+
+    asyncio.run(run())
