@@ -18,7 +18,8 @@ reports the latency a client sees:
 - ``app``: the playground as its page talks to it: ``/generate`` (one candidate,
   ``--app-tokens`` new tokens) joined to Gradio's queue, its event stream read until the
   first new token shows in the candidate's editor; the report also gives the time until
-  Gradio's queue started the handler (the rest: the engine and our updates);
+  Gradio's ``process_starts`` message arrived (its queue's share, where the handler runs
+  in a worker thread);
 - ``app, gradio_client``: the same endpoint through ``gradio_client``, one token, to its
   answer (that client looks for new messages every 50 ms);
 - ``app before`` (``--app-python PY``): the page's way in to the playground of another
@@ -333,9 +334,9 @@ def report(
         ratio = statistics.median(v / b for v, b in zip(seconds[name], lsp, strict=True))
         print(f"{name} / lsp: {ratio:.2f}x (median of rounds)")
     for name, values in queue_ms.items():
-        print(f"{name}: Gradio's queue to the handler's start {statistics.median(values):.1f} "
-              f"ms p50 (its join and event stream; the rest is the handler's: engine and "
-              f"updates)")  # fmt: skip
+        print(f"{name}: Gradio's process_starts message {statistics.median(values):.1f} ms "
+              f"p50 after the join (sent as the queue starts the event; a handler on the "
+              f"event loop can delay its writing)")  # fmt: skip
 
 
 def main() -> None:
