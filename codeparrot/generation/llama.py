@@ -77,6 +77,7 @@ class LlamaDecoder(GPT2Decoder):
     """Forward passes of a Llama-style causal LM written out over its parameters."""
 
     qk_norm = False  # Qwen3's RMS-normed queries and keys
+    _packs_bf16_prompts = False  # bf16 prompts under autocast (GPT2Decoder's are packed)
 
     def __init__(self, model: Any) -> None:
         cfg = model.config
