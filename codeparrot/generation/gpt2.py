@@ -191,8 +191,6 @@ class GPT2Decoder:
     # how scripted_gpt2 multiplies the float matrices and splits the fused projection
     _float_kernel = 0  # FLOAT_CONV1D
     _split_kind = 0  # SPLIT_GPT2
-    # do bf16 prompts run on packed copies (use_bf16_prompt_weights)? GPT-2's blocks only
-    _packs_bf16_prompts = True
 
     def __init__(self, model: Any) -> None:
         cfg = model.config
@@ -426,10 +424,9 @@ class GPT2Decoder:
         (:meth:`forward` with ``bf16``) multiply by instead of casting the float32 ones
         under autocast at every prompt (:mod:`~codeparrot.generation.bf16_prompts`).
         Costs two bytes a parameter of the matrices. Returns whether they are kept: not
-        off a CPU, for weights not in float32, where torch lacks the kernel, or for the
-        Llama family (its prompts keep autocast)."""
-        if not self._packs_bf16_prompts:
-            return False
+        off a CPU, for weights not in float32, or where torch lacks the kernel. The
+        Llama family's groups (queries, keys and values; gate and up) are one product
+        each."""
         if self.device.type != "cpu" or self.dtype != torch.float32:
             return False
         if not packed_bf16_supported():
