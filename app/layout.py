@@ -268,5 +268,9 @@ def _wire(demo: gr.Blocks, w: Widgets, playground: Playground) -> None:
         w.generation_outputs(),
         api_name="generate",
         concurrency_limit=None,
+        # the handler checks its inputs and gives its outputs as the page shows them
+        # (codeparrot.app.ui.page_code): no worker-thread hop per input and output
+        preprocess=False,
+        postprocess=False,
     )
     w.stop.click(playground.stop, None, None, api_name="stop", **quick)

@@ -7,8 +7,9 @@ Inference goes through :class:`codeparrot.generation.Engine`; engines load on fi
 and are cached per checkpoint inside the playground's :class:`EnginePool`, so nothing is
 loaded at import and nothing is global.
 
-Sampling runs in a thread of its own and the page gets the text gathered every
-``--stream-interval`` seconds, so the model never waits for the browser. Each session
+``/generate``'s handler runs on Gradio's event loop; sampling runs in a thread of its own
+and the page gets the text gathered every ``--stream-interval`` seconds, so the model
+never waits for the browser. Each session
 (browser tab or API client) has at most one generation that **Stop** can end.
 
 Public API endpoints (``gradio_client``): ``/generate`` (streams), ``/model_card`` and
@@ -17,31 +18,31 @@ Public API endpoints (``gradio_client``): ``/generate`` (streams), ``/model_card
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-import queue
 import socket
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import gradio as gr
 
-from codeparrot.app.config import MAX_CANDIDATES, AppConfig
+from codeparrot.app.config import AppConfig
 from codeparrot.app.examples import STOP_FIRST_BLOCK, STOP_MODES, STOP_NONE, STOP_SEQUENCES
+from codeparrot.app.frames import CandidatesView, PageRecords
 from codeparrot.app.limits import GenerationSlots, RequestLimits, RequestRefused, check_request
 from codeparrot.app.model_card import ModelCard, checkpoint_label, read_model_card
 from codeparrot.errors import CheckpointError, CodeparrotError, ConfigError
 from codeparrot.generation import (
     HUMANEVAL_STOP_SEQUENCES,
-    Completion,
     Engine,
     GenerationConfig,
     StreamEvent,
     decode_escapes,
 )
-from codeparrot.generation.repetition import cut_repetition
 from codeparrot.hub import ModelRef
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,9 @@ class EnginePool:
     def get(self, key: str) -> Engine:
         if key not in self.checkpoints:
             raise CheckpointError(f"checkpoint {key!r} is not one this playground serves")
+        engine = self._engines.get(key)  # loaded: no wait behind another one's load
+        if engine is not None:
+            return engine
         with self._lock:
             engine = self._engines.get(key)
             if engine is None:
@@ -123,17 +127,6 @@ def stop_sequences(mode: str, text: str) -> tuple[str, ...]:
             )
         return tuple(out)
     raise _user_error(f"Unknown stop mode {mode!r}; choose one of {', '.join(STOP_MODES)}.")
-
-
-def _candidate_label(index: int, completion: Any | None, cut: bool = False) -> str:
-    if completion is None:
-        return f"candidate {index + 1} · generating…"
-    return (
-        f"candidate {index + 1} · {completion.new_tokens} tokens · {completion.seconds:.2f} s · "
-        f"{completion.tokens_per_second:.1f} tokens/s · "
-        + ("cut at a repetition · " if cut else "")
-        + completion.finish_reason
-    )
 
 
 def _truncation_notice(prompt_tokens: int, kept: int, engine: Engine, max_new_tokens: int) -> str:
@@ -202,17 +195,32 @@ def _events_in_background(
     cancel: threading.Event,
     interval: float,
     suffix: str | None = None,
-) -> Iterator[list[StreamEvent]]:
+) -> AsyncIterator[list[StreamEvent]]:
     """Start ``engine.stream`` in its own thread now; yield its events in batches, at most
-    one batch every ``interval`` seconds.
+    one batch every ``interval`` seconds once text shows, on the running event loop
+    (Gradio's: each batch reaches the handler without a hop through a worker thread).
 
     Sampling never waits for the page: while Gradio sends one update, the next tokens are
     already being computed, and updates coalesce when the page is slower than the model.
-    An event that comes after a quiet ``interval`` (the first token, above all) is yielded
-    at once. Whoever stops iterating must set ``cancel`` so the thread ends within one
-    token.
+    An event that comes after a quiet ``interval`` is yielded at once. The first text a
+    user sees is the exception: the first batch waits at most ``interval`` for the first
+    token (else it is empty: the page learns that the generation has started), so that
+    one update, not two, is on its way to the page; until a batch has text that shows
+    (more than blank space: the indentation after a prompt's last line does not), each
+    event goes out at once, and sampling waits (at most ``interval``) for the reader to
+    come back and the event loop to have had its turns to send the update, which then
+    goes out without the next tokens' work sharing the interpreter with it. Whoever
+    stops iterating must set ``cancel`` so the thread ends within one token.
     """
-    events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[Any] = asyncio.Queue()
+    sync = _FirstText()
+
+    def put(item: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(events.put_nowait, item)
+        except RuntimeError:  # the loop is closed: the server is shutting down
+            cancel.set()
 
     def produce() -> None:
         try:
@@ -222,135 +230,95 @@ def _events_in_background(
                 else engine.stream(prompt, gen, cancel=cancel, suffix=suffix)
             )
             for event in stream:
-                events.put(event)
+                put(event)
+                if not sync.shown.is_set():  # until text shows: in step with the reader
+                    sync.back.wait(timeout=interval)
+                    sync.back.clear()
         except BaseException as e:  # handed to the consumer, raised there
-            events.put(e)
+            put(e)
         finally:
-            events.put(_DONE)
+            put(_DONE)
 
     threading.Thread(target=produce, name="codeparrot-generate", daemon=True).start()
-    return _batches(events, interval)
+    return _batches(events, interval, sync)
 
 
-def _batches(events: queue.SimpleQueue[Any], interval: float) -> Iterator[list[StreamEvent]]:
-    """The events of :func:`_events_in_background`'s thread, batched (see there)."""
+class _FirstText:
+    """Between the sampling thread and the reader, until the first text shows."""
+
+    def __init__(self) -> None:
+        self.back = threading.Event()  # the reader came back after a batch, its update sent
+        self.shown = threading.Event()  # a batch with text that shows went out
+
+
+# Event-loop turns an update before the first text gets before sampling goes on: Gradio
+# comes back for the next update as soon as it has queued one, before its event stream
+# has written it (measured: the write then waited ~2 ms for the interpreter).
+SEND_TURNS = 4
+
+
+def _shows(batch: list[Any]) -> bool:
+    return any(
+        isinstance(e, StreamEvent) and (e.delta.strip() or e.completion is not None) for e in batch
+    )
+
+
+async def _batches(
+    events: asyncio.Queue[Any], interval: float, sync: _FirstText | None = None
+) -> AsyncIterator[list[StreamEvent]]:
+    """The events of :func:`_events_in_background`'s thread, batched (see there); tells
+    ``sync`` when the reader comes back after a batch and when text has shown."""
+    loop = asyncio.get_running_loop()
 
     def ends(item: Any) -> bool:
         return item is _DONE or isinstance(item, BaseException)
 
-    last = -float("inf")  # when the last batch went out
-    finished = False
+    async def get(timeout: float | None) -> Any:  # asyncio.TimeoutError after `timeout`
+        try:
+            return events.get_nowait()
+        except asyncio.QueueEmpty:
+            if timeout is not None and timeout <= 0:
+                raise asyncio.TimeoutError from None
+        return await asyncio.wait_for(events.get(), timeout)
+
+    last = -float("inf")  # when the last batch went out, once text shows
+    finished = shown = False
+    try:
+        batch = [await get(interval)]  # the first token, or an empty batch after `interval`
+    except asyncio.TimeoutError:
+        yield []
+        batch = [await get(None)]
     while not finished:
-        batch = [events.get()]  # block for the next event
         # no sooner than `interval` after the last batch: gather what comes until then
-        while not ends(batch[-1]) and (left := last + interval - time.monotonic()) > 0:
+        while not ends(batch[-1]) and (left := last + interval - loop.time()) > 0:
             try:
-                batch.append(events.get(timeout=left))
-            except queue.Empty:
+                batch.append(await get(left))
+            except asyncio.TimeoutError:
                 break
         # drain what is already there: coalesce when the consumer is slow
         while not ends(batch[-1]):
             try:
                 batch.append(events.get_nowait())
-            except queue.Empty:
+            except asyncio.QueueEmpty:
                 break
         if isinstance(batch[-1], BaseException):
             raise batch[-1]
         finished = batch[-1] is _DONE
-        last = time.monotonic()
+        was_shown, shown = shown, shown or _shows(batch)
+        last = loop.time() if shown else last
         yield [e for e in batch if isinstance(e, StreamEvent)]
+        if sync is not None and not was_shown:
+            for _ in range(SEND_TURNS):
+                await asyncio.sleep(0)
+            if shown:
+                sync.shown.set()
+            sync.back.set()
+        if not finished:
+            batch = [await get(None)]  # wait for the next event
 
 
 def _session_of(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or ""
-
-
-class _CandidatesView:
-    """The page's view of one generation: text so far and the finished candidates.
-
-    In infill mode each editor shows prompt + middle + ``suffix``.
-
-    With ``cut`` each candidate is shown cut before its first degenerate repetition
-    (:func:`~codeparrot.generation.repetition.cut_repetition`, the prompt being the text
-    above and before it); the details say which were cut.
-    """
-
-    def __init__(self, prompt: str, n: int, cut: bool = False, suffix: str = "") -> None:
-        self.prompt = prompt
-        self.suffix = suffix  # shown after each candidate: the middle grows in place
-        self.cut = cut
-        self.texts = [""] * n
-        self.done: list[Completion | None] = [None] * n
-        # (notice, details, editor labels) as the last frame sent them
-        self._sent: tuple[str, list[dict[str, Any]], list[str]] | None = None
-
-    def shown(self, index: int) -> str:
-        """Candidate ``index`` as the page shows it."""
-        text = self.texts[index]
-        return cut_repetition(text, before=self.prompt, above=self.prompt) if self.cut else text
-
-    def add(self, event: StreamEvent) -> None:
-        if event.completion is not None:
-            self.texts[event.index] = event.completion.text
-            self.done[event.index] = event.completion
-        else:
-            self.texts[event.index] += event.delta
-
-    def details(self) -> list[dict[str, Any]]:
-        out = []
-        for i, c in enumerate(self.done):
-            text = self.shown(i)
-            row: dict[str, Any] = {
-                "candidate": i + 1,
-                "text": text,
-                "finish_reason": None,
-                "repetition_cut": text != self.texts[i],
-            }
-            if c is not None:
-                row.update(
-                    finish_reason=c.finish_reason,
-                    new_tokens=c.new_tokens,
-                    seconds=round(c.seconds, 4),
-                    tokens_per_second=round(c.tokens_per_second, 2),
-                    prompt_tokens=c.prompt_tokens,
-                    prompt_truncated=c.prompt_truncated,
-                    seed=c.seed,
-                )
-            out.append(row)
-        return out
-
-    def frame(self, notice: str, *, full: bool = True) -> tuple[Any, ...]:
-        """Values of (notice, details, candidate 1, ..., candidate MAX_CANDIDATES).
-
-        A frame that is not ``full`` (mid-stream) gives the notice and the details as the
-        last full frame sent them and only the editors' texts, as plain values: Gradio
-        handles a plain value several times faster than an update of a component's
-        properties (or a ``gr.skip()``, which it handles as one), and this frame is on
-        the way of every token to the page. An editor whose label changed (its
-        candidate finished) still gets an update.
-        """
-        n = len(self.texts)
-        shown = [self.shown(i) for i in range(n)]
-        labels = [_candidate_label(i, self.done[i], shown[i] != self.texts[i]) for i in range(n)]
-        if not full and self._sent is not None:
-            sent_notice, sent_details, sent_labels = self._sent
-            editors = [
-                self.prompt + shown[i] + self.suffix
-                if labels[i] == sent_labels[i]
-                else gr.Code(value=self.prompt + shown[i] + self.suffix, label=labels[i])
-                for i in range(n)
-            ]
-            self._sent = (sent_notice, sent_details, labels)
-            return (sent_notice, sent_details, *editors, *[""] * (MAX_CANDIDATES - n))
-        details = self.details()
-        self._sent = (notice, details, labels)
-        editors = [
-            gr.Code(value=self.prompt + shown[i] + self.suffix, label=labels[i], visible=True)
-            if i < n
-            else gr.Code(value="", visible=False)
-            for i in range(MAX_CANDIDATES)
-        ]
-        return (gr.Markdown(notice, visible=bool(notice)), details, *editors)
 
 
 class Playground:
@@ -369,6 +337,8 @@ class Playground:
             config.served_checkpoints, device=config.device, compile=config.compile
         )
         self.running = _RunningGenerations()
+        self.pages = PageRecords()
+        self._waiting_threads: anyio.CapacityLimiter | None = None
         self.choices = _checkpoint_choices(config.served_checkpoints)
         self.slots = GenerationSlots(config.concurrency, config.queue_size)
         self.limits = RequestLimits(
@@ -405,7 +375,7 @@ class Playground:
         top = min(limit, context - 1) if context and context > 1 else limit
         return gr.Slider(maximum=top, value=min(int(current or 1), top))
 
-    def generate(
+    async def generate(
         self,
         checkpoint: str,
         prompt: str,
@@ -419,12 +389,15 @@ class Playground:
         cut_repetition: bool = True,
         suffix: str = "",
         request: gr.Request | None = None,
-    ) -> Iterator[tuple[Any, ...]]:
+    ) -> AsyncIterator[tuple[Any, ...]]:
         """Stream candidates: yields (notice, details, candidate 1, ..., candidate 8).
 
         The request is checked, then waits for a generation slot, then runs; nothing is
         tokenized before the checks pass. Errors reach the client as one short line;
         unexpected ones leave their traceback in the server's log only.
+
+        It runs on Gradio's event loop (an async generator: no worker-thread hop per
+        update); what blocks (waiting in line, loading a checkpoint) goes to a thread.
         """
         try:
             gen = self._generation_config(
@@ -433,13 +406,23 @@ class Playground:
             ticket = self.slots.join()
         except CodeparrotError as e:
             raise _user_error(str(e)) from None
-        view = _CandidatesView(prompt, gen.n, cut=bool(cut_repetition), suffix=suffix or "")
         session = _session_of(request)
+        view = CandidatesView(
+            prompt,
+            gen.n,
+            cut=bool(cut_repetition),
+            suffix=suffix or "",
+            page=self.pages.get(session),
+        )
         cancel = self.running.start(session)
+        ended = False
         try:
-            yield from self._wait_for_turn(ticket, view, cancel)
+            async for frame in self._wait_for_turn(ticket, view, cancel):
+                yield frame
             if not cancel.is_set():
-                yield from self._run(checkpoint, view, gen, cancel)
+                async for frame in self._run(checkpoint, view, gen, cancel):
+                    yield frame
+            ended = True
         except CodeparrotError as e:
             raise _user_error(str(e)) from None
         except gr.Error:
@@ -451,6 +434,8 @@ class Playground:
             cancel.set()  # the page went away or stopped: end the generation thread too
             self.running.finish(session, cancel)
             self.slots.leave(ticket)
+            # what the page shows, known only if the last frame reached it
+            self.pages.put(session, view.page if ended else None)
 
     def infill_note(self, checkpoint: str) -> str:
         """What ``checkpoint`` does with the code after the cursor, for beside that box:
@@ -501,9 +486,9 @@ class Playground:
             )
         return request.generation(stop=stop_sequences(stop_mode, stop_text))
 
-    def _wait_for_turn(
-        self, ticket: object, view: _CandidatesView, cancel: threading.Event
-    ) -> Iterator[tuple[Any, ...]]:
+    async def _wait_for_turn(
+        self, ticket: object, view: CandidatesView, cancel: threading.Event
+    ) -> AsyncIterator[tuple[Any, ...]]:
         """Wait in line for a generation slot, telling the page how many are ahead.
 
         Yielding while waiting lets Gradio notice a page that went away; /stop ends
@@ -511,7 +496,11 @@ class Playground:
         """
         shown = 0
         while not cancel.is_set():
-            ahead = self.slots.ahead(ticket, timeout=WAIT_POLL_SECONDS)
+            ahead = self.slots.ahead(ticket, timeout=0)
+            if ahead:  # wait in a thread (a slot that frees wakes it at once)
+                ahead = await anyio.to_thread.run_sync(
+                    self.slots.ahead, ticket, WAIT_POLL_SECONDS, limiter=self._waiting()
+                )
             if ahead == 0:
                 return
             if ahead != shown:
@@ -519,13 +508,19 @@ class Playground:
                 yield view.frame(f"⏳ Waiting for a free slot: {ahead} generation(s) ahead.")
         yield view.frame("Stopped before it started.")
 
-    def _run(
+    def _waiting(self) -> anyio.CapacityLimiter:
+        """Threads for the requests waiting in line (made on the event loop, once)."""
+        if self._waiting_threads is None:
+            self._waiting_threads = anyio.CapacityLimiter(thread_budget(self.config))
+        return self._waiting_threads
+
+    async def _run(
         self,
         checkpoint: str,
-        view: _CandidatesView,
+        view: CandidatesView,
         gen: GenerationConfig,
         cancel: threading.Event,
-    ) -> Iterator[tuple[Any, ...]]:
+    ) -> AsyncIterator[tuple[Any, ...]]:
         """Load (first use), fit the prompt to the context, then stream the candidates.
 
         With a suffix and a checkpoint that has the FIM sentinels the model writes the
@@ -533,33 +528,52 @@ class Playground:
         """
         if not self.pool.is_loaded(checkpoint):
             yield view.frame(f"Loading `{checkpoint_label(Path(checkpoint))}` (first use)…")
-        engine = self.pool.get(checkpoint)
-        suffix = view.suffix if view.suffix.strip() else None
-        if suffix is not None and engine.fim is None:
-            suffix, view.suffix = None, ""
-            notice = NO_SENTINELS
-        elif suffix is not None:
-            _, truncated = engine.encode_infill(view.prompt, suffix, gen.max_new_tokens)
-            notice = _infill_trimmed_notice(engine, gen.max_new_tokens) if truncated else ""
+            engine = await anyio.to_thread.run_sync(self.pool.get, checkpoint)
         else:
-            ids, truncated = engine.encode_prompt(view.prompt, gen.max_new_tokens)
-            notice = ""
-            if truncated:
-                notice = _truncation_notice(
-                    engine.count_tokens(view.prompt), len(ids), engine, gen.max_new_tokens
-                )
-        # sampling starts before the page's first update goes out: the model reads the
-        # prompt while Gradio sends that update (the notice is worked out before: the
-        # tokenizer is not shared with the sampling thread)
+            engine = self.pool.get(checkpoint)
+        fit = functools.partial(_fit_prompt, engine, view, gen.max_new_tokens)
+        if len(view.prompt) + len(view.suffix) <= TOKENIZE_ON_THE_LOOP_CHARS:
+            suffix, notice = fit()
+        else:  # a long prompt is tokenized in a thread: the loop serves the other pages
+            suffix, notice = await anyio.to_thread.run_sync(fit)
+        # the page's first update waits for the first token (at most an interval) and
+        # carries it: one update through Gradio on its way, not two
         batches = _events_in_background(
             engine, view.prompt, gen, cancel, self.config.stream_interval, suffix=suffix
         )
-        yield view.frame(notice)
-        for batch in batches:
+        full = True
+        async for batch in batches:
             for event in batch:
                 view.add(event)
-            yield view.frame(notice, full=False)
-        yield view.frame(notice)
+            yield view.frame(notice, full=full)
+            full = False
+        yield view.frame(notice, every_prop=True)  # mends any frame the page did not get
+
+
+# Characters of prompt and suffix tokenized on the event loop (a fraction of a millisecond)
+TOKENIZE_ON_THE_LOOP_CHARS = 8_000
+
+
+def _fit_prompt(
+    engine: Engine, view: CandidatesView, max_new_tokens: int
+) -> tuple[str | None, str]:
+    """(the suffix the model gets, the notice): the prompt fitted to the context; without
+    FIM sentinels the suffix is dropped (and ``view`` no longer shows it)."""
+    suffix = view.suffix if view.suffix.strip() else None
+    if suffix is not None and engine.fim is None:
+        suffix, view.suffix = None, ""
+        notice = NO_SENTINELS
+    elif suffix is not None:
+        _, truncated = engine.encode_infill(view.prompt, suffix, max_new_tokens)
+        notice = _infill_trimmed_notice(engine, max_new_tokens) if truncated else ""
+    else:
+        ids, truncated = engine.encode_prompt(view.prompt, max_new_tokens)
+        notice = ""
+        if truncated:
+            notice = _truncation_notice(
+                engine.count_tokens(view.prompt), len(ids), engine, max_new_tokens
+            )
+    return suffix, notice
 
 
 def build_app(config: AppConfig) -> gr.Blocks:
@@ -653,8 +667,7 @@ def serve(playground: Playground, *, block: bool = True) -> tuple[gr.Blocks, str
         server_name=config.host,
         server_port=port,
         prevent_thread_lock=not block,
-        # a waiting generation holds a worker thread; leave room for /stop and the card
-        max_threads=max(40, config.concurrency + config.queue_size + 16),
+        max_threads=thread_budget(config),
         show_error=False,  # gr.Error messages still reach clients; tracebacks stay in the log
         quiet=not block,
         css=CSS,
@@ -664,6 +677,11 @@ def serve(playground: Playground, *, block: bool = True) -> tuple[gr.Blocks, str
     if config.load_at_start and first is not None and read_model_card(first).exists:
         _load_in_background(playground.pool, first)
     return demo, demo.local_url or f"http://{config.host}:{port}/"
+
+
+def thread_budget(config: AppConfig) -> int:
+    """Worker threads: a generation waiting in line holds one; room for /stop and the card."""
+    return max(40, config.concurrency + config.queue_size + 16)
 
 
 def _load_in_background(pool: Any, key: str) -> threading.Thread:

@@ -69,6 +69,7 @@ PROMPTS = (
 
 
 PARTS = ("agreement", "speed", "big")
+MEASURES = ("int8", "fp32", "prompt")  # the speed pairs, by the first word of their names
 
 
 def lscpu_name() -> str:
@@ -241,6 +242,8 @@ def speed(llama: LlamaCpp, checkpoint: Path, ggufs: dict[str, Path], args: Any) 
             ),
         }
         for what, (ours, theirs) in pairs.items():
+            if what.split()[0] not in args.measure:
+                continue
             with intra_op_threads(threads):
                 ours()  # warm: the first call pays for allocations
             mine, their = [], []
@@ -291,6 +294,13 @@ def main() -> None:
     ap.add_argument("--gen", type=int, default=64, help="one-token steps per timing")
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens per timing")
     ap.add_argument("--reps", type=int, default=3, help="timings per round and side")
+    ap.add_argument(
+        "--measure",
+        nargs="+",
+        choices=MEASURES,
+        default=list(MEASURES),
+        help="speed: int8 steps against Q8_0, fp32 steps against F32, prompts against F32",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds")
     ap.add_argument(
         "--parts",

@@ -3,11 +3,13 @@
 Same prompt, seed and sampling settings, in one process, interleaved and repeated:
 
 - ``engine``: ``Engine.generate`` called directly, in a worker thread (the baseline);
-- ``app, stream every token``: ``/generate`` of ``codeparrot app`` (its own process)
-  through ``gradio_client`` with
+- ``app, stream every token``: ``/generate`` of ``codeparrot app`` (its own process) as
+  its page reads it (joined to Gradio's queue, its event stream read to the end), with
   ``--stream-interval 0`` (one page update per token of each candidate);
-- ``app, stream every 50 ms``: the default ``--stream-interval 0.05``;
-- ``before, ...`` (``--app-python PY``): the same two of another checkout's playground.
+- ``app, stream every 50 ms``: the same with the default ``--stream-interval 0.05``;
+- ``app, every 50 ms, gradio_client``: the same endpoint read through ``gradio_client``,
+  which looks for new messages every 50 ms (its figures move with that polling);
+- ``before, ...`` (``--app-python PY``): the same three of another checkout's playground.
 
 Prints tokens/s of each and its ratio to the engine, and the app's time to the first
 streamed text. Without ``--checkpoint`` a random 4-layer, 256-wide GPT-2 with a 2k BPE
@@ -20,6 +22,7 @@ trained on a few stdlib files is built in a temporary directory.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import subprocess
@@ -28,7 +31,9 @@ import sysconfig
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 PROMPT = 'def area_of_rectangle(a: float, b: float):\n    """Return the area of the rectangle."""\n'
 
@@ -74,6 +79,54 @@ def wait_for_client(url: str, process: subprocess.Popen, timeout: float = 180.0)
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the app at {url} did not start") from None
             time.sleep(0.5)
+
+
+def shows_new_text(output: dict[str, Any], prompt: str) -> bool:
+    """Does a streamed update of ``/generate`` put text after the prompt in candidate 1's
+    editor? (The first update of a stream is whole values, later ones Gradio's edits;
+    the editor's value comes stripped of blank space at its ends.)"""
+    shown_prompt = (None, prompt, prompt.strip())
+
+    def new_text(value: Any) -> bool:  # a whole update or a plain value
+        return (value.get("value") if isinstance(value, dict) else value) not in shown_prompt
+
+    update = output.get("data", [None] * 3)[2]
+    if not isinstance(update, list):  # the stream's first message: whole values
+        return new_text(update)
+    for op, path, value in update:  # Gradio's edits of the last value
+        if op == "append" and path in ([], ["value"]) and value:
+            return True
+        if op in ("replace", "add") and path in ([], ["value"]) and new_text(value):
+            return True
+    return False
+
+
+class PageReader:
+    """``/generate`` as the playground's page calls it: joined to Gradio's queue, then its
+    event stream read (no polling), on one kept-alive connection and session."""
+
+    def __init__(self, url: str) -> None:
+        import httpx
+
+        config = httpx.get(url + "config", timeout=60).json()
+        prefix = config.get("api_prefix", "/gradio_api").strip("/")
+        self.fn = next(d["id"] for d in config["dependencies"] if d.get("api_name") == "generate")
+        self.http = httpx.Client(base_url=f"{url}{prefix}/", timeout=300)
+        self.session = uuid.uuid4().hex
+
+    def messages(self, data: list[Any]) -> Any:
+        """Yield (seconds since the join, message) for each message of one event."""
+        body = {"data": data, "fn_index": self.fn, "session_hash": self.session,
+                "event_data": None, "trigger_id": None}  # fmt: skip
+        start = time.perf_counter()
+        self.http.post("queue/join", json=body).raise_for_status()
+        with self.http.stream("GET", "queue/data", params={"session_hash": self.session}) as s:
+            for line in s.iter_lines():
+                if line.startswith("data:"):
+                    message = json.loads(line[5:])
+                    yield time.perf_counter() - start, message
+                    if message["msg"] == "close_stream":
+                        return
 
 
 def main() -> None:
@@ -124,7 +177,7 @@ def main() -> None:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         servers[label] = (process, wait_for_client(f"http://127.0.0.1:{port}/", process))
 
-    def run_app(client) -> tuple[int, float, float]:
+    def run_client(client) -> tuple[int, float, float]:
         values = (str(checkpoint), PROMPT, *settings.values(), 0, "none", "")
         start = time.perf_counter()
         first = math.nan
@@ -137,9 +190,30 @@ def main() -> None:
         details = job.outputs()[-1][1]
         return sum(c["new_tokens"] for c in details), time.perf_counter() - start, first
 
-    runners = {"engine": run_engine} | {
-        k: (lambda c=c: run_app(c)) for k, (_, c) in servers.items()
-    }
+    def run_page(reader: PageReader) -> tuple[int, float, float]:
+        # checkpoint, prompt, max new tokens, temperature, top_p, n, seed, stop mode,
+        # stop text, cut repetition, suffix
+        data = [str(checkpoint), PROMPT, *settings.values(), 0, "none", "", True, ""]
+        first = math.nan
+        for seconds, message in reader.messages(data):
+            if message["msg"] == "process_generating" and math.isnan(first):
+                if shows_new_text(message["output"], PROMPT):
+                    first = seconds
+            elif message["msg"] == "process_completed":
+                if not message.get("success", True):
+                    raise RuntimeError(f"/generate failed: {message}")
+                details = message["output"]["data"][1]
+                return sum(c["new_tokens"] for c in details), seconds, first
+        raise RuntimeError("/generate ended without an answer")
+
+    runners = {"engine": run_engine}
+    for label, (_, client) in servers.items():
+        url = client.src if client.src.endswith("/") else client.src + "/"
+        runners[label] = lambda r=PageReader(url): run_page(r)
+        if "50 ms" in label:  # the same endpoint through gradio_client's 50 ms polling
+            runners[label.replace("stream every", "every") + ", gradio_client"] = lambda c=client: (
+                run_client(c)
+            )
     for runner in runners.values():  # warm-up: load, first calls
         runner()
     results: dict[str, list[tuple[int, float, float]]] = {k: [] for k in runners}
@@ -154,13 +228,13 @@ def main() -> None:
     rates = {k: [t / s for t, s, _ in rows] for k, rows in results.items()}
     print(f"checkpoint {checkpoint}, n={args.n}, max_new_tokens={args.max_new_tokens}, "
           f"median of {args.repeats} rounds")  # fmt: skip
-    print(f"{'':28s} {'tokens/s':>9s} {'vs engine':>9s} {'first text':>10s}")
+    print(f"{'':36s} {'tokens/s':>9s} {'vs engine':>9s} {'first text':>10s}")
     for name, rows in results.items():
         # ratio within each round (same machine load), then the median over rounds
         ratio = statistics.median(a / b for a, b in zip(rates[name], rates["engine"], strict=True))
         first = statistics.median(f for _, _, f in rows)
-        first_text = "" if first != first else f"{first:.2f} s"
-        print(f"{name:28s} {statistics.median(rates[name]):9.1f} {ratio:8.2f}x {first_text:>10s}")
+        first_text = "" if first != first else f"{1000 * first:.0f} ms"
+        print(f"{name:36s} {statistics.median(rates[name]):9.1f} {ratio:8.2f}x {first_text:>10s}")
 
 
 if __name__ == "__main__":

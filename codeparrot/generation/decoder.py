@@ -28,8 +28,10 @@ BF16_PREFILL_MIN_TOKENS = 64
 class Decoder:
     """A loaded model's forward passes: prefill and one-token steps, on its threads.
 
-    ``bf16_prefill``: run long prompts' matrix products in bf16 (CPU autocast), and
-    the output projection of every step from a bf16 copy (lean path).
+    ``bf16_prefill``: run long prompts' matrix products in bf16 (CPU autocast; for the
+    GPT-2 family with ``quantize="none"``, on bf16 copies packed once for oneDNN, see
+    :mod:`~codeparrot.generation.bf16_prompts`), and the output projection of every step
+    from a bf16 copy (lean path).
     ``prompt_cache_entries``: recent prompts whose keys/values are kept for reuse.
     ``reuse_prompt_starts``: a prompt that starts as a kept one prefills only the rest
     (an editor's latency while typing). Off, a kept prompt is reused only when it comes
@@ -93,6 +95,8 @@ class Decoder:
         self.kept_speeds = kept_speeds
         if bf16_prefill and self.lean is not None:
             self.lean.use_bf16_head()
+            if quantize == "none":  # int8 engines' prompts may read the int8 copies
+                self.lean.use_bf16_prompt_weights()
         if quantize not in QUANTIZE:
             raise ConfigError(f"quantize must be one of {', '.join(QUANTIZE)}, got {quantize!r}")
         self.quantize = quantize

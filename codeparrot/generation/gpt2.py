@@ -35,6 +35,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from codeparrot.generation.bf16_prompts import (
+    PackedBF16,
+    pack_bf16,
+    packed_bf16_supported,
+    packed_linear,
+)
 from codeparrot.generation.int8 import (
     HEAD_PROBE_ROWS,
     Int8Matrix,
@@ -225,6 +231,8 @@ class GPT2Decoder:
         self.lm_head = model.lm_head.weight  # (V, C), usually tied to wte
         self.lm_bias = getattr(model.lm_head, "bias", None)
         self.lm_head_bf16: torch.Tensor | None = None  # see use_bf16_head
+        # per layer {name: packed bf16 matrix} for bf16 prompts; see use_bf16_prompt_weights
+        self.bf16_prompt: list[dict[str, PackedBF16]] | None = None
         # see quantize_int8: per layer {name: int8 matrix}, the head's, and their kernel
         self.int8: list[dict[str, Int8Matrix]] | None = None
         self.lm_head_int8: Int8Matrix | None = None
@@ -274,7 +282,9 @@ class GPT2Decoder:
         """
         step = int8 and ids.size(1) == 1 and len(ids) <= INT8_MAX_ROWS
         int8 = self.int8 is not None and (step or self.int8_prompts)
-        if bf16:
+        if bf16 and not int8 and self.bf16_prompt is not None:
+            x = self._blocks(ids, cache, packed=True)
+        elif bf16:
             with torch.autocast(self.device.type, dtype=torch.bfloat16):
                 x = self._blocks(ids, cache, int8)
         else:  # entering even a disabled autocast costs a step some microseconds
@@ -404,11 +414,28 @@ class GPT2Decoder:
         The projection is the largest matrix a step reads (vocabulary x width); on a CPU
         with native bf16 the copy halves that traffic and its product is 2-3x faster,
         for logits rounded to bf16 (as on a GPU). Costs vocabulary x width x 2 bytes.
-        (A bf16 copy of the blocks' matrices for bf16 prompts measured no faster than
-        autocast's casts.)
+        (For the blocks' matrices see :meth:`use_bf16_prompt_weights`.)
         """
         if self.lm_head.dtype == torch.float32:
             self.lm_head_bf16 = self.lm_head.detach().to(torch.bfloat16)
+
+    def use_bf16_prompt_weights(self) -> bool:
+        """Keep bf16 copies of the blocks' matrices, packed for oneDNN, that bf16 prompts
+        (:meth:`forward` with ``bf16``) multiply by instead of casting the float32 ones
+        under autocast at every prompt (:mod:`~codeparrot.generation.bf16_prompts`).
+        Costs two bytes a parameter of the matrices. Returns whether they are kept: not
+        off a CPU, for weights not in float32, or where torch lacks the kernel. The
+        Llama family's groups (queries, keys and values; gate and up) are one product
+        each."""
+        if self.device.type != "cpu" or self.dtype != torch.float32:
+            return False
+        if not packed_bf16_supported():
+            return False
+        self.bf16_prompt = [
+            {name: pack_bf16(w, b) for name, (w, b) in self._int8_sources(i).items()}
+            for i in range(len(self.layers))
+        ]
+        return True
 
     def quantize_int8(
         self, kernel: str = "auto", rows_cache: Any = None, head_kernel: str | None = None
@@ -507,12 +534,23 @@ class GPT2Decoder:
             return int8_linear(x, self.int8[i][name])  # type: ignore[index]
         return torch.addmm(bias, x, weight)
 
-    def _blocks(self, ids: torch.Tensor, cache: KVCache, int8: bool = False) -> torch.Tensor:
+    def _packed_linear(
+        self, x: torch.Tensor, i: int, name: str, layer: _Layer, int8: bool
+    ) -> torch.Tensor:
+        """:meth:`_linear` of a bf16 prompt on the packed copies (use_bf16_prompt_weights)."""
+        return packed_linear(x, self.bf16_prompt[i][name])  # type: ignore[index]
+
+    def _blocks(
+        self, ids: torch.Tensor, cache: KVCache, int8: bool = False, packed: bool = False
+    ) -> torch.Tensor:
+        """The blocks' output (B, T, C) after ``ids``, their keys/values appended to
+        ``cache``; ``packed``: the products in bf16 on :attr:`bf16_prompt`'s copies."""
         B, T = ids.shape
         t0 = cache.length
         t1 = t0 + T
         C = self.n_embd
         x = F.embedding(ids, self.wte) + self.wpe[t0:t1]  # (B, T, C)
+        linear = self._packed_linear if packed else self._linear
         if T == 1 and cache.prefix is None and not torch.is_autocast_enabled(self.device.type):
             # one new token per row: the same ops as one TorchScript function, where it applies
             scripted = None if torch.compiler.is_compiling() else self._scripted_step(int8)
@@ -523,15 +561,19 @@ class GPT2Decoder:
                 return x.view(B, 1, C)
         for i, layer in enumerate(self.layers):
             h = F.layer_norm(x, (C,), *layer.ln_1, self.eps)
-            qkv = self._linear(h.view(B * T, C), i, "c_attn", layer, int8)  # (B*T, 3C)
+            qkv = linear(h.view(B * T, C), i, "c_attn", layer, int8)  # (B*T, 3C)
             q, k, v = self._split_qkv(qkv, B, T)  # (B, nh, T, hs); k, v (B, nkv, T, hs)
             y = attend(q, k, v, cache, i, t0, layer.scaling)  # (B, nh, T, hs)
             y = y.transpose(1, 2).reshape(B * T, C)  # (B*T, C)
-            x = x + self._linear(y, i, "c_proj", layer, int8).view(B, T, C)
-            h = F.layer_norm(x, (C,), *layer.ln_2, self.eps)
-            h = self._linear(h.view(B * T, C), i, "c_fc", layer, int8)  # (B*T, 4C)
-            h = F.gelu(h, approximate="tanh") if self.fast_gelu else self.acts[i](h)
-            x = x + self._linear(h, i, "mlp_proj", layer, int8).view(B, T, C)
+            x = x + linear(y, i, "c_proj", layer, int8).view(B, T, C)
+            h = F.layer_norm(x, (C,), *layer.ln_2, self.eps).view(B * T, C)
+            if packed and self.fast_gelu:  # GELU on the product's accumulators
+                fc = self.bf16_prompt[i]["c_fc"]  # type: ignore[index]
+                h = packed_linear(h, fc, gelu_tanh=True)  # (B*T, 4C)
+            else:
+                h = linear(h, i, "c_fc", layer, int8)  # (B*T, 4C)
+                h = F.gelu(h, approximate="tanh") if self.fast_gelu else self.acts[i](h)
+            x = x + linear(h, i, "mlp_proj", layer, int8).view(B, T, C)
         cache.length = t1
         return x
 

@@ -27,6 +27,7 @@ forward, as does anything :meth:`LlamaDecoder.why_not` names.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from codeparrot.families import layout_of_class, lean_layouts
+from codeparrot.generation.bf16_prompts import packed_linear
 from codeparrot.generation.gpt2 import GPT2Decoder, KVCache, _grouped_query, attend
 from codeparrot.generation.int8 import int8_linear
 from codeparrot.models.lean_variants import STATIC_ROPE as STATIC_ROPE
@@ -202,8 +204,22 @@ class LlamaDecoder(GPT2Decoder):
         bias = self.blocks[i].biases[group]
         return out if bias is None else out + bias
 
-    def _mlp(self, h: torch.Tensor, i: int, int8: bool) -> torch.Tensor:
-        """The MLP's hidden activations of ``h`` (N, C): act(gate) * up, or act(up)."""
+    def _packed_lin(
+        self, x: torch.Tensor, i: int, group: str, int8: bool, cast: bool = True
+    ) -> torch.Tensor:
+        """:meth:`_lin` of a bf16 prompt: one product of the group's packed bf16 copy
+        (:meth:`use_bf16_prompt_weights`), its bias added by the kernel."""
+        return packed_linear(x, self.bf16_prompt[i][group])  # type: ignore[index]
+
+    def _mlp(self, h: torch.Tensor, i: int, int8: bool, packed: bool = False) -> torch.Tensor:
+        """The MLP's hidden activations of ``h`` (N, C): act(gate) * up, or act(up);
+        ``packed``: from one product of the packed gate and up matrices side by side."""
+        if packed:
+            out = self._packed_lin(h, i, "up", int8)
+            if not self.gated:
+                return self.act(out)
+            gate, up = out.chunk(2, dim=-1)
+            return self.act(gate) * up
         if not self.gated:
             return self.act(self._lin(h, i, "up", int8))
         if int8:
@@ -234,27 +250,35 @@ class LlamaDecoder(GPT2Decoder):
             return cos[t0:t1], sin[t0:t1]
         return self._rotary_angles(t0, t1)
 
-    def _blocks(self, ids: torch.Tensor, cache: KVCache, int8: bool = False) -> torch.Tensor:
+    def _blocks(
+        self, ids: torch.Tensor, cache: KVCache, int8: bool = False, packed: bool = False
+    ) -> torch.Tensor:
+        """The blocks' output (B, T, C) after ``ids``, their keys/values appended to
+        ``cache``; ``packed``: the products in bf16 on :attr:`bf16_prompt`'s copies, and
+        attention as autocast runs it (in bf16), so that the cache holds what it would."""
         B, T = ids.shape
         if T == 1 and cache.prefix is None and not torch.is_autocast_enabled(self.device.type):
             return self._one_token_blocks(ids, cache, int8)
         t0 = cache.length
+        lin = self._packed_lin if packed else self._lin
+        bf16 = torch.autocast(self.device.type, dtype=torch.bfloat16) if packed else nullcontext()
         C, nh, nkv, hs = self.n_embd, self.n_head, self.n_kv_head, self.head_dim
         cos, sin = self._rotary(t0, t0 + T)  # (T, hs)
         x = F.embedding(ids, self.wte)  # (B, T, C)
         for i, block in enumerate(self.blocks):
             h = self._norm(x, block.norms[0]).view(B * T, C)
-            qkv = self._lin(h, i, "qkv", int8).view(B, T, nh + 2 * nkv, hs)
+            qkv = lin(h, i, "qkv", int8).view(B, T, nh + 2 * nkv, hs)
             qk, v = qkv[:, :, : nh + nkv], qkv[:, :, nh + nkv :]  # (B, T, heads, hs)
             if block.qk_gain is not None:  # the queries' and keys' norms in one
                 qk = _rms_norm(qk, None, self.eps) * block.qk_gain
             qk = _rotate_rolled(qk.transpose(1, 2), cos, sin)  # (B, nh + nkv, T, hs)
             q, k = qk[:, :nh], qk[:, nh:]  # (B, nh, T, hs), (B, nkv, T, hs)
-            y = attend(q, k, v.transpose(1, 2), cache, i, t0, self.scaling, block.window)
+            with bf16:
+                y = attend(q, k, v.transpose(1, 2), cache, i, t0, self.scaling, block.window)
             y = y.transpose(1, 2).reshape(B * T, nh * hs)
-            x = x + self._lin(y, i, "o", int8, cast=False).view(B, T, C)
+            x = x + lin(y, i, "o", int8, cast=False).view(B, T, C)
             h = self._norm(x, block.norms[1]).view(B * T, C)
-            x = x + self._lin(self._mlp(h, i, int8), i, "down", int8, cast=False).view(B, T, C)
+            x = x + lin(self._mlp(h, i, int8, packed), i, "down", int8, cast=False).view(B, T, C)
         cache.length = t0 + T
         return x
 

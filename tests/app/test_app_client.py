@@ -72,8 +72,10 @@ def test_generation_streams_partial_output(client, playground):
     assert lengths == sorted(lengths)
     assert editor_value(outputs[-1][2]) == prompt + final_details[0]["text"]
     assert editor_value(outputs[-1][3]) == prompt + final_details[1]["text"]
-    # editors beyond n are hidden
-    assert outputs[0][4]["visible"] is False
+    # editors beyond n are hidden (the last frame sets every property; the first one only
+    # those that differ from what this client's page shows: its earlier generation had n=1)
+    assert outputs[-1][4]["visible"] is False
+    assert isinstance(outputs[0][3], dict) and outputs[0][3]["visible"] is True
     assert all(not isinstance(o[4], dict) or o[4].get("visible") is not True for o in outputs)
     # mid-stream frames carry the editors' texts as plain values (cheaper for Gradio)
     assert any(isinstance(o[2], str) for o in outputs[1:-1])
@@ -128,7 +130,12 @@ def test_errors_arrive_as_errors(client, playground, kwargs, message):
         client.predict(*generate_args(checkpoint, prompt, **kwargs), api_name="/generate")
 
 
-def test_long_prompt_is_trimmed_with_a_notice(client, playground):
+@pytest.mark.parametrize("on_the_loop", [True, False], ids=["on the loop", "in a thread"])
+def test_long_prompt_is_trimmed_with_a_notice(client, playground, monkeypatch, on_the_loop):
+    from codeparrot.app import ui
+
+    if not on_the_loop:  # a prompt this long is tokenized in a thread
+        monkeypatch.setattr(ui, "TOKENIZE_ON_THE_LOOP_CHARS", 0)
     prompt = "".join(f"value_{i} = {i} * {i}\n" for i in range(200))  # far beyond 256 tokens
     result = client.predict(
         *generate_args(playground.trained, prompt, max_new_tokens=32), api_name="/generate"
