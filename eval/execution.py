@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +86,7 @@ def run_programs(
     recordings: RecordingCache | None = None,
     runtime: RuntimeCopy | None = None,
     start: SandboxStart | None = None,
+    read_calls: Mapping[tuple[str, str], Any] | None = None,
 ) -> list[Verdict]:
     """Verdicts for ``programs``, in order. Needs permission checked by the caller.
 
@@ -105,13 +106,14 @@ def run_programs(
     ``secret_dirs`` and checker packages; the caller removes it), else one made for this
     call and removed at its end. ``start``: the run's sandbox, begun already (its isolation
     and copy are used; ``isolation`` and ``runtime`` are then None): the tests' calls are
-    read meanwhile.
+    read meanwhile. ``read_calls``: tests' calls read already, by (test, entry point)
+    (:attr:`~codeparrot.eval.tasks.ProblemSet.calls`: not parsed again).
     """
     if not programs:
         return []
     limits = limits or Limits()
     workers = max(1, min(workers or default_workers(), len(programs)))
-    schedule = Schedule(programs, no_feedback, None, limits.timeout, workers)
+    schedule = Schedule(programs, no_feedback, None, limits.timeout, workers, read_calls)
     if start is not None:
         schedule.read_calls()  # the harness's own work, while the sandbox starts
         secret = default_secret_dirs() if secret_dirs is None else secret_dirs

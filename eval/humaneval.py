@@ -8,7 +8,7 @@ import os
 import re
 import threading
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -537,18 +537,20 @@ def score(
     *,
     progress: bool = True,
     start: SandboxStart | None = None,
+    read_calls: Mapping[tuple[str, str], Any] | None = None,
 ) -> tuple[list[dict[str, Any]], Isolation, dict[str, Any]]:
     """Result rows of ``samples`` (see :mod:`codeparrot.eval.scoring`), the isolation used
     and how time was limited (``{"mode": "flat", ...}`` or the per-task report).
     ``start``: the sandbox, begun before the problems were read (:func:`sandbox_start`;
-    the caller closes it); else one is begun here."""
+    the caller closes it); else one is begun here. ``read_calls``: the tests' calls read
+    while the problems were loaded (:attr:`~codeparrot.eval.tasks.ProblemSet.calls`)."""
     if not get_task(config.task).executes:
         return match_rows(samples, problems), NOT_RUN, {"mode": "not run"}
     require_permission(config.allow_code_execution)
     if start is None:
         with sandbox_start(config) as start:
-            return _score_in(samples, problems, config, start, progress)
-    return _score_in(samples, problems, config, start, progress)
+            return _score_in(samples, problems, config, start, progress, read_calls)
+    return _score_in(samples, problems, config, start, progress, read_calls)
 
 
 def sandbox_start(config: ExecutionOptions) -> SandboxStart:
@@ -564,6 +566,7 @@ def _score_in(
     config: ExecutionOptions,
     start: SandboxStart,
     progress: bool,
+    read_calls: Mapping[tuple[str, str], Any] | None = None,
 ) -> tuple[list[dict[str, Any]], Isolation, dict[str, Any]]:
     time_limits, timing = None, {"mode": "flat", "seconds": config.timeout}
     replay: dict[str, int] = {}
@@ -576,7 +579,7 @@ def _score_in(
 
         used = {s.task_id: problems[s.task_id] for s in samples.samples}
         run = partial(run_programs, workers=config.workers, limits=limits_of(config),
-                      secret_dirs=secret, start=start)  # fmt: skip
+                      secret_dirs=secret, start=start, read_calls=read_calls)  # fmt: skip
         time_limits, timing = task_time_limits(
             used, run, floor=config.min_time_limit, factor=config.gt_time_limit_factor
         )
@@ -593,6 +596,7 @@ def _score_in(
         stats=replay,
         recordings=None if config.feedback else RecordingCache.default(),
         start=start,
+        read_calls=read_calls,
     )
     if not config.feedback:
         timing = timing | {"no_feedback": replay}
@@ -695,7 +699,9 @@ def _execute(config: ExecuteConfig, start: SandboxStart | None, progress: bool) 
                 else ""
             )
         )
-    rows, isolation, timing = score(samples, found.problems, config, progress=progress, start=start)
+    rows, isolation, timing = score(
+        samples, found.problems, config, progress=progress, start=start, read_calls=found.calls
+    )
     out = config.results_path()
     write_results(out, rows)
     summary = summarize(

@@ -38,9 +38,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from codeparrot.eval.recordings import (
     RecordingCache,
@@ -101,14 +101,21 @@ def plan_of_calls(calls: list[bytes], cap: int) -> bytes | None:
     return plan if len(plan) <= MAX_PLAN else None
 
 
-def literal_plan(test: str, entry_point: str) -> bytes | None:
+def literal_plan(
+    test: str, entry_point: str, read: Mapping[tuple[str, str], Any] | None = None
+) -> bytes | None:
     """The replay plan of a test whose calls are read from its syntax tree (nothing is
     run: :func:`~codeparrot.eval.structure.literal_calls`, evalplus's plus tests and
     HumanEval's asserts of literal arguments), answers capped at :data:`LITERAL_CAP`;
-    None for any other test."""
-    if "candidate" not in test:  # no need to parse it
+    None for any other test. ``read``: calls read already, by (test, entry point), as
+    :func:`~codeparrot.eval.structure.recognise` reads them while a problem file is
+    recognised (the test is then not parsed again)."""
+    if read is not None and (test, entry_point) in read:
+        calls = read[test, entry_point]
+    elif "candidate" not in test:  # no need to parse it
         return None
-    calls = literal_calls(test, entry_point)
+    else:
+        calls = literal_calls(test, entry_point)
     if not calls:
         return None
     codec = recording_codec()
@@ -173,7 +180,8 @@ class Schedule:
     :data:`BATCH` problems per sandbox run, spread evenly over ``workers`` runs where
     fewer are needed (``record_all`` in ``eval/_zygote.py``; a run that fails as a whole
     records its problems one at a time instead). The others (and
-    all where ``enabled`` is False) run as before. ``fallbacks`` counts the samples whose
+    all where ``enabled`` is False) run as before. ``read``: tests' calls read already
+    (see :func:`literal_plan`). ``fallbacks`` counts the samples whose
     test made a call that was not recorded, ``unrecorded`` those whose reference gave no
     plan (it failed or made no call). ``timeout``: the sandbox's limit, for programs with
     none of their own.
@@ -184,6 +192,7 @@ class Schedule:
     cache: RecordingCache | None = None
     timeout: float = 3.0
     workers: int = 1
+    read: Mapping[tuple[str, str], Any] | None = None
     verdicts: list[Verdict | None] = field(init=False)
     fallbacks: int = 0
     unrecorded: int = 0
@@ -209,7 +218,7 @@ class Schedule:
         for p in self.programs:
             key = (p.test, p.entry_point)
             if self.enabled and p.reference and p.entry_point and key not in self._literal:
-                self._literal[key] = literal_plan(*key)
+                self._literal[key] = literal_plan(*key, self.read)
 
     def first(self) -> list[Job]:
         self.read_calls()

@@ -13,7 +13,7 @@ sample within evalplus's tolerance can pass the plus test and fail the base test
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from codeparrot.eval.data import Sample
@@ -21,6 +21,7 @@ from codeparrot.eval.execution import Program, run_programs
 from codeparrot.eval.infill import exact_match, infilled
 from codeparrot.eval.recordings import RecordingCache
 from codeparrot.eval.sandbox import Isolation, Limits, RuntimeCopy
+from codeparrot.eval.structure import called
 
 if TYPE_CHECKING:
     from codeparrot.eval.startup import SandboxStart
@@ -58,10 +59,9 @@ def check_program(
     """
     entry = problem["entry_point"]
     recorded = reference and entry and problem.get("canonical_solution") and "suffix" not in problem
-    call = f"\n\ncheck({entry})\n" if entry else ""
     return Program(
         program=program,
-        test=test + call,
+        test=called(test, entry) if entry else test,
         entry_point=entry,
         prompt=problem.get("setup", ""),
         timeout=timeout,
@@ -85,11 +85,12 @@ def score_samples(
     recordings: RecordingCache | None = None,
     runtime: RuntimeCopy | None = None,
     start: SandboxStart | None = None,
+    read_calls: Mapping[tuple[str, str], Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One result row per sample, in order. Needs permission checked by the caller.
 
-    ``no_feedback``, ``stats``, ``recordings``, ``runtime``, ``start``: see
-    :func:`~codeparrot.eval.execution.run_programs`.
+    ``no_feedback``, ``stats``, ``recordings``, ``runtime``, ``start``, ``read_calls``:
+    see :func:`~codeparrot.eval.execution.run_programs`.
 
     ``time_limits``: seconds per (task id, ``"base"`` or ``"plus"``) test set, where a
     limit of its own replaces ``limits.timeout`` (see :mod:`codeparrot.eval.timing`).
@@ -132,6 +133,7 @@ def score_samples(
         recordings=recordings,
         runtime=runtime,
         start=start,
+        read_calls=read_calls,
     )
     rows = []
     for i, s in enumerate(samples):

@@ -56,6 +56,9 @@ class ProblemSet:
     # HumanEval+: problems whose base test is the installed HumanEval test (the source's
     # own test being their plus test)
     installed_tests: int = 0
+    # the calls of tests read from their syntax trees while the file was recognised, by
+    # (test as it runs, entry point) (codeparrot.eval.structure.recognise): for the run
+    calls: dict[tuple[str, str], Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -378,12 +381,13 @@ def load_task(name: str, problem_file: str | Path | None = None) -> ProblemSet:
     (:func:`codeparrot.eval.structure.recognise`)."""
     task = get_task(name)
     installed = None  # every HumanEval+ problem of the Hub has HumanEval's test as its base
+    calls: dict[tuple[str, str], Any] = {}
     if problem_file is not None:
         from codeparrot.eval.data import load_problems
         from codeparrot.eval.structure import recognise
 
         records, where = _read_file(Path(problem_file))
-        task, installed = recognise(task, records, Path(problem_file), load_problems())
+        task, installed, calls = recognise(task, records, Path(problem_file), load_problems())
     elif task.hub is not None:
         records, where = _read_hub(task)
     elif task.infill:
@@ -396,6 +400,7 @@ def load_task(name: str, problem_file: str | Path | None = None) -> ProblemSet:
     if not found.problems:
         first = f" (first: {found.errors[0]})" if found.errors else ""
         raise DataError(f"no usable {task.name} problems{first}")
+    found.calls = calls
     return found
 
 

@@ -209,3 +209,72 @@ def test_a_humaneval_test_whose_calls_may_differ_is_not_read(old, new):
     changed = test.replace(old, new, 1)
     assert changed != test
     assert literal_calls(changed, "f") is None
+
+
+# evalplus's layout with the parts its checks rewrite (tasks.plus_test): the tolerance check
+# in `assertion`, HumanEval/32's oracle in `check`.
+REWRITTEN_TEST = """
+import numpy as np
+
+def assertion(out, exp, atol):
+    if atol == 0:
+        assert np.allclose(out, exp, rtol=1e-07, atol=atol)
+    x = 1; y = [
+        2]
+
+def check(candidate):
+    inputs = [[1.0], [2.0], [[3, 4]]]
+    for i, inp in enumerate(inputs):
+        assert abs(_poly(*candidate(*inp), inp)) < 1e-6
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("", ""),  # no change
+        ("rtol=1e-07, atol=atol)", "rtol=1e-07, atol=atol)  "),  # a trailing space
+        ("x = 1; y", "x = 2; y"),  # two statements on a line: both parsed again
+        ("        2]", "        3]"),  # the last line of a statement
+        ("[[1.0], [2.0]", "[[1.0], [5.0]"),  # inside check's inputs
+        ("def check", "@staticmethod\ndef check"),  # a decorator
+        ("def assertion", "z = 0\ndef assertion"),  # a statement before the changed one
+        ("\ndef check", "\nw = check\n\ndef check"),  # a new statement between two
+        ("\ndef check", "\n# a comment\ndef check"),  # only a comment between two
+        ("    x = 1; y", "    x = '''\n    y"),  # no longer parses
+        ("import numpy as np", "from __future__ import annotations\nimport numpy as np"),
+    ],
+)
+def test_a_rewritten_test_is_read_from_the_first_parse_as_a_whole_parse_reads_it(old, new):
+    """Where the tree of a changed test is made from the original's (only the changed
+    statements parsed again), it is the tree a parse of the whole changed text gives."""
+    import ast
+
+    from codeparrot.eval.structure import _reparsed
+
+    changed = REWRITTEN_TEST.replace(old, new, 1)
+    tree = _reparsed(ast.parse(REWRITTEN_TEST), REWRITTEN_TEST, changed)
+    if tree is not None:
+        assert ast.dump(tree) == ast.dump(ast.parse(changed))  # (line numbers aside)
+    else:
+        assert old in ("    x = 1; y", "import numpy as np")
+
+
+def test_a_plus_files_calls_are_read_while_it_is_recognised(tmp_path):
+    """The calls of each plus test as it runs (evalplus's checks added, check called on the
+    entry point) come with the problems: the test is not parsed again for them."""
+    from codeparrot.eval.replay import literal_plan
+    from codeparrot.eval.scoring import check_program
+
+    tests = {"HumanEval/0": PLUS_TEST, "HumanEval/32": REWRITTEN_TEST}
+    found = load_task("humaneval", problem_file(tmp_path / "plus.jsonl", tests))
+    assert found.problems["HumanEval/32"]["plus_test"] != REWRITTEN_TEST  # checks added
+    for problem in found.problems.values():
+        program = check_program(problem, "", problem["plus_test"])
+        key = (program.test, program.entry_point)
+        assert key in found.calls
+        assert found.calls[key] == literal_calls(*key) is not None
+        assert literal_plan(*key, found.calls) == literal_plan(*key)
+    # a call read for a test's text is used only for that very text
+    assert literal_plan("check(f)\n", "f", {("check(f)\n", "f"): [((1,), {})]}) is not None
+    assert literal_plan("check(g)\n", "g", {("check(f)\n", "f"): [((1,), {})]}) is None
