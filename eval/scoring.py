@@ -20,7 +20,7 @@ from codeparrot.eval.data import Sample
 from codeparrot.eval.execution import Program, run_programs
 from codeparrot.eval.infill import exact_match, infilled
 from codeparrot.eval.recordings import RecordingCache
-from codeparrot.eval.sandbox import Isolation, Limits, RuntimeCopy
+from codeparrot.eval.sandbox import Isolation, Limits, RuntimeCopy, Verdict
 from codeparrot.eval.structure import called
 
 if TYPE_CHECKING:
@@ -95,32 +95,8 @@ def score_samples(
     ``time_limits``: seconds per (task id, ``"base"`` or ``"plus"``) test set, where a
     limit of its own replaces ``limits.timeout`` (see :mod:`codeparrot.eval.timing`).
     """
-    limit = (time_limits or {}).get
     texts = [program_text(problems[s.task_id], s.completion, sanitize=sanitize) for s in samples]
-    programs = [
-        check_program(
-            problems[s.task_id],
-            text,
-            problems[s.task_id]["test"],
-            limit((s.task_id, "base")),
-            reference=no_feedback,
-        )
-        for s, text in zip(samples, texts, strict=True)
-    ]
-    plus_index: dict[int, int] = {}
-    for i, (s, text) in enumerate(zip(samples, texts, strict=True)):
-        problem = problems[s.task_id]
-        if problem.get("plus_test"):
-            plus_index[i] = len(programs)
-            programs.append(
-                check_program(
-                    problem,
-                    text,
-                    problem["plus_test"],
-                    limit((s.task_id, "plus")),
-                    reference=no_feedback,
-                )
-            )
+    programs, plus_index = _programs(samples, problems, texts, time_limits or {}, no_feedback)
     verdicts = run_programs(
         programs,
         workers=workers,
@@ -137,23 +113,61 @@ def score_samples(
     )
     rows = []
     for i, s in enumerate(samples):
-        problem, verdict = problems[s.task_id], verdicts[i]
-        row = dict(s.record) | {
-            "task_id": s.task_id,
-            "completion_id": s.completion_id,
-            "completion": s.completion,
-            "passed": verdict.passed,
-            "result": verdict.result,
-            "duration": round(verdict.duration, 6),
-        }
-        if i in plus_index:
-            plus = verdicts[plus_index[i]]
-            row["plus_passed"] = plus.passed
-            row["plus_result"] = plus.result
-            row["duration"] = round(verdict.duration + plus.duration, 6)
-        if "suffix" in problem:
-            row["exact_match"] = exact_match(s.completion, problem["canonical_solution"])
+        plus = verdicts[plus_index[i]] if i in plus_index else None
+        row = _row(s, problems[s.task_id], verdicts[i], plus)
         if sanitize:
             row["sanitized"] = texts[i]
         rows.append(row)
     return rows
+
+
+def _programs(
+    samples: Sequence[Sample],
+    problems: dict[str, dict[str, Any]],
+    texts: list[str],
+    time_limits: dict[tuple[str, str], float],
+    no_feedback: bool,
+) -> tuple[list[Program], dict[int, int]]:
+    """Every sample's base check in sample order, then the plus checks; ``plus_index`` maps
+    a sample's index to its plus check's."""
+    programs = [
+        check_program(
+            problems[s.task_id],
+            text,
+            problems[s.task_id]["test"],
+            time_limits.get((s.task_id, "base")),
+            reference=no_feedback,
+        )
+        for s, text in zip(samples, texts, strict=True)
+    ]
+    plus_index: dict[int, int] = {}
+    for i, (s, text) in enumerate(zip(samples, texts, strict=True)):
+        problem = problems[s.task_id]
+        if problem.get("plus_test"):
+            plus_index[i] = len(programs)
+            limit = time_limits.get((s.task_id, "plus"))
+            programs.append(
+                check_program(problem, text, problem["plus_test"], limit, reference=no_feedback)
+            )
+    return programs, plus_index
+
+
+def _row(
+    sample: Sample, problem: dict[str, Any], verdict: Verdict, plus: Verdict | None
+) -> dict[str, Any]:
+    """The result row of one sample, from its base verdict and its plus verdict (or None)."""
+    row = dict(sample.record) | {
+        "task_id": sample.task_id,
+        "completion_id": sample.completion_id,
+        "completion": sample.completion,
+        "passed": verdict.passed,
+        "result": verdict.result,
+        "duration": round(verdict.duration, 6),
+    }
+    if plus is not None:
+        row["plus_passed"] = plus.passed
+        row["plus_result"] = plus.result
+        row["duration"] = round(verdict.duration + plus.duration, 6)
+    if "suffix" in problem:
+        row["exact_match"] = exact_match(sample.completion, problem["canonical_solution"])
+    return row
