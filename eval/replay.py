@@ -27,7 +27,9 @@ already a list (evalplus's plus tests loop over a literal ``inputs`` list, calli
 candidate once on each), and most of HumanEval's tests are asserts on calls of literal
 arguments. Their calls are read with ``ast`` in the harness
 (:func:`codeparrot.eval.structure.literal_calls`; nothing of the problem file runs
-there), and steps 2 and 3 are as above. Any other test is recorded.
+there), and steps 2 and 3 are as above. Any other test is recorded. A problem file's
+plus tests are parsed once: their calls are read from the syntax trees made to recognise
+the file (:func:`codeparrot.eval.structure.recognise`), for the very text the run checks.
 
 This is how the harness runs by default; ``--feedback`` (``no_feedback=False``) answers
 every test's calls one by one, as the test makes them.
