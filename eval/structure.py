@@ -559,7 +559,8 @@ def _reparsed(tree: ast.Module, old: str, new: str) -> ast.Module | None:
     stop = old.find("\n", _line_start(old, high))
     stop = len(old) if stop < 0 else stop
     part = new[start : stop + len(new) - len(old)]
-    if start > prefix or stop < end or part.rstrip().endswith("\\"):
+    joined = old.endswith("\\\n", 0, start) or part.rstrip().endswith("\\")  # a "\\" line end
+    if start > prefix or stop < end or joined:
         return None
     parsed = parse(part)
     if parsed is None:

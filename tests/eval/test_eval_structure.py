@@ -278,3 +278,15 @@ def test_a_plus_files_calls_are_read_while_it_is_recognised(tmp_path):
     # a call read for a test's text is used only for that very text
     assert literal_plan("check(f)\n", "f", {("check(f)\n", "f"): [((1,), {})]}) is not None
     assert literal_plan("check(g)\n", "g", {("check(f)\n", "f"): [((1,), {})]}) is None
+
+
+def test_a_statement_joined_to_the_line_before_it_is_parsed_again_as_a_whole():
+    import ast
+
+    from codeparrot.eval.structure import _reparsed
+
+    old = REWRITTEN_TEST.replace("def check", "@\\\nstaticmethod\ndef check", 1)
+    new = old.replace("[[1.0], [2.0]", "[[1.0], [5.0]", 1)
+    assert _reparsed(ast.parse(old), old, new) is None  # the decorator's "@" is on the line before
+    new = old.replace("        2]", "        3]", 1)
+    assert ast.dump(_reparsed(ast.parse(old), old, new)) == ast.dump(ast.parse(new))
