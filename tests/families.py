@@ -296,6 +296,20 @@ def build_family(name: str, out: Path, *, seed: int = 0) -> Path:
     return out
 
 
+def sharp_random_model(config: Any, seed: int = 0) -> Any:
+    """A random transformers model of ``config`` in eval mode, its matrices scaled 4x so
+    that its logits are far from uniform (a greedy token then depends on every layer)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(4.0 if p.dim() == 2 else 1.0)
+    return model
+
+
 def bias_head(model: Any, logits: dict[int, float]) -> None:
     """Give a loaded model's output head a bias (``id -> value``), so that it writes those
     tokens whatever the input: a test's way of making a model sample a special token."""

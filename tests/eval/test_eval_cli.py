@@ -108,6 +108,44 @@ def test_execute_scores_and_writes_results(tmp_path, problems, capsys, monkeypat
     assert "provenance" in summary
 
 
+def test_evalplus_solution_lines_score_as_evalplus_scores_them(tmp_path, problems, monkeypatch):
+    """evalplus's samples (``solution``: the whole program) are scored alone: a right
+    solution passes without the prompt, and a solution that leans on the prompt's import
+    fails, as in evalplus; ``solution`` wins over a ``completion`` on the same line."""
+    monkeypatch.setenv("CODEPARROT_ALLOW_CODE_EXECUTION", "1")
+    p0 = problems["HumanEval/0"]
+    right = p0["prompt"] + p0["canonical_solution"]
+    # The prompt's `from typing import List` is what this needs: alone it is a NameError.
+    no_import = right.replace("from typing import List\n", "")
+    lines = [
+        {"task_id": "HumanEval/0", "solution": right},
+        {"task_id": "HumanEval/0", "solution": no_import},
+        {"task_id": "HumanEval/0", "solution": "def has_close_elements(a, b):\n    return 1\n",
+         "completion": p0["canonical_solution"]},
+        {"task_id": "HumanEval/0", "solution": 3},
+    ]  # fmt: skip
+    path = tmp_path / "evalplus.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    found = read_samples(path, problems)
+    assert [s.whole for s in found.samples] == [True, True, True]
+    assert found.errors == [f"{path}:4: task_id and solution must be strings"]
+    out = tmp_path / "r.jsonl"
+    assert main(["eval", "execute", str(path), "--output", str(out), "--workers", "2"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["passed"] for r in rows] == [True, False, False]
+    assert "NameError" in rows[1]["result"]
+    assert rows[0]["solution"] == right and "completion" not in rows[0]
+
+
+def test_a_solution_cannot_fill_in_a_middle(tmp_path):
+    problems = {"SingleLineInfilling/X/L0": {"prompt": "a = ", "suffix": "\n",
+                                             "canonical_solution": "1", "entry_point": ""}}  # fmt: skip
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps({"task_id": "SingleLineInfilling/X/L0", "solution": "a = 1"}))
+    found = read_samples(path, problems)
+    assert not found.samples and "cannot fill in a middle" in found.errors[0]
+
+
 def test_execute_loads_no_ml_library_nor_other_subcommand(tmp_path, problems):
     """Scoring a samples file needs neither torch nor transformers nor datasets, nor the
     modules of the other subcommands: the CLI imports only the one it runs."""

@@ -4,6 +4,9 @@ give, whole or in chunks; the engine keeps the copies only where its prompts rea
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import transformers as tf
@@ -12,6 +15,9 @@ from torch.profiler import profile
 from codeparrot.generation.bf16_prompts import pack_bf16, packed_bf16_supported, packed_linear
 from codeparrot.generation.decoder import Decoder
 from codeparrot.generation.lean import lean_decoder
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from families import sharp_random_model
 
 pytestmark = pytest.mark.skipif(
     not packed_bf16_supported(), reason="this torch build lacks oneDNN's packed bf16 product"
@@ -40,12 +46,7 @@ def _model(kind: str) -> torch.nn.Module:
         "qwen3": tf.Qwen3Config(**llama, num_key_value_heads=2, head_dim=16),  # q/k norms
         "mistral": tf.MistralConfig(**llama, num_key_value_heads=1, sliding_window=24),
     }
-    torch.manual_seed(0)
-    model = tf.AutoModelForCausalLM.from_config(configs[kind]).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(4.0 if p.dim() == 2 else 1.0)
-    return model
+    return sharp_random_model(configs[kind])
 
 
 def _prefill(decoder, ids: torch.Tensor, splits: tuple[int, ...] = ()):

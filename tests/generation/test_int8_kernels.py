@@ -7,6 +7,8 @@ share a prompt."""
 from __future__ import annotations
 
 import logging
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +18,9 @@ from torch.profiler import profile
 from codeparrot.generation import int8
 from codeparrot.generation.int8 import INT8_MAX_ROWS, KERNELS, kernel_supported
 from codeparrot.generation.lean import lean_decoder
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from families import sharp_random_model
 
 V = 96  # vocabulary of the tiny models
 SMALL = {"num_hidden_layers": 2, "max_position_embeddings": 64, "vocab_size": V}
@@ -36,12 +41,7 @@ def _model(family: str) -> torch.nn.Module:
         ),
         "qwen3": tf.Qwen3Config(**llama, num_key_value_heads=2, head_dim=16),
     }
-    torch.manual_seed(0)
-    model = tf.AutoModelForCausalLM.from_config(configs[family]).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(4.0 if p.dim() == 2 else 1.0)
-    return model
+    return sharp_random_model(configs[family])
 
 
 def _ops(decoder, ids: torch.Tensor, cache) -> set[str]:
