@@ -150,6 +150,10 @@ def run_programs(
     return verdicts
 
 
+# The kinds of job that record a test's calls against its reference (no sample's verdict).
+RECORDING = ("record", "records")
+
+
 def _run_all(
     programs: Sequence[Program],
     workers: int,
@@ -162,11 +166,7 @@ def _run_all(
 ) -> list[Verdict]:
     jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
     outstanding = [0]
-    bar = None
-    if progress:
-        from tqdm.autonotebook import tqdm  # tqdm.auto would import asyncio too
-
-        bar = tqdm(total=len(programs), desc="executing", unit="sample")
+    bar = _progress_bar(len(programs)) if progress else None
     lock = threading.Lock()
     failure: list[BaseException] = []
     compiled = CompiledCode()  # each prompt and test compiled once for all the workers
@@ -180,12 +180,7 @@ def _run_all(
             if outstanding[0] == 0 or verdict is None:  # all done, or a worker failed
                 for _ in range(workers):
                     jobs.put(None)
-            if (
-                bar is not None
-                and job is not None
-                and not follow
-                and job.kind not in ("record", "records")
-            ):
+            if bar is not None and job is not None and not follow and job.kind not in RECORDING:
                 bar.update(1)
 
     launched = threading.Semaphore(0)  # a zygote's process began (or failed to)
@@ -224,14 +219,7 @@ def _run_all(
             outstanding[0] += len(first)
             for job in first:
                 jobs.put(job)
-        # The first jobs' tests are compiled while the zygotes start (the longest part of the
-        # start: their processes are begun first, the harness's threads holding no lock).
-        for _ in range(workers):
-            launched.acquire(timeout=5)
-        for job in first[:workers]:
-            if job.kind not in ("record", "records"):
-                compiled.frame(job.program.prompt, "<prompt>")
-                compiled.frame(job.program.test, "<test>")
+        _compile_first(first, workers, launched, compiled)
     except BaseException as e:
         failure.append(e)
         for _ in range(workers):
@@ -243,6 +231,26 @@ def _run_all(
     if failure:
         raise failure[0]
     return [v for v in schedule.verdicts if v is not None]
+
+
+def _progress_bar(total: int) -> Any:
+    from tqdm.autonotebook import tqdm  # tqdm.auto would import asyncio too
+
+    return tqdm(total=total, desc="executing", unit="sample")
+
+
+def _compile_first(
+    first: list[Job], workers: int, launched: threading.Semaphore, compiled: CompiledCode
+) -> None:
+    """Compile the first jobs' tests while the zygotes start (the longest part of the
+    start): once every worker's process has begun (``launched``), the harness's threads
+    holding no lock, so the workers find them compiled."""
+    for _ in range(workers):
+        launched.acquire(timeout=5)
+    for job in first[:workers]:
+        if job.kind not in RECORDING:
+            compiled.frame(job.program.prompt, "<prompt>")
+            compiled.frame(job.program.test, "<test>")
 
 
 @dataclass(frozen=True)
