@@ -1746,9 +1746,12 @@ def _exchange(job_w, res_r, job, deadline):
 # Standard-library modules that HumanEval/MBPP prompts, solutions and tests import, loaded
 # once in Z (from the read-only root, after it is built): every sample would otherwise
 # import them again in both its processes. A sample could import each of them anyway;
-# ``random`` reseeds itself in every forked child, so samples do not share a seed.
+# ``random`` reseeds itself in every forked child, so samples do not share a seed. Not
+# ``hashlib`` (one HumanEval problem in 164 imports it): it maps the crypto library, whose
+# private pages (0.6 MiB) and mappings every fork would copy into the page tables of both
+# processes of every sample, and every exit tear down.
 PRELOADED = (
-    "bisect", "collections", "copy", "functools", "hashlib", "heapq", "itertools",
+    "bisect", "collections", "copy", "functools", "heapq", "itertools",
     "math", "operator", "random", "re", "string", "typing",
 )  # fmt: skip
 
