@@ -404,6 +404,9 @@ def seccomp_program(machine):
 
     Denied calls fail with EPERM; clone3 fails with ENOSYS (its flags sit in memory the
     filter cannot read), so the C library falls back to clone, whose flags it checks.
+    The call's number is found by a binary search (``_search``): a few comparisons per
+    call, where a list of them cost ~70 for every allowed call, and the kernel runs the
+    filter for every number as it is installed, once per sample, to cache what it allows.
     """
     if machine not in ARCH:
         return None
@@ -413,19 +416,32 @@ def seccomp_program(machine):
     program.append((LD_ABS_W, 0, 0, 0))  # the system call number
     if machine == "x86_64":
         program += [(JGE, 0, 1, X32_BIT), deny]
-    for number in sorted(DENIED[machine].values()):
-        program += [(JEQ, 0, 1, number), deny]
-    program += [(JEQ, 0, 1, clone3), (RET, 0, 0, RET_ERRNO | ENOSYS)]
     locks = len(FCNTL_DENIED)
-    program += [(JEQ, 0, locks + 3, fcntl), (LD_ABS_W, 0, 0, 24)]  # arg 1: the command
-    program += [(JEQ, locks - i, 0, cmd) for i, cmd in enumerate(FCNTL_DENIED)]
-    program += [(RET, 0, 0, RET_ALLOW), deny]
-    program += [(JEQ, 0, 4, clone), (LD_ABS_W, 0, 0, 16), (JSET, 0, 1, CLONE_DENIED)]
-    program += [deny, (RET, 0, 0, RET_ALLOW)]
-    program += [(JEQ, 0, 5, madvise), (LD_ABS_W, 0, 0, 32)]  # arg 2: the advice
-    program += [(JEQ, 1, 0, MADV_COLD), (JEQ, 0, 1, MADV_PAGEOUT), deny, (RET, 0, 0, RET_ALLOW)]
-    program.append((RET, 0, 0, RET_ALLOW))
-    return program
+    cases = {number: [deny] for number in DENIED[machine].values()}
+    cases[clone3] = [(RET, 0, 0, RET_ERRNO | ENOSYS)]
+    cases[fcntl] = [(LD_ABS_W, 0, 0, 24)]  # arg 1: the command
+    cases[fcntl] += [(JEQ, locks - i, 0, cmd) for i, cmd in enumerate(FCNTL_DENIED)]
+    cases[fcntl] += [(RET, 0, 0, RET_ALLOW), deny]
+    cases[clone] = [(LD_ABS_W, 0, 0, 16), (JSET, 0, 1, CLONE_DENIED), deny, (RET, 0, 0, RET_ALLOW)]
+    cases[madvise] = [(LD_ABS_W, 0, 0, 32), (JEQ, 1, 0, MADV_COLD)]  # arg 2: the advice
+    cases[madvise] += [(JEQ, 0, 1, MADV_PAGEOUT), deny, (RET, 0, 0, RET_ALLOW)]
+    return program + _search(sorted(cases.items()))
+
+
+def _search(cases):
+    """Instructions that run the block of the case whose number is in the accumulator
+    (``cases``: sorted ``(number, block)`` pairs, each block ending in returns), else
+    allow: halves compared with JGE down to four cases, then each with JEQ."""
+    if len(cases) > 4:
+        middle = len(cases) // 2
+        below, above = _search(cases[:middle]), _search(cases[middle:])
+        if len(below) > 255:
+            raise ValueError("seccomp filter too large for a jump")
+        return [(JGE, len(below), 0, cases[middle][0]), *below, *above]
+    code = [(RET, 0, 0, RET_ALLOW)]
+    for number, block in reversed(cases):
+        code = [(JEQ, 0, len(block), number), *block, *code]
+    return code
 
 
 def prepare_seccomp():

@@ -514,6 +514,54 @@ def test_denied_system_calls_fail_with_eperm_and_the_verdict_says_so(strong):
     assert verdicts[-1].passed, verdicts[-1].result
 
 
+def _run_filter(program: list, number: int, arch: int, args: tuple = (0,) * 6) -> int:
+    """What the classic-BPF ``program`` returns for a call (as the kernel runs it on
+    ``struct seccomp_data``: nr, arch, ip, then six 64-bit arguments)."""
+    data = {0: number, 4: arch} | {16 + 8 * i: a & 0xFFFFFFFF for i, a in enumerate(args)}
+    accumulator, pc = 0, 0
+    while True:
+        code, jt, jf, k = program[pc]
+        if code == 0x20:  # LD_ABS_W
+            accumulator = data.get(k, 0)
+        elif code == 0x06:  # RET
+            return k
+        else:
+            taken = {0x15: accumulator == k, 0x35: accumulator >= k, 0x45: accumulator & k}
+            pc += jt if taken[code] else jf
+        pc += 1
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_seccomp_filter_decides_every_call_number_as_its_tables_say(zygote, machine):
+    program = zygote.seccomp_program(machine)
+    arch, fcntl, clone, clone3, madvise = zygote.ARCH[machine]
+    eperm, allow = zygote.RET_ERRNO | zygote.EPERM, zygote.RET_ALLOW
+    denied = set(zygote.DENIED[machine].values())
+    assert all(0 <= jt <= 255 and 0 <= jf <= 255 for _, jt, jf, _ in program)
+    assert _run_filter(program, 0, 0x40000003) == zygote.RET_KILL_PROCESS  # another arch
+    for number in range(1024):
+        verdict = _run_filter(program, number, arch)
+        if number in denied:
+            assert verdict == eperm, number
+        elif number == clone3:
+            assert verdict == zygote.RET_ERRNO | zygote.ENOSYS
+        elif number not in (fcntl, clone, madvise):
+            assert verdict == allow, number
+    for command in range(64):
+        expected = eperm if command in zygote.FCNTL_DENIED else allow
+        assert _run_filter(program, fcntl, arch, (3, command)) == expected, command
+    for cmd in (1024, 1025, 1026):  # leases and dnotify
+        assert _run_filter(program, fcntl, arch, (3, cmd)) == eperm
+    assert _run_filter(program, clone, arch, (0x01200011,)) == allow  # fork's flags
+    assert _run_filter(program, clone, arch, (0x00010000 | 0x20000000,)) == eperm  # NEWPID
+    assert _run_filter(program, clone, arch, (0x1000 | 17,)) == eperm  # CLONE_PIDFD
+    for advice in range(32):
+        expected = eperm if advice in (zygote.MADV_COLD, zygote.MADV_PAGEOUT) else allow
+        assert _run_filter(program, madvise, arch, (0, 4096, advice)) == expected
+    if machine == "x86_64":  # the x32 numbers
+        assert _run_filter(program, zygote.X32_BIT | 1, arch) == eperm
+
+
 def test_worker_groups_are_removed_even_after_a_killed_harness(strong):
     if strong.accounting == "none":
         pytest.skip("no cgroup can be made here")
