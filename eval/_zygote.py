@@ -1323,20 +1323,16 @@ def build_root(libc, secret, checker, user_namespace, runtime=None):
     new = "/tmp"  # only in this process's private mount namespace
     # Every source is held open before the staging tmpfs covers /tmp: a runtime or a package
     # that lives under /tmp (a checkout or virtualenv there) would otherwise be hidden by it.
-    runtime_binds, copies = _runtime_sources(checker, runtime, new)
-    copied = [(_hold(path), new + path) for path in copies]
+    runtime_binds = _runtime_sources(checker, runtime, new)
     devices = [(_hold(path), new + path, 0) for path in DEVICES]
     packages = [
         (_hold(os.path.realpath(path)), f"{new}{CHECKER_SITE}/{name}", MS_NODEV)
         for path, name in checker or ()
     ]
-    size = b"size=%d,mode=755" % ((1 << 20) + sum(os.path.getsize(p) for p in copies))
-    _mount(libc, b"tmpfs", new.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
+    _mount(libc, b"tmpfs", new.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=755")
     stdlib = [p for p in sys.path if os.path.isdir(p)]
     for held, target, flags in (*runtime_binds, *devices):
         _bind_read_only(libc, held, target, flags)
-    for (fd, _is_dir), target in copied:
-        _copy(fd, target)
     for name in ("lib", "lib32", "lib64", "libx32"):  # the loader's default search path
         if os.path.islink("/" + name):
             os.symlink(os.readlink("/" + name), f"{new}/{name}")
@@ -1368,20 +1364,13 @@ def build_root(libc, secret, checker, user_namespace, runtime=None):
     _remount_read_only(libc, "/", MS_NODEV)
     for (fd, _is_dir), _target, _flags in (*runtime_binds, *devices, *packages):
         os.close(fd)
-    for (fd, _is_dir), _target in copied:
-        os.close(fd)
 
 
 def _runtime_sources(checker, runtime, new):
-    """What ``build_root`` binds of the runtime (``(held, target, flags)`` each) and the
-    host files it copies into its staging root."""
-    if runtime is None:
+    """What ``build_root`` binds of the runtime: ``(held, target, flags)`` each."""
+    if runtime is None:  # the probe's root: one trusted program, one mount namespace
         paths = runtime_paths([os.path.realpath(path) for path, _ in checker or ()])
-        # Libraries not yet loaded are copied; folders and the loaded objects are bound.
-        loaded = {os.path.realpath(path) for path in mapped_objects()}
-        copies = [p for p in paths if os.path.isfile(p) and os.path.realpath(p) not in loaded]
-        binds = [(_hold(path), new + path, MS_NODEV) for path in paths if path not in copies]
-        return binds, copies
+        return [(_hold(path), new + path, MS_NODEV) for path in paths]
     tree = runtime["tree"]
     binds = []
     for name in sorted(os.listdir(tree)):
@@ -1395,7 +1384,7 @@ def _runtime_sources(checker, runtime, new):
         else:
             binds += [(_hold(os.path.join(top, c)), f"{new}/{name}/{c}", MS_NODEV) for c in inner]
     binds += [(_hold(path), new + path, MS_NODEV) for path in runtime["bound"]]
-    return binds, []
+    return binds
 
 
 MOUNT_POINTS = ("proc", "tmp", "dev")  # folders of the root that build_root makes itself
@@ -1513,18 +1502,6 @@ def prepare_runtime(base, owner, secret, checker, tree=None):
             shutil.rmtree(tree, ignore_errors=True)
         raise
     sys.stdout.write(json.dumps({"tree": tree, "bound": bound}))
-
-
-def _copy(fd, target):
-    """Copy the file held by the O_PATH descriptor ``fd`` to ``target`` (mode 0755)."""
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    with open(f"/proc/self/fd/{fd}", "rb") as source:
-        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
-        try:
-            while chunk := source.read(1 << 20):
-                os.write(out, chunk)
-        finally:
-            os.close(out)
 
 
 def _hold(path):
@@ -1884,7 +1861,9 @@ def main():
         build_root(libc, *root_args)
         checker = [CHECKER_SITE] if checker else []
     context["checker"] = checker
-    held = warm_up(libc)  # noqa: F841 (taken free blocks, kept for Z's life)
+    # (Not for the probe's one trusted program, on the host's runtime: nothing to share.)
+    probe = mode != "none" and config["runtime"] is None
+    held = None if probe else warm_up(libc)  # noqa: F841 (free blocks, kept for Z's life)
     while True:
         try:
             header = read_frame(0).decode()
