@@ -165,8 +165,8 @@ def _run_all(
     schedule: Schedule,
 ) -> list[Verdict]:
     jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-    outstanding = [0]
-    bar = _progress_bar(len(programs)) if progress else None
+    outstanding, done = [0], [0]
+    bar: list[Any] = []  # the progress bar, once made (after the zygotes began)
     lock = threading.Lock()
     failure: list[BaseException] = []
     compiled = CompiledCode()  # each prompt and test compiled once for all the workers
@@ -180,8 +180,9 @@ def _run_all(
             if outstanding[0] == 0 or verdict is None:  # all done, or a worker failed
                 for _ in range(workers):
                     jobs.put(None)
-            if bar is not None and job is not None and not follow and job.kind not in RECORDING:
-                bar.update(1)
+            if job is not None and not follow and job.kind not in RECORDING:
+                done[0] += 1
+                bar[0].update(1) if bar else None
 
     launched = threading.Semaphore(0)  # a zygote's process began (or failed to)
 
@@ -220,17 +221,27 @@ def _run_all(
             for job in first:
                 jobs.put(job)
         _compile_first(first, workers, launched, compiled)
+        if progress:  # (importing tqdm takes ~20 ms: not before the zygotes began)
+            _show_progress(bar, done, lock, len(programs))
     except BaseException as e:
         failure.append(e)
         for _ in range(workers):
             jobs.put(None)
     for t in threads:
         t.join()
-    if bar is not None:
-        bar.close()
+    for b in bar:
+        b.close()
     if failure:
         raise failure[0]
     return [v for v in schedule.verdicts if v is not None]
+
+
+def _show_progress(bar: list[Any], done: list[int], lock: threading.Lock, total: int) -> None:
+    """Make the progress bar into ``bar``, counting the ``done`` samples (``lock`` held)."""
+    made = _progress_bar(total)
+    with lock:
+        made.update(done[0])
+        bar.append(made)
 
 
 def _progress_bar(total: int) -> Any:
