@@ -522,15 +522,21 @@ def drop_privileges(mode, slot, libc):
             raise RuntimeError("capset failed")
 
 
-def hide_from_sample(libc, checker):
+def hide_from_sample(libc):
     """In a mount namespace of its own: detach the checker's packages (not the sample's),
-    and cover /proc with an empty read-only tmpfs. The sample needs nothing there, and it
-    shows machine-wide counters a sample could advance and a later one read (the forks in
-    /proc/stat, the inode numbers of shared memory in /proc/self/maps)."""
+    and cover /proc (:func:`cover_proc`). Only where the checker has packages: else A
+    covered /proc before forking the sample, and the sample shares A's namespace."""
     if libc.unshare(CLONE_NEWNS) != 0:
         os._exit(74)
-    if checker and libc.umount2(b"/checker", MNT_DETACH) != 0:
+    if libc.umount2(b"/checker", MNT_DETACH) != 0:
         os._exit(74)
+    cover_proc(libc)
+
+
+def cover_proc(libc):
+    """Cover /proc with an empty read-only tmpfs. The sample needs nothing there, and it
+    shows machine-wide counters a sample could advance and a later one read (the forks in
+    /proc/stat, the inode numbers of shared memory in /proc/self/maps)."""
     flags = MS_READ_ONLY | MS_NOEXEC
     if libc.mount(b"tmpfs", b"/proc", b"tmpfs", flags, b"size=4k,mode=555") != 0:
         os._exit(74)
@@ -544,8 +550,8 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.closerange(5, 65536)
-    if mode != "none":
-        hide_from_sample(libc, limits["checker"])
+    if mode != "none" and limits["checker"]:
+        hide_from_sample(libc)
     set_limits(limits)
     drop_privileges(mode, slot, libc)
     install_seccomp(libc, limits["seccomp"])
@@ -925,6 +931,8 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
             if os.path.isdir(path):
                 _mount(libc, b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
         _limit_ipc(libc, limits["memory"], mode == "root", limits["namespaces"])
+        if not limits["checker"]:  # /proc's last use: the sample needs no namespace of its own
+            cover_proc(libc)
         workdir = "/tmp/sandbox"
         os.mkdir(workdir, 0o700)
         if mode == "root":
