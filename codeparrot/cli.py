@@ -34,6 +34,9 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("serve", "codeparrot.serve.cli"),
 )
 
+# Subcommands whose module's ``register`` takes ``only=`` (the command within it).
+NESTED = ("eval",)
+
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
@@ -64,9 +67,11 @@ class CommandImportError(RuntimeError):
     """A subcommand's module failed to import: a broken install, never a silent omission."""
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def build_parser(only: str | None = None, within: str | None = None) -> argparse.ArgumentParser:
     """The parser of every subcommand, or of ``only`` (a name in ``COMMANDS``): a command
-    line naming its subcommand first needs no other subcommand's module imported."""
+    line naming its subcommand first needs no other subcommand's module imported.
+    ``within``: the word after it, passed on to a module whose ``register`` builds the
+    parsers of commands of its own (``eval``: ``register(subparsers, only=within)``)."""
     parser = argparse.ArgumentParser(
         prog="codeparrot",
         description=(
@@ -90,7 +95,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                 f"the `{name}` subcommand cannot be loaded: importing {module_name} failed "
                 f"({type(e).__name__}: {e}); {hint}"
             ) from e
-        module.register(subparsers)
+        if within is not None and name in NESTED:
+            module.register(subparsers, only=within)
+        else:
+            module.register(subparsers)
     return parser
 
 
@@ -99,8 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     named = argv[0] if argv and argv[0] in dict(COMMANDS) else None
+    within = argv[1] if named and len(argv) > 1 else None
     try:
-        parser = build_parser(only=named)
+        parser = build_parser(only=named, within=within)
     except CommandImportError as e:
         print(f"codeparrot: error: {e}", file=sys.stderr)
         return EXIT_FAILURE

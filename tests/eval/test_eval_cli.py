@@ -156,7 +156,8 @@ def test_execute_loads_no_ml_library_nor_other_subcommand(tmp_path, problems):
         "from codeparrot.cli import main\n"
         f"assert main(['eval', 'execute', {str(path)!r}, '--workers', '1']) == 0\n"
         "loaded = ('torch', 'transformers', 'datasets', 'accelerate', 'numpy', 'matplotlib',\n"
-        "          'codeparrot.training', 'codeparrot.quickstart', 'codeparrot.app')\n"
+        "          'codeparrot.training', 'codeparrot.quickstart', 'codeparrot.app',\n"
+        "          'codeparrot.eval.lines', 'codeparrot.eval.loss')\n"
         "print([m for m in loaded if m in sys.modules])\n"
     )
     env = os.environ | {"CODEPARROT_ALLOW_CODE_EXECUTION": "1"}
