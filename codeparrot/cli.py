@@ -34,9 +34,6 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("serve", "codeparrot.serve.cli"),
 )
 
-# Subcommands whose module's ``register`` takes ``only=`` (the command within it).
-NESTED = ("eval",)
-
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
@@ -71,7 +68,8 @@ def build_parser(only: str | None = None, within: str | None = None) -> argparse
     """The parser of every subcommand, or of ``only`` (a name in ``COMMANDS``): a command
     line naming its subcommand first needs no other subcommand's module imported.
     ``within``: the word after it, passed on to a module whose ``register`` builds the
-    parsers of commands of its own (``eval``: ``register(subparsers, only=within)``)."""
+    parsers of commands of its own and says so (``REGISTER_TAKES_ONLY``, as ``eval``'s:
+    ``register(subparsers, only=within)``)."""
     parser = argparse.ArgumentParser(
         prog="codeparrot",
         description=(
@@ -95,7 +93,7 @@ def build_parser(only: str | None = None, within: str | None = None) -> argparse
                 f"the `{name}` subcommand cannot be loaded: importing {module_name} failed "
                 f"({type(e).__name__}: {e}); {hint}"
             ) from e
-        if within is not None and name in NESTED:
+        if within is not None and getattr(module, "REGISTER_TAKES_ONLY", False):
             module.register(subparsers, only=within)
         else:
             module.register(subparsers)

@@ -19,6 +19,7 @@ def _usefulness_configs() -> tuple[type, type]:
 
 
 COMMAND_NAMES = ("humaneval", "infill", "generate", "execute", "loss", "lines")
+REGISTER_TAKES_ONLY = True  # register(subparsers, only=NAME): that command's parser alone
 
 
 def _subcommands(
