@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from codeparrot.errors import CodeparrotError, ExecutionNotAllowed
@@ -575,8 +575,8 @@ class RuntimeCopy:
 def limits_header(limits: Limits, records: bool = False) -> bytes:
     """The per-sample header the zygote reads: ``Limits``' own field names, as JSON
     (``"records": true`` beside them for a job that records references)."""
-    values = asdict(limits)
-    header = {name: values[name] for name in WIRE_LIMITS} | ({"records": True} if records else {})
+    header = {name: getattr(limits, name) for name in WIRE_LIMITS}  # (asdict: 4x the time)
+    header |= {"records": True} if records else {}
     return json.dumps(header, sort_keys=True).encode()
 
 
