@@ -455,3 +455,28 @@ def test_the_longest_sample_of_each_test_starts_before_any_tests_second():
     programs = [Program("def f(x):\n" + b, t, "f") for t in tests for b in bodies]
     jobs = Schedule(programs).first()
     assert [job.index for job in jobs] == [3, 1, 2, 0]
+
+
+def test_the_samples_a_recording_makes_ready_start_before_the_waiting_ones(isolation, monkeypatch):
+    """Tests that are recorded (loops, random inputs: no literal asserts) tend to run
+    longest: their samples run as soon as their recording is made, not after every sample
+    queued meanwhile, where the slowest would hold up the end of the run."""
+    from codeparrot.eval.sandbox import Sandbox
+
+    started = []
+    original = Sandbox.run
+
+    def spy(self, program, *args, **kwargs):
+        started.append(program)
+        return original(self, program, *args, **kwargs)
+
+    monkeypatch.setattr(Sandbox, "run", spy)
+    literal = "def check(candidate):\n    assert candidate(1) == 2\n\ncheck(f)\n"
+    looped = "def check(candidate):\n    for x in range(3):\n        assert candidate(x) == x + 1\n\ncheck(f)\n"  # fmt: skip
+    programs = [
+        Program(REFERENCE + f"# {i}\n", literal, "f", reference=REFERENCE) for i in range(4)
+    ]
+    programs.append(Program(REFERENCE + "# looped\n", looped, "f", reference=REFERENCE))
+    verdicts = run_programs(programs, workers=1, isolation=isolation)
+    assert [v.result for v in verdicts] == ["passed"] * 5
+    assert started[0] == "" and started[1].endswith("# looped\n"), started  # the records job
