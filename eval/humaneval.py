@@ -702,6 +702,10 @@ def _execute(config: ExecuteConfig, start: SandboxStart | None, progress: bool) 
     rows, isolation, timing = score(
         samples, found.problems, config, progress=progress, start=start, read_calls=found.calls
     )
+    # the runtime's copy, no longer used, is removed while the results are written
+    closing = threading.Thread(target=start.close) if start is not None else None
+    if closing is not None:
+        closing.start()
     out = config.results_path()
     write_results(out, rows)
     summary = summarize(
@@ -714,6 +718,8 @@ def _execute(config: ExecuteConfig, start: SandboxStart | None, progress: bool) 
         provenance=provenance(config),
     ) | _by_language(rows)
     write_summary(out.with_name(out.name.removesuffix(".jsonl") + ".summary.json"), summary)
+    if closing is not None:
+        closing.join()
     return summary
 
 
