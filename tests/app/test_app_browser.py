@@ -47,6 +47,9 @@ def drive_browser(url: str, screenshot: Path) -> dict[str, str]:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            requests: list[str] = []
+            page.on("request", lambda r: requests.append(f"{r.method} {r.url}"))
+            page.on("console", lambda m: requests.append(f"console {m.text}"))
             page.goto(url)
             page.locator("#card").get_by_text("tokens trained").wait_for(timeout=30_000)
             seen["card"] = page.locator("#card").inner_text()
@@ -72,6 +75,7 @@ def drive_browser(url: str, screenshot: Path) -> dict[str, str]:
             seen["label"] = page.locator("#candidate-1").get_by_text("tokens/s").inner_text()
             seen["candidate"] = page.locator("#candidate-1 .cm-content").inner_text()
             page.screenshot(path=str(screenshot), full_page=True)
+            seen["requests"] = "\n".join(requests)
         finally:
             browser.close()
     return seen
@@ -93,3 +97,4 @@ def test_browser_types_a_prompt_and_sees_a_completion(playground, tmp_path):
     assert seen["candidate"].startswith("def fibonacci(n):")
     assert len(seen["candidate"].strip()) > len("def fibonacci(n):")
     assert seen["label"].startswith("candidate 1 ·") and "tokens/s" in seen["label"]
+    print(seen["requests"])
