@@ -39,7 +39,8 @@ pytestmark = [
 
 
 def drive_browser(url: str, screenshot: Path) -> dict[str, str]:
-    """Load the page, pick an example, type a prompt, generate; return what the page shows."""
+    """Load the page, pick an example, type a prompt, generate, then generate from an
+    empty prompt; return what the page shows and the paths it posted to."""
     from playwright.sync_api import sync_playwright
 
     seen: dict[str, str] = {}
@@ -47,9 +48,8 @@ def drive_browser(url: str, screenshot: Path) -> dict[str, str]:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            requests: list[str] = []
-            page.on("request", lambda r: requests.append(f"{r.method} {r.url}"))
-            page.on("console", lambda m: requests.append(f"console {m.text}"))
+            posts: list[str] = []  # the paths the page posts to, in order
+            page.on("request", lambda r: r.method == "POST" and posts.append(r.url))
             page.goto(url)
             page.locator("#card").get_by_text("tokens trained").wait_for(timeout=30_000)
             seen["card"] = page.locator("#card").inner_text()
@@ -75,7 +75,16 @@ def drive_browser(url: str, screenshot: Path) -> dict[str, str]:
             seen["label"] = page.locator("#candidate-1").get_by_text("tokens/s").inner_text()
             seen["candidate"] = page.locator("#candidate-1 .cm-content").inner_text()
             page.screenshot(path=str(screenshot), full_page=True)
-            seen["requests"] = "\n".join(requests)
+            seen["generation posts"] = " ".join(p for p in posts if "predict" not in p)
+
+            # a refused request: the stream's answer is a refusal, and Gradio's /generate
+            # (the page's fallback) shows it as it shows every error
+            editor.click()
+            page.keyboard.press("Control+A")
+            page.keyboard.press("Delete")
+            page.locator("#generate").click()
+            page.get_by_text("The prompt is empty").first.wait_for(timeout=30_000)
+            seen["refusal posts"] = " ".join(p for p in posts if "predict" not in p)
         finally:
             browser.close()
     return seen
@@ -97,4 +106,9 @@ def test_browser_types_a_prompt_and_sees_a_completion(playground, tmp_path):
     assert seen["candidate"].startswith("def fibonacci(n):")
     assert len(seen["candidate"].strip()) > len("def fibonacci(n):")
     assert seen["label"].startswith("candidate 1 ·") and "tokens/s" in seen["label"]
-    print(seen["requests"])
+    # the page streamed the candidate through its own route, not Gradio's queue
+    assert seen["generation posts"].endswith("/codeparrot/generate")
+    assert "queue/join" not in seen["generation posts"]
+    # the refusal: the stream was asked first, then Gradio's queue showed the error
+    stream, queue = seen["refusal posts"].split()[-2:]
+    assert stream.endswith("/codeparrot/generate") and queue.endswith("/gradio_api/queue/join")
