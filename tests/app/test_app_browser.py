@@ -111,4 +111,4 @@ def test_browser_types_a_prompt_and_sees_a_completion(playground, tmp_path):
     assert "queue/join" not in seen["generation posts"]
     # the refusal: the stream was asked first, then Gradio's queue showed the error
     stream, queue = seen["refusal posts"].split()[-2:]
-    assert stream.endswith("/codeparrot/generate") and queue.endswith("/gradio_api/queue/join")
+    assert stream.endswith("/codeparrot/generate") and "/gradio_api/queue/join" in queue
