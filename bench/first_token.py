@@ -78,7 +78,8 @@ def _sibling(name: str) -> Any:
 _lsp, _playground = _sibling("lsp"), _sibling("playground")
 Session, start_server, stdlib_texts = _lsp.Session, _lsp.start_server, _lsp.stdlib_texts
 build_lsp_checkpoint, wait_for_client = _lsp.build_checkpoint, _playground.wait_for_client
-shows_new_text = _playground.shows_new_text
+shows_new_text, has_stream = _playground.shows_new_text, _playground.has_stream
+stream_shows_new_text, STREAM_PATH = _playground.stream_shows_new_text, _playground.STREAM_PATH
 
 Side = Callable[[str], Awaitable[float]]
 
@@ -254,26 +255,6 @@ def page_side(url: str, checkpoint: Path, tokens: int, queue_ms: list[float]) ->
         return await asyncio.to_thread(once, prompt)
 
     return side
-
-
-STREAM_PATH = "codeparrot/generate"  # codeparrot.app.stream's route
-
-
-def has_stream(url: str) -> bool:
-    """Does the playground at ``url`` have the page's own stream (an earlier one has not)?"""
-    import httpx
-
-    return httpx.post(url + STREAM_PATH, content=b"{}", timeout=60).status_code not in (404, 405)
-
-
-def stream_shows_new_text(frame: dict[str, Any], prompt: str) -> bool:
-    """Does a line of the page's stream put text after the prompt in candidate 1's editor
-    (output 2: a whole value, an update or the text it gained)?"""
-    value = frame.get("2")
-    if isinstance(value, dict) and "__append__" in value:
-        return bool(value["__append__"])
-    value = value.get("value") if isinstance(value, dict) else value
-    return value not in (None, prompt, prompt.strip())
 
 
 def stream_side(url: str, checkpoint: Path, tokens: int) -> Side:
