@@ -8,6 +8,7 @@ what arrives and in which order, never on wall-clock time."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -138,7 +139,8 @@ def test_the_stream_waits_in_the_same_line_as_generate(served):
         running = Lines(first)  # kept: a line reader dropped closes its connection
         running.next()
         with post(http, playground, session="page-2") as second:
-            waiting = Lines(second).next()["frame"]
+            waiting_lines = Lines(second)
+            waiting = waiting_lines.next()["frame"]
             assert "1 generation(s) ahead" in waiting["0"]["value"]
             third = http.post(STREAM_PATH, json={"inputs": inputs(playground)})
             assert third.status_code == 400 and "busy" in third.json()["error"]
@@ -173,13 +175,39 @@ def test_a_page_that_goes_away_frees_its_slot(served):
     url, playground = served(engine)
     with httpx.Client(base_url=url, timeout=30) as http:
         with post(http, playground) as answer:
-            Lines(answer).next()
+            lines = Lines(answer)  # kept until the connection closes below
+            lines.next()
             assert playground.slots.in_line == 1
         # the connection closed mid-stream: the generation is cancelled, its place given back
         assert engine.cancelled.wait(10)
         deadline = time.monotonic() + 10
         while playground.slots.in_line and time.monotonic() < deadline:
             time.sleep(0.01)
+    assert playground.slots.in_line == 0
+
+
+class FailingEngine(HeldEngine):
+    """Yields its piece, then fails with a detail the page must not see."""
+
+    def stream(self, prompt, config, cancel=None) -> Iterator[StreamEvent]:
+        yield StreamEvent(0, self.piece)
+        raise RuntimeError("secret detail of /srv/models/private.bin")
+
+
+def test_a_failure_after_the_first_frame_ends_the_stream_with_a_short_line(served, caplog):
+    url, playground = served(FailingEngine())
+    with (
+        caplog.at_level(logging.ERROR, logger="codeparrot.app.ui"),
+        httpx.Client(base_url=url, timeout=30) as http,
+        post(http, playground) as answer,
+    ):
+        messages = [json.loads(line) for line in answer.iter_lines()]
+    assert "frame" in messages[0]
+    assert messages[-1] == {
+        "error": "Generation failed on the server (the server's log has the details)."
+    }
+    logged = [r for r in caplog.records if r.exc_info]
+    assert logged and "secret detail" in str(logged[0].exc_info[1])
     assert playground.slots.in_line == 0
 
 
