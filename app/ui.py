@@ -12,6 +12,9 @@ and the page gets the text gathered every ``--stream-interval`` seconds, so the 
 never waits for the browser. Each session
 (browser tab or API client) has at most one generation that **Stop** can end.
 
+The page itself streams a generation through a route of its own beside Gradio's queue
+(:mod:`codeparrot.app.stream`), answered by the same :meth:`Playground.frames`.
+
 Public API endpoints (``gradio_client``): ``/generate`` (streams), ``/model_card`` and
 ``/stop``.
 """
