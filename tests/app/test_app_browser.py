@@ -7,6 +7,7 @@ loop pytest-asyncio may hold. The screenshot is kept under ``artifacts/app/``.
 
 from __future__ import annotations
 
+import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,6 +39,13 @@ pytestmark = [
 ]
 
 
+def note_session(request, sessions: dict[str, str]) -> None:
+    """The session hash of a generation the page asked for, by the way it asked."""
+    for way in ("codeparrot/generate", "queue/join"):
+        if request.method == "POST" and way in request.url:
+            sessions[way] = json.loads(request.post_data or "{}").get("session_hash", "")
+
+
 def drive_browser(url: str, screenshot: Path) -> dict[str, str]:
     """Load the page, pick an example, type a prompt, generate, then generate from an
     empty prompt; return what the page shows and the paths it posted to."""
@@ -49,7 +57,9 @@ def drive_browser(url: str, screenshot: Path) -> dict[str, str]:
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             posts: list[str] = []  # the paths the page posts to, in order
+            sessions: dict[str, str] = {}  # the session each way of generating carries
             page.on("request", lambda r: r.method == "POST" and posts.append(r.url))
+            page.on("request", lambda r: note_session(r, sessions))
             page.goto(url)
             page.locator("#card").get_by_text("tokens trained").wait_for(timeout=30_000)
             seen["card"] = page.locator("#card").inner_text()
@@ -85,6 +95,7 @@ def drive_browser(url: str, screenshot: Path) -> dict[str, str]:
             page.locator("#generate").click()
             page.get_by_text("The prompt is empty").first.wait_for(timeout=30_000)
             seen["refusal posts"] = " ".join(p for p in posts if "predict" not in p)
+            seen.update({f"session of {k}": v for k, v in sessions.items()})
         finally:
             browser.close()
     return seen
@@ -111,4 +122,7 @@ def test_browser_types_a_prompt_and_sees_a_completion(playground, tmp_path):
     assert "queue/join" not in seen["generation posts"]
     # the refusal: the stream was asked first, then Gradio's queue showed the error
     stream, queue = seen["refusal posts"].split()[-2:]
+    # the stream carries the page's Gradio session: Stop (/stop, that session) ends it
+    assert seen["session of codeparrot/generate"]
+    assert seen["session of codeparrot/generate"] == seen["session of queue/join"]
     assert stream.endswith("/codeparrot/generate") and "/gradio_api/queue/join" in queue

@@ -130,6 +130,14 @@ def test_a_malformed_body_is_refused_saying_why(served):
     assert "missing inputs: checkpoint" in missing.json()["error"]
 
 
+def test_a_body_over_the_limit_is_refused_unread(served):
+    url, playground = served(HeldEngine(), max_prompt_chars=1000)
+    with httpx.Client(base_url=url, timeout=30) as http:
+        answer = http.post(STREAM_PATH, json={"inputs": inputs(playground, "x" * 2_000_000)})
+    assert answer.status_code == 413 and "bytes" in answer.json()["error"]
+    assert playground.slots.in_line == 0
+
+
 def test_the_stream_waits_in_the_same_line_as_generate(served):
     """One slot, one place to wait: a second stream waits, a third is refused, and a
     /generate through Gradio's queue finds the line full too."""
