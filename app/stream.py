@@ -159,6 +159,11 @@ def stream_route(playground: Playground) -> Route:
     limit = BODY_BYTES_PER_CHAR * playground.config.max_prompt_chars + BODY_SLACK_BYTES
 
     async def generate(request: Request) -> Response:
+        # Only JSON: a page of another site can post text/plain or a form without asking
+        # (no CORS preflight), but not application/json.
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            return _refused("The request body must be sent as application/json.", 415)
         body = await _read_body(request, limit)
         if body is None:
             return _refused(f"The request is over {limit:,} bytes.", 413)

@@ -122,12 +122,29 @@ def test_a_refused_request_gets_a_plain_answer_naming_the_value(served, changes,
 def test_a_malformed_body_is_refused_saying_why(served):
     url, playground = served(HeldEngine())
     with httpx.Client(base_url=url, timeout=30) as http:
-        not_json = http.post(STREAM_PATH, content=b"{nope")
+        not_json = http.post(
+            STREAM_PATH, content=b"{nope", headers={"Content-Type": "application/json"}
+        )
         unknown = http.post(STREAM_PATH, json={"inputs": {**inputs(playground), "model": "x"}})
         missing = http.post(STREAM_PATH, json={"inputs": {"prompt": "x"}})
     assert not_json.status_code == 400 and "not JSON" in not_json.json()["error"]
     assert "unknown inputs: model" in unknown.json()["error"]
     assert "missing inputs: checkpoint" in missing.json()["error"]
+
+
+def test_a_body_another_site_could_post_unasked_is_refused(served):
+    """text/plain and forms need no CORS preflight, so a page of another site could send
+    them to a playground on localhost: only application/json starts a generation."""
+    engine = HeldEngine()
+    url, playground = served(engine)
+    body = json.dumps({"inputs": inputs(playground)}).encode()
+    with httpx.Client(base_url=url, timeout=30) as http:
+        for kind in ("text/plain", "application/x-www-form-urlencoded", None):
+            headers = {"Content-Type": kind} if kind else {}
+            answer = http.post(STREAM_PATH, content=body, headers=headers)
+            assert answer.status_code == 415 and "application/json" in answer.json()["error"]
+    assert engine.started.acquire(timeout=0) is False
+    assert playground.slots.in_line == 0
 
 
 def test_a_body_over_the_limit_is_refused_unread(served):
