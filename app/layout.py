@@ -15,6 +15,7 @@ import gradio as gr
 
 from codeparrot.app.config import MAX_CANDIDATES
 from codeparrot.app.examples import CHAPTER_EXAMPLES, STOP_FIRST_BLOCK, STOP_MODES
+from codeparrot.app.stream import APPLY_JS, page_js, run_js
 from codeparrot.config import field_bounds, field_default
 from codeparrot.generation.config import GenerationConfig
 
@@ -26,6 +27,9 @@ INTRO = (
     "Write the start of some Python, pick a checkpoint and press **Generate**: "
     "the candidates stream in as the model samples them."
 )
+
+# The hidden button whose click is /generate through Gradio's queue.
+QUEUE_BUTTON = "generate-queue"
 
 # The end of a slider over a setting declared without an upper bound (temperature).
 UNBOUNDED_SLIDER_TOP = 2.0
@@ -48,6 +52,8 @@ class Widgets:
     infill_note: Any = None
     cut_repetition: Any = None
     run: Any = None
+    run_queue: Any = None  # hidden: Generate through Gradio's queue (/generate)
+    pump: Any = None  # hidden: hands the page's stream to Gradio (codeparrot.app.stream)
     stop: Any = None
     notice: Any = None
     details: Any = None
@@ -57,7 +63,8 @@ class Widgets:
     reports: list[Any] = field(default_factory=list)  # the second tab's outputs, in order
 
     def generation_inputs(self) -> list[Any]:
-        """Inputs of ``/generate``, in the order of :meth:`Playground.generate`'s parameters."""
+        """Inputs of ``/generate``, in the order of :meth:`Playground.generate`'s parameters
+        (:data:`~codeparrot.app.stream.GENERATION_FIELDS`)."""
         return [
             self.checkpoint,
             self.prompt,
@@ -136,6 +143,8 @@ def _prompt_and_candidates(w: Widgets, limit: int) -> None:
     with gr.Row():
         w.run = gr.Button("Generate", variant="primary", elem_id="generate")
         w.stop = gr.Button("Stop", variant="stop", elem_id="stop")
+        w.run_queue = gr.Button("Generate", elem_id=QUEUE_BUTTON, visible="hidden")
+    w.pump = gr.HTML("", js_on_load=page_js(f"#{QUEUE_BUTTON}"), visible="hidden", elem_id="pump")
     w.notice = gr.Markdown("", visible=False, elem_id="notice")
     w.candidates = [
         gr.Code(
@@ -262,7 +271,14 @@ def _wire(demo: gr.Blocks, w: Widgets, playground: Playground) -> None:
             api_visibility="private",
             **quick,
         )
-    w.run.click(
+    # Generate streams through the page's own request (codeparrot.app.stream), each
+    # frame handed to Gradio by the pump's JavaScript-only event; the hidden button is
+    # /generate through Gradio's queue: the page's fallback, and the API's endpoint
+    w.run.click(None, w.generation_inputs(), None, js=run_js(f"#{QUEUE_BUTTON}"))
+    w.pump.apply(
+        None, None, w.generation_outputs(), js=APPLY_JS, trigger_mode="always_last", **quick
+    )
+    w.run_queue.click(
         playground.generate,
         w.generation_inputs(),
         w.generation_outputs(),

@@ -12,6 +12,9 @@ and the page gets the text gathered every ``--stream-interval`` seconds, so the 
 never waits for the browser. Each session
 (browser tab or API client) has at most one generation that **Stop** can end.
 
+The page itself streams a generation through a route of its own beside Gradio's queue
+(:mod:`codeparrot.app.stream`), answered by the same :meth:`Playground.frames`.
+
 Public API endpoints (``gradio_client``): ``/generate`` (streams), ``/model_card`` and
 ``/stop``.
 """
@@ -19,6 +22,7 @@ Public API endpoints (``gradio_client``): ``/generate`` (streams), ``/model_card
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import socket
@@ -392,11 +396,52 @@ class Playground:
     ) -> AsyncIterator[tuple[Any, ...]]:
         """Stream candidates: yields (notice, details, candidate 1, ..., candidate 8).
 
-        The request is checked, then waits for a generation slot, then runs; nothing is
-        tokenized before the checks pass. Errors reach the client as one short line;
-        unexpected ones leave their traceback in the server's log only.
+        ``/generate`` through Gradio's queue (``gradio_client``, and the page where its
+        own stream, :mod:`codeparrot.app.stream`, is not used): :meth:`frames` of the
+        request's session.
+        """
+        frames = self.frames(  # closed at once when the page goes away: its slot freed
+            _session_of(request),
+            checkpoint,
+            prompt,
+            max_new_tokens,
+            temperature,
+            top_p,
+            n,
+            seed,
+            stop_mode,
+            stop_text,
+            cut_repetition,
+            suffix,
+        )
+        async with contextlib.aclosing(frames):
+            async for frame in frames:
+                yield frame
 
-        It runs on Gradio's event loop (an async generator: no worker-thread hop per
+    async def frames(
+        self,
+        session: str,
+        checkpoint: str,
+        prompt: str,
+        max_new_tokens: float,
+        temperature: float,
+        top_p: float,
+        n: float,
+        seed: float | None,
+        stop_mode: str,
+        stop_text: str,
+        cut_repetition: bool = True,
+        suffix: str = "",
+    ) -> AsyncIterator[tuple[Any, ...]]:
+        """The frames of one generation of ``session`` (a page or an API client; Stop of
+        that session ends it), whichever way they reach the page.
+
+        The request is checked, then waits for a generation slot, then runs; nothing is
+        tokenized before the checks pass. Errors are raised as :class:`gradio.Error`
+        with one short line; unexpected ones leave their traceback in the server's log
+        only.
+
+        It runs on the server's event loop (an async generator: no worker-thread hop per
         update); what blocks (waiting in line, loading a checkpoint) goes to a thread.
         """
         try:
@@ -406,7 +451,6 @@ class Playground:
             ticket = self.slots.join()
         except CodeparrotError as e:
             raise _user_error(str(e)) from None
-        session = _session_of(request)
         view = CandidatesView(
             prompt,
             gen.n,
@@ -655,6 +699,7 @@ def launch(config: AppConfig, *, block: bool = True) -> tuple[gr.Blocks, str]:
 def serve(playground: Playground, *, block: bool = True) -> tuple[gr.Blocks, str]:
     """Queue and serve the page of ``playground``. Returns (app, local URL)."""
     from codeparrot.app.layout import build_layout
+    from codeparrot.app.stream import stream_route
 
     config = playground.config
     demo = build_layout(playground)
@@ -664,6 +709,8 @@ def serve(playground: Playground, *, block: bool = True) -> tuple[gr.Blocks, str
     demo.queue(api_open=False, max_size=None, default_concurrency_limit=None)
     port = config.port or free_port(config.host)
     demo.launch(
+        # the page's own stream of /generate beside Gradio's routes (FastAPI's `routes`)
+        app_kwargs={"routes": [stream_route(playground)]},
         server_name=config.host,
         server_port=port,
         prevent_thread_lock=not block,

@@ -15,17 +15,22 @@ reports the latency a client sees:
 - ``lsp, spinning waits`` (``--spinning-too``): the same with ``OMP_WAIT_POLICY=ACTIVE``,
   how torch's OpenMP threads waited before the serving commands chose passive waits;
 - ``serve``: ``POST /v1/completions`` with ``max_tokens: 1``;
-- ``app``: the playground as its page talks to it: ``/generate`` (one candidate,
-  ``--app-tokens`` new tokens) joined to Gradio's queue, its event stream read until the
-  first new token shows in the candidate's editor; the report also gives the time until
-  Gradio's ``process_starts`` message arrived (its queue's share, where the handler runs
-  in a worker thread);
-- ``app, gradio_client``: the same endpoint through ``gradio_client``, one token, to its
-  answer (that client looks for new messages every 50 ms);
+- ``app``: the playground as its page talks to it: a ``POST`` of ``codeparrot/generate``
+  (one candidate, ``--app-tokens`` new tokens; the page's own stream beside Gradio's
+  queue, codeparrot.app.stream), its lines read until the first new token shows in the
+  candidate's editor, then to the end;
+- ``app, Gradio queue``: the same through ``/generate`` joined to Gradio's queue, its event
+  stream read the same way (the page's fallback); the report also gives the time until
+  Gradio's ``process_starts`` message arrived (its queue's share);
+- ``app, gradio_client`` (``--gradio-client``): the same endpoint through
+  ``gradio_client``, one token, to its answer (that client looks for new messages every
+  50 ms);
 - ``app before`` (``--app-python PY``): the page's way in to the playground of another
-  checkout, the Python that has it installed (a worktree of an earlier commit).
+  checkout, the Python that has it installed (a worktree of an earlier commit): its own
+  stream where it has one, else Gradio's queue.
 
-Each server runs as its own process, as a user runs it, and is warmed with
+Each server runs as its own process, as a user runs it (one per row: an engine keeps
+the prompt it last saw), and is warmed with
 ``--warmup`` prompts (the load, the first-step timing), then left until the servers are
 idle (whatever they do in the background after loading is over) before anything is
 timed. Every
@@ -35,7 +40,7 @@ median over rounds. Without ``--checkpoint`` a random 4-layer, 256-wide GPT-2 wi
 BPE and 1,024 positions is built (see bench/lsp.py).
 
     .venv/bin/python bench/first_token.py [--checkpoint DIR] [--prompts 30] [--chars 1200]
-        [--app-python OTHER_CHECKOUT/.venv/bin/python]
+        [--app-python OTHER_CHECKOUT/.venv/bin/python] [--gradio-client] [--spinning-too]
 """
 
 from __future__ import annotations
@@ -73,7 +78,8 @@ def _sibling(name: str) -> Any:
 _lsp, _playground = _sibling("lsp"), _sibling("playground")
 Session, start_server, stdlib_texts = _lsp.Session, _lsp.start_server, _lsp.stdlib_texts
 build_lsp_checkpoint, wait_for_client = _lsp.build_checkpoint, _playground.wait_for_client
-shows_new_text = _playground.shows_new_text
+shows_new_text, has_stream = _playground.shows_new_text, _playground.has_stream
+stream_shows_new_text, STREAM_PATH = _playground.stream_shows_new_text, _playground.STREAM_PATH
 
 Side = Callable[[str], Awaitable[float]]
 
@@ -251,6 +257,37 @@ def page_side(url: str, checkpoint: Path, tokens: int, queue_ms: list[float]) ->
     return side
 
 
+def stream_side(url: str, checkpoint: Path, tokens: int) -> Side:
+    """The playground as its page talks to it: a ``POST`` of its own stream route, the
+    lines read until candidate 1 shows the first new token, then to the end."""
+    import httpx
+
+    http = httpx.Client(base_url=url, timeout=300)  # kept alive, as a browser
+    session = uuid.uuid4().hex
+
+    def once(prompt: str) -> float:
+        inputs = {"checkpoint": str(checkpoint), "prompt": prompt, "max_new_tokens": tokens,
+                  "temperature": 0.0, "top_p": 1.0, "n": 1, "seed": 0, "stop_mode": "none",
+                  "stop_text": "", "cut_repetition": True, "suffix": ""}  # fmt: skip
+        body = {"session_hash": session, "inputs": inputs}
+        start, first = time.perf_counter(), None
+        with http.stream("POST", STREAM_PATH, json=body) as answer:
+            if answer.status_code != 200:
+                raise RuntimeError(f"{STREAM_PATH} refused: {answer.read()!r}")
+            for line in answer.iter_lines():
+                message = json.loads(line)
+                if "error" in message:
+                    raise RuntimeError(f"{STREAM_PATH} failed: {message['error']}")
+                if first is None and stream_shows_new_text(message["frame"], prompt):
+                    first = time.perf_counter() - start
+        return first or time.perf_counter() - start  # no text: the answer
+
+    async def side(prompt: str) -> float:
+        return await asyncio.to_thread(once, prompt)
+
+    return side
+
+
 def cpu_seconds(pid: int) -> float:
     """User and system CPU time of process ``pid`` so far (Linux ``/proc``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -258,13 +295,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 def wait_until_idle(procs: list[subprocess.Popen], timeout: float = 300.0) -> float:
-    """Wait until the servers use under 5% of a core over a second (what they do after
-    loading in the background, a compile say, is over); returns the seconds waited."""
+    """Wait until the servers use under 5% of a core each over a second (what they do
+    after loading in the background, a compile say, is over; an idle Gradio server polls
+    its queue, some 3% of a core); returns the seconds waited."""
     start = time.monotonic()
     while time.monotonic() - start < timeout:
         before = sum(cpu_seconds(p.pid) for p in procs)
         time.sleep(1.0)
-        if sum(cpu_seconds(p.pid) for p in procs) - before < 0.05:
+        if sum(cpu_seconds(p.pid) for p in procs) - before < 0.05 * len(procs):
             break
     return time.monotonic() - start
 
@@ -277,19 +315,30 @@ async def measure(args, checkpoint: Path) -> tuple[dict[str, list[float]], dict[
     lsp_client, lsp = await lsp_side(checkpoint, args.context_tokens)
     clients = [lsp_client]
     serve_proc, serve = serve_side(checkpoint)
-    app_proc, app_url = start_app(checkpoint)
-    procs = [serve_proc, app_proc]
-    queue_ms: dict[str, list] = {"app": []}
+    # each way into the playground has a server of its own: an engine keeps the prompt it
+    # last saw, so a second side on one server would find each round's prompt ready
+    (app_proc, app_url), (queue_proc, queue_url) = (start_app(checkpoint) for _ in range(2))
+    procs = [serve_proc, app_proc, queue_proc]
+    queue_ms: dict[str, list] = {"app, Gradio queue": []}
     sides: dict[str, Side] = {"engine": engine_side(checkpoint), "lsp": lsp, "serve": serve}
-    sides["app"] = page_side(app_url, checkpoint, args.app_tokens, queue_ms["app"])
-    sides["app, gradio_client"] = client_side(app_url, checkpoint)
-    if args.app_python:  # another checkout's playground, the same way in
+    sides["app"] = stream_side(app_url, checkpoint, args.app_tokens)
+    sides["app, Gradio queue"] = page_side(
+        queue_url, checkpoint, args.app_tokens, queue_ms["app, Gradio queue"]
+    )
+    if args.gradio_client:
+        client_proc, client_url = start_app(checkpoint)
+        procs.append(client_proc)
+        sides["app, gradio_client"] = client_side(client_url, checkpoint)
+    if args.app_python:  # another checkout's playground, the way its page comes in
         before_proc, before_url = start_app(checkpoint, args.app_python)
         procs.append(before_proc)
-        queue_ms["app before"] = []
-        sides["app before"] = page_side(
-            before_url, checkpoint, args.app_tokens, queue_ms["app before"]
-        )
+        if has_stream(before_url):
+            sides["app before"] = stream_side(before_url, checkpoint, args.app_tokens)
+        else:
+            queue_ms["app before"] = []
+            sides["app before"] = page_side(
+                before_url, checkpoint, args.app_tokens, queue_ms["app before"]
+            )
     if args.spinning_too:  # the language server as it ran before waits were passive
         spinning_client, sides["lsp, spinning waits"] = await lsp_side(
             checkpoint, args.context_tokens, "ACTIVE"
@@ -354,6 +403,9 @@ def main() -> None:
     parser.add_argument("--app-python",
                         help="also time the playground of another checkout: the Python "
                         "that has it installed (e.g. a worktree of the commit before)")  # fmt: skip
+    parser.add_argument("--gradio-client", action="store_true",
+                        help="also the playground through gradio_client (a server of its "
+                        "own; that client looks for new messages every 50 ms)")  # fmt: skip
     parser.add_argument("--spinning-too", action="store_true",
                         help="also a language server with OMP_WAIT_POLICY=ACTIVE (spinning "
                         "OpenMP waits, as before the serving commands chose passive ones)")  # fmt: skip

@@ -3,13 +3,16 @@
 Same prompt, seed and sampling settings, in one process, interleaved and repeated:
 
 - ``engine``: ``Engine.generate`` called directly, in a worker thread (the baseline);
-- ``app, stream every token``: ``/generate`` of ``codeparrot app`` (its own process) as
-  its page reads it (joined to Gradio's queue, its event stream read to the end), with
-  ``--stream-interval 0`` (one page update per token of each candidate);
+- ``app, stream every token``: a generation of ``codeparrot app`` (its own process) as
+  its page asks for it (a ``POST`` of its own stream route, ``codeparrot/generate``, read
+  to the end), with ``--stream-interval 0`` (one page update per token of each candidate);
 - ``app, stream every 50 ms``: the same with the default ``--stream-interval 0.05``;
+- ``app, every 50 ms, Gradio queue``: that server's ``/generate`` joined to Gradio's queue,
+  its event stream read to the end (the page's fallback);
 - ``app, every 50 ms, gradio_client``: the same endpoint read through ``gradio_client``,
   which looks for new messages every 50 ms (its figures move with that polling);
-- ``before, ...`` (``--app-python PY``): the same three of another checkout's playground.
+- ``before, ...`` (``--app-python PY``): the same of another checkout's playground (its
+  page's way in: Gradio's queue where it has no stream of its own).
 
 Prints tokens/s of each and its ratio to the engine, and the app's time to the first
 streamed text. Without ``--checkpoint`` a random 4-layer, 256-wide GPT-2 with a 2k BPE
@@ -129,6 +132,145 @@ class PageReader:
                         return
 
 
+STREAM_PATH = "codeparrot/generate"  # codeparrot.app.stream's route: the page's own stream
+# The inputs of a generation by name, in the order of the page's inputs of /generate.
+FIELDS = ("checkpoint", "prompt", "max_new_tokens", "temperature", "top_p", "n", "seed",
+          "stop_mode", "stop_text", "cut_repetition", "suffix")  # fmt: skip
+
+
+def has_stream(url: str) -> bool:
+    """Does the playground at ``url`` have the page's own stream (an earlier one has not)?"""
+    import httpx
+
+    return httpx.post(url + STREAM_PATH, content=b"{}", timeout=60).status_code not in (404, 405)
+
+
+def stream_shows_new_text(frame: dict[str, Any], prompt: str) -> bool:
+    """Does a line of the page's stream put text after the prompt in candidate 1's editor
+    (output 2: a whole value, an update or the text it gained)?"""
+    value = frame.get("2")
+    if isinstance(value, dict) and "__append__" in value:
+        return bool(value["__append__"])
+    value = value.get("value") if isinstance(value, dict) else value
+    return value not in (None, prompt, prompt.strip())
+
+
+class StreamReader:
+    """``/generate`` as the playground's page calls it: a ``POST`` of its own stream
+    route, the lines read to the end, on one kept-alive connection and session."""
+
+    def __init__(self, url: str) -> None:
+        import httpx
+
+        self.http = httpx.Client(base_url=url, timeout=300)
+        self.session = uuid.uuid4().hex
+
+    def frames(self, data: list[Any]) -> Any:
+        """Yield (seconds since the request, the outputs that changed) for each line."""
+        body = {"session_hash": self.session, "inputs": dict(zip(FIELDS, data, strict=True))}
+        start = time.perf_counter()
+        with self.http.stream("POST", STREAM_PATH, json=body) as answer:
+            if answer.status_code != 200:
+                raise RuntimeError(f"{STREAM_PATH} refused: {answer.read()!r}")
+            for line in answer.iter_lines():
+                message = json.loads(line)
+                if "error" in message:
+                    raise RuntimeError(f"{STREAM_PATH} failed: {message['error']}")
+                yield time.perf_counter() - start, message["frame"]
+
+
+def start_servers(checkpoint: Path, app_python: str | None) -> dict[str, tuple[Any, Any]]:
+    """label -> (process, gradio_client) of each variant's ``codeparrot app``, in its own
+    process, as a user runs it."""
+    from codeparrot.app.ui import free_port
+
+    servers = {}
+    variants = [("app, stream every token", 0.0, sys.executable)]
+    variants += [("app, stream every 50 ms", 0.05, sys.executable)]
+    if app_python:  # another checkout's playground, the same variants
+        variants += [(f"before, {label[5:]}", i, app_python) for label, i, _ in variants]
+    for label, interval, python in variants:
+        port = free_port()
+        command = [python, "-m", "codeparrot", "app", "--checkpoint", str(checkpoint)]
+        command += ["--port", str(port), "--stream-interval", str(interval)]
+        command += ["--no-compile"]  # the engine baseline runs eager steps too
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        servers[label] = (process, wait_for_client(f"http://127.0.0.1:{port}/", process))
+    return servers
+
+
+def report(args: argparse.Namespace, checkpoint: Path, results: dict[str, list]) -> None:
+    rates = {k: [t / s for t, s, _ in rows] for k, rows in results.items()}
+    print(f"checkpoint {checkpoint}, n={args.n}, max_new_tokens={args.max_new_tokens}, "
+          f"median of {args.repeats} rounds")  # fmt: skip
+    print(f"{'':36s} {'tokens/s':>9s} {'vs engine':>9s} {'first text':>10s}")
+    for name, rows in results.items():
+        # ratio within each round (same machine load), then the median over rounds
+        ratio = statistics.median(a / b for a, b in zip(rates[name], rates["engine"], strict=True))
+        first = statistics.median(f for _, _, f in rows)
+        first_text = "" if first != first else f"{1000 * first:.0f} ms"
+        print(f"{name:36s} {statistics.median(rates[name]):9.1f} {ratio:8.2f}x {first_text:>10s}")
+
+
+Run = tuple[int, float, float]  # new tokens, seconds, seconds to the first text
+
+
+def app_runners(
+    servers: dict[str, tuple[Any, Any]], checkpoint: str, settings: dict[str, Any]
+) -> dict[str, Any]:
+    """label -> a call that runs one generation through that way into a playground."""
+    # checkpoint, prompt, max new tokens, temperature, top_p, n, seed, stop mode,
+    # stop text, cut repetition, suffix
+    data = [checkpoint, PROMPT, *settings.values(), 0, "none", "", True, ""]
+
+    def run_client(client) -> Run:
+        start = time.perf_counter()
+        first = math.nan
+        job = client.submit(*data[:-2], api_name="/generate")
+        for update in job:
+            editor = update[2]  # candidate 1: prompt + text so far (an update, or the text)
+            text = editor if isinstance(editor, str) else editor.get("value") or ""
+            if math.isnan(first) and len(text) > len(PROMPT.strip()):
+                first = time.perf_counter() - start
+        details = job.outputs()[-1][1]
+        return sum(c["new_tokens"] for c in details), time.perf_counter() - start, first
+
+    def run_stream(reader: StreamReader) -> Run:
+        first, details, seconds = math.nan, None, math.nan
+        for seconds, frame in reader.frames(data):
+            if math.isnan(first) and stream_shows_new_text(frame, PROMPT):
+                first = seconds
+            details = frame.get("1", details)
+        return sum(c["new_tokens"] for c in details), seconds, first
+
+    def run_page(reader: PageReader) -> Run:
+        first = math.nan
+        for seconds, message in reader.messages(data):
+            if message["msg"] == "process_generating" and math.isnan(first):
+                if shows_new_text(message["output"], PROMPT):
+                    first = seconds
+            elif message["msg"] == "process_completed":
+                if not message.get("success", True):
+                    raise RuntimeError(f"/generate failed: {message}")
+                details = message["output"]["data"][1]
+                return sum(c["new_tokens"] for c in details), seconds, first
+        raise RuntimeError("/generate ended without an answer")
+
+    runners = {}
+    for label, (_, client) in servers.items():
+        url = client.src if client.src.endswith("/") else client.src + "/"
+        every = label.replace("stream every", "every")
+        if has_stream(url):  # the page's own stream; Gradio's queue is its fallback
+            runners[label] = lambda r=StreamReader(url): run_stream(r)
+            if "50 ms" in label:
+                runners[every + ", Gradio queue"] = lambda r=PageReader(url): run_page(r)
+        else:
+            runners[label] = lambda r=PageReader(url): run_page(r)
+        if "50 ms" in label:  # the same endpoint through gradio_client's 50 ms polling
+            runners[every + ", gradio_client"] = lambda c=client: run_client(c)
+    return runners
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", type=Path)
@@ -141,7 +283,6 @@ def main() -> None:
                         "variants")  # fmt: skip
     args = parser.parse_args()
 
-    from codeparrot.app.ui import free_port
     from codeparrot.generation import Engine, GenerationConfig
 
     tmp = tempfile.TemporaryDirectory()
@@ -164,56 +305,9 @@ def main() -> None:
         worker.join()
         return out[0]
 
-    servers = {}  # each app is `codeparrot app` in its own process, as a user runs it
-    variants = [("app, stream every token", 0.0, sys.executable)]
-    variants += [("app, stream every 50 ms", 0.05, sys.executable)]
-    if args.app_python:  # another checkout's playground, the same variants
-        variants += [(f"before, {label[5:]}", i, args.app_python) for label, i, _ in variants]
-    for label, interval, python in variants:
-        port = free_port()
-        command = [python, "-m", "codeparrot", "app", "--checkpoint", str(checkpoint)]
-        command += ["--port", str(port), "--stream-interval", str(interval)]
-        command += ["--no-compile"]  # the engine baseline runs eager steps too
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        servers[label] = (process, wait_for_client(f"http://127.0.0.1:{port}/", process))
+    servers = start_servers(checkpoint, args.app_python)
 
-    def run_client(client) -> tuple[int, float, float]:
-        values = (str(checkpoint), PROMPT, *settings.values(), 0, "none", "")
-        start = time.perf_counter()
-        first = math.nan
-        job = client.submit(*values, api_name="/generate")
-        for update in job:
-            editor = update[2]  # candidate 1: prompt + text so far (an update, or the text)
-            text = editor if isinstance(editor, str) else editor.get("value") or ""
-            if math.isnan(first) and len(text) > len(PROMPT.strip()):
-                first = time.perf_counter() - start
-        details = job.outputs()[-1][1]
-        return sum(c["new_tokens"] for c in details), time.perf_counter() - start, first
-
-    def run_page(reader: PageReader) -> tuple[int, float, float]:
-        # checkpoint, prompt, max new tokens, temperature, top_p, n, seed, stop mode,
-        # stop text, cut repetition, suffix
-        data = [str(checkpoint), PROMPT, *settings.values(), 0, "none", "", True, ""]
-        first = math.nan
-        for seconds, message in reader.messages(data):
-            if message["msg"] == "process_generating" and math.isnan(first):
-                if shows_new_text(message["output"], PROMPT):
-                    first = seconds
-            elif message["msg"] == "process_completed":
-                if not message.get("success", True):
-                    raise RuntimeError(f"/generate failed: {message}")
-                details = message["output"]["data"][1]
-                return sum(c["new_tokens"] for c in details), seconds, first
-        raise RuntimeError("/generate ended without an answer")
-
-    runners = {"engine": run_engine}
-    for label, (_, client) in servers.items():
-        url = client.src if client.src.endswith("/") else client.src + "/"
-        runners[label] = lambda r=PageReader(url): run_page(r)
-        if "50 ms" in label:  # the same endpoint through gradio_client's 50 ms polling
-            runners[label.replace("stream every", "every") + ", gradio_client"] = lambda c=client: (
-                run_client(c)
-            )
+    runners = {"engine": run_engine, **app_runners(servers, str(checkpoint), settings)}
     for runner in runners.values():  # warm-up: load, first calls
         runner()
     results: dict[str, list[tuple[int, float, float]]] = {k: [] for k in runners}
@@ -225,16 +319,7 @@ def main() -> None:
         process.terminate()
         process.wait(timeout=30)
 
-    rates = {k: [t / s for t, s, _ in rows] for k, rows in results.items()}
-    print(f"checkpoint {checkpoint}, n={args.n}, max_new_tokens={args.max_new_tokens}, "
-          f"median of {args.repeats} rounds")  # fmt: skip
-    print(f"{'':36s} {'tokens/s':>9s} {'vs engine':>9s} {'first text':>10s}")
-    for name, rows in results.items():
-        # ratio within each round (same machine load), then the median over rounds
-        ratio = statistics.median(a / b for a, b in zip(rates[name], rates["engine"], strict=True))
-        first = statistics.median(f for _, _, f in rows)
-        first_text = "" if first != first else f"{1000 * first:.0f} ms"
-        print(f"{name:36s} {statistics.median(rates[name]):9.1f} {ratio:8.2f}x {first_text:>10s}")
+    report(args, checkpoint, results)
 
 
 if __name__ == "__main__":

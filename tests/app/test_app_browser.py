@@ -7,6 +7,7 @@ loop pytest-asyncio may hold. The screenshot is kept under ``artifacts/app/``.
 
 from __future__ import annotations
 
+import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,8 +39,16 @@ pytestmark = [
 ]
 
 
+def note_session(request, sessions: dict[str, str]) -> None:
+    """The session hash of a generation the page asked for, by the way it asked."""
+    for way in ("codeparrot/generate", "queue/join"):
+        if request.method == "POST" and way in request.url:
+            sessions[way] = json.loads(request.post_data or "{}").get("session_hash", "")
+
+
 def drive_browser(url: str, screenshot: Path) -> dict[str, str]:
-    """Load the page, pick an example, type a prompt, generate; return what the page shows."""
+    """Load the page, pick an example, type a prompt, generate, then generate from an
+    empty prompt; return what the page shows and the paths it posted to."""
     from playwright.sync_api import sync_playwright
 
     seen: dict[str, str] = {}
@@ -47,6 +56,10 @@ def drive_browser(url: str, screenshot: Path) -> dict[str, str]:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            posts: list[str] = []  # the paths the page posts to, in order
+            sessions: dict[str, str] = {}  # the session each way of generating carries
+            page.on("request", lambda r: r.method == "POST" and posts.append(r.url))
+            page.on("request", lambda r: note_session(r, sessions))
             page.goto(url)
             page.locator("#card").get_by_text("tokens trained").wait_for(timeout=30_000)
             seen["card"] = page.locator("#card").inner_text()
@@ -72,6 +85,17 @@ def drive_browser(url: str, screenshot: Path) -> dict[str, str]:
             seen["label"] = page.locator("#candidate-1").get_by_text("tokens/s").inner_text()
             seen["candidate"] = page.locator("#candidate-1 .cm-content").inner_text()
             page.screenshot(path=str(screenshot), full_page=True)
+            seen["generation posts"] = " ".join(p for p in posts if "predict" not in p)
+
+            # a refused request: the stream's answer is a refusal, and Gradio's /generate
+            # (the page's fallback) shows it as it shows every error
+            editor.click()
+            page.keyboard.press("Control+A")
+            page.keyboard.press("Delete")
+            page.locator("#generate").click()
+            page.get_by_text("The prompt is empty").first.wait_for(timeout=30_000)
+            seen["refusal posts"] = " ".join(p for p in posts if "predict" not in p)
+            seen.update({f"session of {k}": v for k, v in sessions.items()})
         finally:
             browser.close()
     return seen
@@ -93,3 +117,12 @@ def test_browser_types_a_prompt_and_sees_a_completion(playground, tmp_path):
     assert seen["candidate"].startswith("def fibonacci(n):")
     assert len(seen["candidate"].strip()) > len("def fibonacci(n):")
     assert seen["label"].startswith("candidate 1 ·") and "tokens/s" in seen["label"]
+    # the page streamed the candidate through its own route, not Gradio's queue
+    assert seen["generation posts"].endswith("/codeparrot/generate")
+    assert "queue/join" not in seen["generation posts"]
+    # the refusal: the stream was asked first, then Gradio's queue showed the error
+    stream, queue = seen["refusal posts"].split()[-2:]
+    # the stream carries the page's Gradio session: Stop (/stop, that session) ends it
+    assert seen["session of codeparrot/generate"]
+    assert seen["session of codeparrot/generate"] == seen["session of queue/join"]
+    assert stream.endswith("/codeparrot/generate") and "/gradio_api/queue/join" in queue
