@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from codeparrot.eval.bytecode import CompiledCode
 from codeparrot.eval.data import Sample
 from codeparrot.eval.recordings import RecordingCache
 from codeparrot.eval.replay import Job, Schedule
 from codeparrot.eval.sandbox import (
-    CompiledCode,
     Isolation,
     Limits,
     RuntimeCopy,

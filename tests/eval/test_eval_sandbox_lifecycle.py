@@ -73,7 +73,7 @@ def test_a_text_asked_for_by_several_workers_at_once_is_compiled_once(monkeypatc
     import threading
     import time
 
-    from codeparrot.eval import sandbox
+    from codeparrot.eval import bytecode
 
     calls = []
 
@@ -82,8 +82,8 @@ def test_a_text_asked_for_by_several_workers_at_once_is_compiled_once(monkeypatc
         time.sleep(0.05)  # long enough for every worker to ask before it is done
         return builtins.compile(*args, **kwargs)
 
-    monkeypatch.setattr(sandbox, "compile", slow_compile, raising=False)
-    compiled = sandbox.CompiledCode()
+    monkeypatch.setattr(bytecode, "compile", slow_compile, raising=False)
+    compiled = bytecode.CompiledCode()
     frames = []
     threads = [
         threading.Thread(target=lambda: frames.append(compiled.frame("x = 1\n", "<test>")))
@@ -94,4 +94,4 @@ def test_a_text_asked_for_by_several_workers_at_once_is_compiled_once(monkeypatc
     for t in threads:
         t.join()
     assert calls == ["<test>"]
-    assert len(set(frames)) == 1 and frames[0].startswith(sandbox.BYTECODE)
+    assert len(set(frames)) == 1 and frames[0].startswith(bytecode.BYTECODE)
