@@ -128,7 +128,8 @@ def run_programs(
     elif runtime is not None:
         if runtime.mode != isolation.mode:
             raise ValueError(f"a runtime copy for mode {runtime.mode!r}, not {isolation.mode!r}")
-        runtime.create()
+        if not runtime.begun():  # else the zygotes start while it is made (each waits for it)
+            runtime.create()
         verdicts = _run_all(
             programs, workers, limits, isolation, progress, secret_dirs, runtime, schedule
         )

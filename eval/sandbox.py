@@ -326,7 +326,6 @@ def detect_isolation(mode: str | None = None) -> Isolation:
             if mode:
                 raise SandboxError(errors[-1])
             continue
-        warming = _warm_shared_files() if candidate != "none" else None  # beside the probe
         try:
             # The probe program is the harness's own: it may see the host's runtime.
             with Sandbox(Isolation(candidate), slot=0, runtime=HOST_RUNTIME) as box:
@@ -335,8 +334,6 @@ def detect_isolation(mode: str | None = None) -> Isolation:
         except (OSError, SandboxError) as e:
             errors.append(f"{candidate}: {e}")
             continue
-        finally:
-            _warmed(warming)
         if verdict.passed:
             accounting = cgroup_support()
             missing = MISSING[candidate] + ([NO_CGROUP] if accounting == "none" else [])
@@ -362,7 +359,9 @@ def warm_shared_files() -> None:
 
     Done once per run, from the harness's own cgroup: a page that nothing had read would
     let a sample leave one bit for later samples and runs (see docs/threat-model.md).
-    Some 30 ms of CPU once the files are cached; failure only warns.
+    The process that makes a run's copy of the runtime (:class:`RuntimeCopy`) does it,
+    for the host's files it has loaded (those it binds, and the zygote's); this one,
+    some 15 ms of CPU, where no copy can be made. Failure only warns.
     """
     _warmed(_warm_shared_files())
 
@@ -410,6 +409,7 @@ def _warmed(process: subprocess.Popen | None) -> None:
 TMPFS_BASES = ("/dev/shm", "/run/user/{uid}")  # where a run's copy of the runtime may go
 RUNTIME_PREFIX = "codeparrot-runtime-"  # + pid of the harness + random: see RuntimeCopy
 HOST_RUNTIME = "host"  # Sandbox(runtime=...): bind the host's own (the probe's trusted program)
+LATE_RUNTIME = "late"  # in a zygote's command line: the runtime's manifest comes on its stdin
 
 
 def _file_system_type(path: str) -> str | None:
@@ -479,6 +479,7 @@ class RuntimeCopy:
         self._made = False
         self._making: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._lock = threading.Lock()  # create() may be called by every worker at once
 
     def __enter__(self) -> RuntimeCopy:
         self.create()
@@ -524,17 +525,22 @@ class RuntimeCopy:
         except BaseException as e:  # raised by create()
             self._error = e
 
+    def begun(self) -> bool:
+        """Whether the copy is being made in a thread (:meth:`start`, :meth:`require`)."""
+        return self._making is not None
+
     def create(self) -> None:
-        """Make the copy (once), or wait for :meth:`start`'s and :meth:`require`'s work.
-        Raises :class:`SandboxError`."""
-        making, self._making = self._making, None
-        if making is not None:
-            making.join()
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
-        if not self._made:
-            self._make()
+        """Make the copy (once), or wait for :meth:`start`'s and :meth:`require`'s work;
+        from any thread. Raises :class:`SandboxError` (again at each call, until
+        :meth:`close`)."""
+        with self._lock:
+            if self._making is not None:
+                self._making.join()  # (begun() holds until it is done)
+                self._making = None
+            if self._error is not None:
+                raise self._error
+            if not self._made:
+                self._make()
 
     def _make(self, tree: str | None = None) -> None:
         base = shared_tmpfs()
@@ -546,6 +552,7 @@ class RuntimeCopy:
             )
             warnings.warn(message, RuntimeWarning, stacklevel=2)
             logger.warning(message)
+            warm_shared_files()  # (else the copy's process does it)
             self._made = True
             return
         if tree is None:
@@ -623,6 +630,7 @@ class Sandbox:
         self._proc: subprocess.Popen | None = None
         self._compiled = compiled or CompiledCode()
         self._bytecode = False  # whether the zygote runs this interpreter (takes bytecode)
+        self._late = False  # whether the zygote waits for the runtime's manifest
 
     def __enter__(self) -> Sandbox:
         self.start()
@@ -663,11 +671,18 @@ class Sandbox:
             start_new_session=True,
         )
 
-    def _runtime_manifest(self) -> dict | None:
-        """What the zygote binds as its runtime: the run's copy (None: the host's)."""
+    def _runtime_manifest(self) -> dict | str | None:
+        """What the zygote binds as its runtime: the run's copy (None: the host's), or
+        LATE_RUNTIME where the copy is still being made: the zygote starts meanwhile and
+        builds its root once :meth:`run` has sent it the manifest."""
+        self._late = False
         if self.isolation.mode == "none" or self._runtime == HOST_RUNTIME:
             return None
         if isinstance(self._runtime, RuntimeCopy):
+            self._late = self._runtime.begun()
+            if self._late:
+                return LATE_RUNTIME
+            self._runtime.create()  # (made already: returns at once)
             return self._runtime.manifest
         if self._own_runtime is None:
             own = RuntimeCopy(self.isolation.mode, self.limits.checker_packages, self.secret_dirs)
@@ -723,6 +738,11 @@ class Sandbox:
         """
         self.start()
         assert self._proc is not None
+        if self._late:  # the zygote waits for the run's copy: sent once made
+            assert isinstance(self._runtime, RuntimeCopy)
+            self._runtime.create()  # raises: the run cannot go on
+            self._late = False
+            self._proc.stdin.write(_frame(json.dumps(self._runtime.manifest).encode()))
         limits = self.limits if timeout is None else replace(self.limits, timeout=timeout)
         if self._bytecode and not records:
             trusted = [

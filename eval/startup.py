@@ -1,12 +1,13 @@
 """The sandbox's start for one run, begun before the run's problems are read.
 
 Before the first sample can run, the isolation is proven by a probe program (a zygote of
-its own, beside which the shared files are read into the page cache) and the run's copy of
-the runtime is made (:class:`~codeparrot.eval.sandbox.RuntimeCopy`): about 0.2 s each on
-a 2-core machine, in processes of their own. :class:`SandboxStart` begins both at once,
-so that they run while the harness reads the problem file and the samples and reads each
-test's calls (work of the harness's own process); the run waits for them only where it
-needs them.
+its own) and the run's copy of the runtime is made
+(:class:`~codeparrot.eval.sandbox.RuntimeCopy`, whose process also reads the host's files
+a sample sees into the page cache): about 0.2 s each on a 2-core machine, in processes of
+their own. :class:`SandboxStart` begins both at once, so that they run while the harness
+reads the problem file and the samples and reads each test's calls (work of the harness's
+own process); the run waits for them only where it needs them: the workers' zygotes start
+once the isolation is known, and each builds its root once the copy is made.
 
 The copy is begun for the task given on the command line. A problem file can turn out to
 be another task's (evalplus's HumanEval+ given as HumanEval), whose checker gets packages:
