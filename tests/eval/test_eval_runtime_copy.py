@@ -159,3 +159,42 @@ def test_a_copy_begun_before_its_task_was_known_gets_what_the_checkers_packages_
     finally:
         copy.close()
     assert leftovers() == []
+
+
+def test_zygotes_started_while_the_copy_is_made_see_the_copy_once_it_is_made(strong):
+    # the workers' zygotes start before the copy is made and build their roots only once
+    # it is: their samples see the copy, never the host's folder
+    if sandbox.shared_tmpfs() is None:
+        pytest.skip("no writable tmpfs here")
+    host = os.stat(sysconfig.get_paths()["stdlib"])
+    copy = RuntimeCopy(strong.mode, secret_dirs=())
+    copy.start()
+    try:
+        assert copy.begun()
+        verdicts = run_programs(
+            [Program(IDENTITY, REPORT, "f")] * 2, workers=2, isolation=strong, runtime=copy
+        )
+        for v in verdicts:
+            view = ast.literal_eval(v.result.removeprefix("failed: AssertionError "))
+            assert view[1:3] != [host.st_dev, host.st_ino], "the host's own folder is bound"
+            assert view[3] == "tmpfs" and view[4] == "Read-only file system"
+    finally:
+        copy.close()
+    assert leftovers() == []
+
+
+def test_a_copy_that_fails_while_the_zygotes_wait_fails_the_run(strong, monkeypatch):
+    def failing(self, tree=None):
+        raise sandbox.SandboxError("could not copy the runtime for the sandbox: disk full")
+
+    monkeypatch.setattr(RuntimeCopy, "_make", failing)
+    copy = RuntimeCopy(strong.mode, secret_dirs=())
+    copy.start()
+    try:
+        with pytest.raises(sandbox.SandboxError, match="disk full"):
+            run_programs(
+                [Program(IDENTITY, REPORT, "f")] * 4, workers=2, isolation=strong, runtime=copy
+            )
+    finally:
+        copy.close()
+    assert leftovers() == []
