@@ -79,7 +79,7 @@ _lsp, _playground = _sibling("lsp"), _sibling("playground")
 Session, start_server, stdlib_texts = _lsp.Session, _lsp.start_server, _lsp.stdlib_texts
 build_lsp_checkpoint, wait_for_client = _lsp.build_checkpoint, _playground.wait_for_client
 shows_new_text, has_stream = _playground.shows_new_text, _playground.has_stream
-stream_shows_new_text, STREAM_PATH = _playground.stream_shows_new_text, _playground.STREAM_PATH
+stream_shows_new_text, StreamReader = _playground.stream_shows_new_text, _playground.StreamReader
 
 Side = Callable[[str], Awaitable[float]]
 
@@ -260,26 +260,14 @@ def page_side(url: str, checkpoint: Path, tokens: int, queue_ms: list[float]) ->
 def stream_side(url: str, checkpoint: Path, tokens: int) -> Side:
     """The playground as its page talks to it: a ``POST`` of its own stream route, the
     lines read until candidate 1 shows the first new token, then to the end."""
-    import httpx
-
-    http = httpx.Client(base_url=url, timeout=300)  # kept alive, as a browser
-    session = uuid.uuid4().hex
+    reader = StreamReader(url)  # one kept-alive connection and session, as a browser
 
     def once(prompt: str) -> float:
-        inputs = {"checkpoint": str(checkpoint), "prompt": prompt, "max_new_tokens": tokens,
-                  "temperature": 0.0, "top_p": 1.0, "n": 1, "seed": 0, "stop_mode": "none",
-                  "stop_text": "", "cut_repetition": True, "suffix": ""}  # fmt: skip
-        body = {"session_hash": session, "inputs": inputs}
+        data = [str(checkpoint), prompt, tokens, 0.0, 1.0, 1, 0, "none", "", True, ""]
         start, first = time.perf_counter(), None
-        with http.stream("POST", STREAM_PATH, json=body) as answer:
-            if answer.status_code != 200:
-                raise RuntimeError(f"{STREAM_PATH} refused: {answer.read()!r}")
-            for line in answer.iter_lines():
-                message = json.loads(line)
-                if "error" in message:
-                    raise RuntimeError(f"{STREAM_PATH} failed: {message['error']}")
-                if first is None and stream_shows_new_text(message["frame"], prompt):
-                    first = time.perf_counter() - start
+        for seconds, frame in reader.frames(data):  # read to the end, as the page does
+            if first is None and stream_shows_new_text(frame, prompt):
+                first = seconds
         return first or time.perf_counter() - start  # no text: the answer
 
     async def side(prompt: str) -> float:
