@@ -57,6 +57,7 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 CHECKER_SITE = "/checker/site"  # the checker's extra packages; hidden from the sample
 PR_SET_PDEATHSIG = 1
+M_MMAP_THRESHOLD = -3  # mallopt's
 PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
@@ -90,13 +91,13 @@ def read_exact(fd, n):
     return b"".join(chunks)
 
 
-def read_frame(fd):
+def read_frame(fd, limit=MAX_FRAME):
     head = read_exact(fd, 10)
     if not head.isdigit():
         raise ValueError("malformed frame header")
     size = int(head)
-    if size > MAX_FRAME:
-        raise ValueError(f"frame of {size} bytes exceeds the {MAX_FRAME}-byte limit")
+    if size > limit:
+        raise ValueError(f"frame of {size} bytes exceeds the {limit}-byte limit")
     return read_exact(fd, size)
 
 
@@ -542,6 +543,66 @@ def cover_proc(libc):
         os._exit(74)
 
 
+def sample_mounts(libc, limits, mode, slot, cover):
+    """In the sample's new mount and IPC namespaces: a fresh /proc, private tmpfs over /tmp
+    and /dev/shm, the namespace's shared memory within the memory limit, /proc covered once
+    done with (``cover``), and an empty working directory for B, whose path it returns."""
+    _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE)
+    _mount(libc, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    size = b"size=%d,mode=1777" % limits["file_size"]
+    for path in PRIVATE_TMP:
+        if os.path.isdir(path):
+            _mount(libc, b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
+    _limit_ipc(libc, limits["memory"], mode == "root", limits["namespaces"])
+    if cover:
+        cover_proc(libc)
+    workdir = "/tmp/sandbox"
+    os.mkdir(workdir, 0o700)
+    if mode == "root":
+        os.chown(workdir, UID_BASE + slot, UID_BASE + slot)
+    return workdir
+
+
+def run_answers(program, frames, limits, slot, libc, out_fd):
+    """B of a replayed test in mode root, PID 1 of the sample's own namespaces with no
+    checker beside it: never returns. Makes its namespaces as A would, runs the program,
+    writes its "ready" and its answers to every recorded call to ``out_fd`` (what B would
+    send A; Z reads them for the worker's checker) and exits."""
+    workdir = sample_mounts(libc, limits, "root", slot, cover=False)
+    if limits["checker"] and libc.umount2(b"/checker", MNT_DETACH) != 0:
+        os._exit(74)
+    cover_proc(libc)
+    os.chdir(workdir)
+    entry_point = frames[2].decode("utf-8", "surrogatepass")
+    calls = [decode(key) for key in replay_plan(frames[3])[1]]
+    os.dup2(out_fd, 4)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.closerange(3, 4)
+    os.closerange(5, 65536)
+    set_limits(limits)
+    drop_privileges("root", slot, libc)
+    install_seccomp(libc, limits["seccomp"])
+    namespace = {}
+    try:
+        exec(compile(program, "<sample>", "exec"), namespace)
+    except BaseException as e:
+        write_frame(4, encode(("err", f"{type(e).__name__}: {e}"[:500])))
+        os._exit(1)
+    write_frame(4, encode(("ready",)))
+    try:
+        payload = outcomes_payload(answer_calls(namespace[entry_point], calls))
+    except BaseException as e:
+        try:
+            payload = encode(("err", f"{type(e).__name__}: {e}"[:500]))
+        except BaseException:
+            payload = encode(("err", "unprintable exception"))
+    if payload is not None:
+        write_frame(4, payload)
+    os._exit(0)
+
+
 def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
     """B: never returns. Runs the program, then serves call requests from A."""
     os.dup2(req_fd, 3)
@@ -653,12 +714,21 @@ class Channel:
         self.calls = 0
         self.broken = None  # set for good once the sample dies or breaks the protocol
 
+    def send(self, payload):
+        write_frame(self.req_fd, payload)
+
+    def frame(self):
+        return read_frame(self.resp_fd)
+
+    def exact(self, n):
+        return read_exact(self.resp_fd, n)
+
     def ask(self, request):
         if self.broken:
             raise SampleFailed(self.broken)
         try:
-            write_frame(self.req_fd, encode(request))
-            reply = decode(read_frame(self.resp_fd))
+            self.send(encode(request))
+            reply = decode(self.frame())
         except (EOFError, BrokenPipeError):
             self.broken = "the sample process exited"
         except (ValueError, TypeError, IndexError, OverflowError, UnicodeError) as e:
@@ -678,6 +748,34 @@ class Channel:
 
         candidate.__name__ = name
         return candidate
+
+
+class Answered(Channel):
+    """What B wrote before the checker began (its "ready" and its answers to every
+    recorded call), as bytes that Z read from B's pipe: read as the checker reads the
+    pipe, with nothing to send (B is dead by then)."""
+
+    def __init__(self, data):
+        super().__init__(-1, -1)
+        self.data = data
+        self.at = 0
+
+    def send(self, payload):
+        pass
+
+    def exact(self, n):
+        if self.at + n > len(self.data):
+            raise EOFError("the sample's answers end early")
+        self.at += n
+        return self.data[self.at - n : self.at]
+
+    def frame(self):
+        head = self.exact(10)
+        if not head.isdigit():
+            raise ValueError("malformed frame header")
+        if int(head) > MAX_FRAME:
+            raise ValueError(f"frame of {int(head)} bytes exceeds the {MAX_FRAME}-byte limit")
+        return self.exact(int(head))
 
 
 class NotRecorded(BaseException):
@@ -747,6 +845,18 @@ def recorder(channel, name, record):
     return candidate
 
 
+def replay_plan(plan):
+    """A REPLAY plan's size cap and recorded calls (each call's encoded (args, kwargs))."""
+    try:
+        cap = int(plan[len(REPLAY) : len(REPLAY) + 10])
+        keys = decode(plan[len(REPLAY) + 10 :])
+    except (ValueError, TypeError, IndexError, OverflowError, UnicodeError):
+        raise NotRecorded("the recording is not valid") from None
+    if type(keys) is not list or not all(type(key) is bytes for key in keys):
+        raise NotRecorded("the recording is not valid")
+    return cap, keys
+
+
 def replayer(channel, name, plan, sample):
     """The candidate of a replayed test: B answers every recorded call in one go, within
     the plan's size cap; B is then killed, and the test meets only these answers, so
@@ -756,13 +866,7 @@ def replayer(channel, name, plan, sample):
     arguments: an assert's message that calls the candidate again, say), gets a copy of
     that call's answer; any other stops the replay (``NotRecorded``).
     """
-    try:
-        cap = int(plan[len(REPLAY) : len(REPLAY) + 10])
-        keys = decode(plan[len(REPLAY) + 10 :])  # each call's encoded (args, kwargs)
-    except (ValueError, TypeError, IndexError, OverflowError, UnicodeError):
-        raise NotRecorded("the recording is not valid") from None
-    if type(keys) is not list or not all(type(key) is bytes for key in keys):
-        raise NotRecorded("the recording is not valid")
+    cap, keys = replay_plan(plan)
     outcomes = _read_outcomes(channel, name, keys, cap, sample)
     first = {}
     for j, key in enumerate(keys):
@@ -808,25 +912,26 @@ def _read_outcomes(channel, name, keys, cap, sample):
     request += b"l*" + _LENGTH.pack(len(keys)) + b"".join(keys)
     parts = []
     try:
-        write_frame(channel.req_fd, request)
-        head = read_exact(channel.resp_fd, 10)
+        channel.send(request)
+        head = channel.exact(10)
         if not head.isdigit() or int(head) > cap:
             raise SampleFailed(f"answers larger than the cap of {cap} bytes")
-        reply = decode(read_exact(channel.resp_fd, int(head)))
+        reply = decode(channel.exact(int(head)))
         if reply == ("parts", len(keys)):
             left = cap - int(head)
             for _ in keys:
-                head = read_exact(channel.resp_fd, 10)
+                head = channel.exact(10)
                 if not head.isdigit() or int(head) > min(left, MAX_FRAME):
                     raise SampleFailed(f"answers larger than the cap of {cap} bytes")
                 left -= int(head)
-                parts.append(read_exact(channel.resp_fd, int(head)))
+                parts.append(channel.exact(int(head)))
     except (EOFError, BrokenPipeError):
         raise SampleFailed("the sample process exited") from None
     except (ValueError, TypeError, IndexError, OverflowError, UnicodeError) as e:
         raise SampleFailed(f"malformed reply from the sample ({type(e).__name__})") from None
     finally:
-        os.kill(sample, signal.SIGKILL)
+        if sample:
+            os.kill(sample, signal.SIGKILL)
     if parts:
         return parts
     if type(reply) is tuple and len(reply) == 2 and reply[0] == "err":
@@ -883,7 +988,7 @@ def check(prompt, test, entry_point, channel, plan=b"", sample=0, record=None):
     import builtins
 
     try:
-        ready = decode(read_frame(channel.resp_fd))
+        ready = decode(channel.frame())
     except EOFError:
         raise SampleFailed("the sample process exited") from None
     if type(ready) is not tuple or not ready or ready[0] != "ready":
@@ -924,19 +1029,8 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     if mode != "none":
-        _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE)
-        _mount(libc, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        size = b"size=%d,mode=1777" % limits["file_size"]
-        for path in PRIVATE_TMP:
-            if os.path.isdir(path):
-                _mount(libc, b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
-        _limit_ipc(libc, limits["memory"], mode == "root", limits["namespaces"])
-        if not limits["checker"]:  # /proc's last use: the sample needs no namespace of its own
-            cover_proc(libc)
-        workdir = "/tmp/sandbox"
-        os.mkdir(workdir, 0o700)
-        if mode == "root":
-            os.chown(workdir, UID_BASE + slot, UID_BASE + slot)
+        # /proc's last use: the sample needs no namespace of its own
+        workdir = sample_mounts(libc, limits, mode, slot, cover=not limits["checker"])
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     os.chdir(workdir)
     if limits.get("records"):  # no sample: the references run in children of A
@@ -961,24 +1055,14 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
     os.close(req_r)
     os.close(resp_w)
     _checker_limits(limits)
-    verdict = "failed: checker error"
     record = []
-    try:
-        prompt = trusted_code(read_frame(job_fd))
-        test = trusted_code(read_frame(job_fd))
-        entry_point = read_frame(job_fd).decode("utf-8", "surrogatepass")
-        plan = read_frame(job_fd)
+
+    def run():
+        frames = [read_frame(job_fd) for _ in range(4)]  # prompt, test, entry point, plan
         os.close(job_fd)
-        verdict = check(prompt, test, entry_point, Channel(req_w, resp_r), plan, b, record)
-    except NotRecorded as e:
-        verdict = f"not recorded: {e}"
-    except SampleFailed as e:
-        verdict = f"failed: {e}"
-    except AssertionError as e:
-        verdict = f"failed: AssertionError {e}".rstrip()
-    except BaseException as e:
-        verdict = f"failed: {type(e).__name__}: {e}"
-    verdict = verdict[:1000]
+        return judge(frames, Channel(req_w, resp_r), b, record)
+
+    verdict, _ = verdict_of(run)
     if record:  # a record job: the reference's calls follow its verdict
         import base64
 
@@ -995,12 +1079,36 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
         os._exit(0)
 
 
-def _checker_limits(limits):
+def judge(frames, channel, sample=0, record=None):
+    """``check`` on a job's frames: the prompt, the test, the entry point and the plan."""
+    prompt, test = trusted_code(frames[0]), trusted_code(frames[1])
+    entry_point = frames[2].decode("utf-8", "surrogatepass")
+    return check(prompt, test, entry_point, channel, frames[3], sample, record)
+
+
+def verdict_of(run):
+    """``run()``'s verdict, its exceptions made the verdict a sample gets, and whether it
+    ended as a check ends (passed, failed an assert, a sample's failure or a call not
+    recorded): anything else may have left the checker's process in a state of its own."""
+    try:
+        return run()[:1000], True
+    except NotRecorded as e:
+        return f"not recorded: {e}"[:1000], True
+    except SampleFailed as e:
+        return f"failed: {e}"[:1000], True
+    except AssertionError as e:
+        return f"failed: AssertionError {e}".rstrip()[:1000], True
+    except BaseException as e:
+        return f"failed: {type(e).__name__}: {e}"[:1000], False
+
+
+def _checker_limits(limits, cpu=True):
     if limits["checker"]:  # importable by the trusted test code only
         sys.path.extend(limits["checker"])
         os.environ.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    cpu = int(limits["timeout"]) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+    if cpu:
+        seconds = int(limits["timeout"]) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
@@ -1610,6 +1718,10 @@ def run_one(header, program, libc, mode, slot, context):
         workdir = tempfile.mkdtemp(prefix="codeparrot-sandbox-")
         if own_uid(mode):
             os.chown(workdir, UID_BASE + slot, UID_BASE + slot)
+    frames = [read_frame(0) for _ in range(4)]  # prompt, test, entry point, plan
+    cap = replayed_by_checker(mode, limits, frames)
+    if cap is not None:
+        return run_replayed(program, frames, cap, limits, libc, slot, context)
     job_r, job_w = os.pipe()
     res_r, res_w = os.pipe()
     start = time.monotonic()
@@ -1620,6 +1732,7 @@ def run_one(header, program, libc, mode, slot, context):
             os.close(res_r)
             if mode == "root":
                 os.close(context["pid_ns"])
+            _close_checker(context)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if mode == "userns":
                 run_intermediate(program, limits, mode, slot, libc, job_r, res_w, workdir)
@@ -1631,8 +1744,7 @@ def run_one(header, program, libc, mode, slot, context):
     os.close(job_r)
     os.close(res_w)
     deadline = start + limits["timeout"]
-    rest = [read_frame(0) for _ in range(4)]  # prompt, test, entry point, plan
-    verdict = _exchange(job_w, res_r, b"".join(b"%010d" % len(p) + p for p in rest), deadline)
+    verdict = _exchange(job_w, res_r, b"".join(b"%010d" % len(p) + p for p in frames), deadline)
     if verdict is None:
         verdict = "timed out"
         os.kill(x, signal.SIGKILL)  # A's namespace dies with A (and A with X: PDEATHSIG)
@@ -1648,6 +1760,203 @@ def run_one(header, program, libc, mode, slot, context):
 
         shutil.rmtree(workdir, ignore_errors=True)
     return verdict, duration
+
+
+ANSWERS_SLACK = 64 << 10  # what B writes beside its answers: "ready", frame headers
+
+
+def replayed_by_checker(mode, limits, frames):
+    """The answers' cap where a job runs as B alone, its answers checked by the worker's
+    checker (else None): a test replayed against its recording in mode root (where Z can
+    make B PID 1 of a namespace of its own), its plan valid."""
+    if mode != "root" or limits.get("records") or not frames[2]:
+        return None
+    if not frames[3].startswith(REPLAY):
+        return None
+    try:
+        return replay_plan(frames[3])[0]
+    except NotRecorded:  # A says so, as before
+        return None
+
+
+def run_replayed(program, frames, cap, limits, libc, slot, context):
+    """A replayed test in mode root: B (PID 1 of a new PID namespace) runs the program and
+    answers every recorded call; Z reads the answers (bytes, never decoded here) and the
+    worker's checker (``serve_checks``) runs the test against them. Returns the verdict
+    and its time."""
+    out_r, out_w = os.pipe()
+    start = time.monotonic()
+    deadline = start + limits["timeout"]
+    b = _fork_into_new_pid_namespace(libc, context["pid_ns"])
+    if b == 0:
+        try:
+            os.close(out_r)
+            os.close(context["pid_ns"])
+            _close_checker(context)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if libc.unshare(NAMESPACES & ~CLONE_NEWPID) != 0:
+                os._exit(71)
+            run_answers(program, frames, limits, slot, libc, out_w)
+        finally:
+            os._exit(73)
+    os.close(out_w)
+    answers = _read_until(out_r, deadline, cap + ANSWERS_SLACK)
+    os.kill(b, signal.SIGKILL)  # its namespace dies with it
+    if not _reap(b, time.monotonic() + 2.0):
+        os.kill(b, signal.SIGKILL)
+        os.waitpid(b, 0)
+    if answers is None:
+        return "timed out", time.monotonic() - start
+    verdict = ask_checker(context, limits, libc, [*frames, answers], deadline)
+    return verdict, time.monotonic() - start
+
+
+def _read_until(fd, deadline, most):
+    """What ``fd`` gives until its end, at most ``most`` bytes of it (and a byte more, so
+    that the checker finds the cap passed), or None if it has not ended by ``deadline``."""
+    chunks = []
+    size = 0
+    try:
+        while size <= most:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, min(1 << 20, most + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def ask_checker(context, limits, libc, frames, deadline):
+    """The worker's checker's verdict on ``frames`` (a job's four and B's answers) by
+    ``deadline``. A checker started for other limits, or gone, is replaced first; one that
+    dies during the check is replaced and asked once more; one past the deadline is
+    killed: "timed out", as a sample's checker past it is."""
+    key = (limits["memory"], limits["file_size"], tuple(limits["checker"]))
+    job = [part for f in frames for part in (b"%010d" % len(f), f)]
+    for _ in range(2):
+        checker = context.get("judge")
+        if checker is None or checker[0] != key:
+            stop_checker(context)
+            checker = context["judge"] = (key, *start_checker(limits, libc, context))
+        try:
+            verdict = _exchange_with(checker[2], checker[3], job, deadline)
+        except (EOFError, OSError):
+            stop_checker(context)
+            continue
+        if verdict is None:
+            stop_checker(context)
+            return "timed out"
+        return verdict
+    return "failed: the checker exited without a verdict"
+
+
+def start_checker(limits, libc, context):
+    """Fork the worker's checker, PID 1 of a PID namespace of its own: (pid, job pipe's
+    write end, result pipe's read end)."""
+    job_r, job_w = os.pipe()
+    res_r, res_w = os.pipe()
+    pid = _fork_into_new_pid_namespace(libc, context["pid_ns"])
+    if pid == 0:
+        try:
+            os.close(job_w)
+            os.close(res_r)
+            os.close(context["pid_ns"])
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0:
+                os._exit(71)
+            serve_checks(limits, libc, job_r, res_w)
+        finally:
+            os._exit(73)
+    os.close(job_r)
+    os.close(res_w)
+    os.set_blocking(job_w, False)
+    return pid, job_w, res_r
+
+
+def _close_checker(context):
+    """In a child of Z: close its copies of the pipes to the worker's checker."""
+    checker = context.get("judge")
+    if checker is not None:
+        os.close(checker[2])
+        os.close(checker[3])
+
+
+def stop_checker(context):
+    checker = context.pop("judge", None)
+    if checker is not None:
+        _, pid, job_w, res_r = checker
+        os.close(job_w)
+        os.close(res_r)
+        os.kill(pid, signal.SIGKILL)  # its PID namespace dies with it
+        os.waitpid(pid, 0)
+
+
+def serve_checks(limits, libc, job_fd, res_fd):
+    """The worker's checker: never returns. In mount, IPC and UTS namespaces of its own
+    (private tmpfs /tmp and /dev/shm), non-dumpable, within the memory limit, it runs each
+    job's test against the answers B wrote (``Answered``), one job after another, in a
+    fresh namespace of globals each time, ``random`` seeded as at the recording. It never
+    runs sample code: only the answers' plain data, decoded by its own codec, reach it.
+    After a check that ended otherwise than a check ends (``verdict_of``) it exits, and Z
+    starts another for the next sample."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE)
+    size = b"size=%d,mode=1777" % limits["file_size"]
+    for path in PRIVATE_TMP:
+        if os.path.isdir(path):
+            _mount(libc, b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
+    libc.sethostname(b"sandbox", 7)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    os.chdir("/tmp")
+    _checker_limits(limits, cpu=False)  # Z holds each check to its sample's deadline
+    while True:
+        try:
+            frames = [read_frame(job_fd) for _ in range(4)]
+            frames.append(read_frame(job_fd, limit=1 << 40))  # Z held it to the plan's cap
+        except EOFError:
+            os._exit(0)
+        verdict, clean = verdict_of(lambda frames=frames: judge(frames[:4], Answered(frames[4])))
+        write_frame(res_fd, verdict.encode("utf-8", "replace"))
+        if not clean:
+            os._exit(0)
+
+
+def _exchange_with(job_w, res_r, job, deadline):
+    """Send the checker a job (its parts, in order) and read its verdict, never past the
+    deadline (None then); EOFError if the checker is gone."""
+    parts = [memoryview(part) for part in reversed(job) if part]
+    pending = parts.pop() if parts else None
+    data = bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        writers = [job_w] if pending else []
+        readable, writable, _ = select.select([res_r], writers, [], left)
+        if writable:
+            try:
+                pending = pending[os.write(job_w, pending) :]
+            except BrokenPipeError:
+                raise EOFError("the checker is gone") from None
+            if not pending:
+                pending = parts.pop() if parts else None
+        if readable:
+            chunk = os.read(res_r, 65536)
+            if not chunk:
+                raise EOFError("the checker is gone")
+            data += chunk
+            if len(data) >= 10:
+                if not data[:10].isdigit():
+                    raise EOFError("malformed reply from the checker")
+                if len(data) >= 10 + int(data[:10]):
+                    return data[10 : 10 + int(data[:10])].decode("utf-8", "replace")
 
 
 def _fork_into_new_pid_namespace(libc, own_pid_namespace):
@@ -1867,6 +2176,10 @@ def main():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
     libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    # Blocks of 128 KiB or more (a sample's answers, read here for the checker) are mapped
+    # and unmapped on their own, not left in the heap that every fork copies: a fixed
+    # threshold stops the C library from raising it after the first such block is freed.
+    libc.mallopt(M_MMAP_THRESHOLD, 128 << 10)
     # What every sample's processes need from Z: the checker's sys.path, the seccomp
     # filter, and Z's namespaces (a sample's must differ).
     context = {"seccomp": prepare_seccomp(), "namespaces": namespaces, "pid_ns": pid_ns}
