@@ -26,6 +26,7 @@ capabilities), ``none`` (no namespaces: process groups and rlimits only).
 """
 
 import array
+import mmap
 import os
 import resource
 import select
@@ -1800,35 +1801,43 @@ def run_replayed(program, frames, cap, limits, libc, slot, context):
         finally:
             os._exit(73)
     os.close(out_w)
-    answers = _read_until(out_r, deadline, cap + ANSWERS_SLACK)
-    os.kill(b, signal.SIGKILL)  # its namespace dies with it
-    if not _reap(b, time.monotonic() + 2.0):
-        os.kill(b, signal.SIGKILL)
-        os.waitpid(b, 0)
-    if answers is None:
-        return "timed out", time.monotonic() - start
-    verdict = ask_checker(context, limits, libc, [*frames, answers], deadline)
+    # The answers go into a mapping of their own, unmapped once the checker has them: in
+    # Z's heap, freed but not cleared, every later sample of the worker (forked from Z)
+    # could read them, and so what an earlier sample left there.
+    buffer = mmap.mmap(-1, cap + ANSWERS_SLACK + 1)
+    try:
+        size = _read_until(out_r, deadline, buffer)
+        os.kill(b, signal.SIGKILL)  # its namespace dies with it
+        if not _reap(b, time.monotonic() + 2.0):
+            os.kill(b, signal.SIGKILL)
+            os.waitpid(b, 0)
+        if size is None:
+            return "timed out", time.monotonic() - start
+        with memoryview(buffer)[:size] as answers:
+            verdict = ask_checker(context, limits, libc, [*frames, answers], deadline)
+    finally:
+        buffer.close()
     return verdict, time.monotonic() - start
 
 
-def _read_until(fd, deadline, most):
-    """What ``fd`` gives until its end, at most ``most`` bytes of it (and a byte more, so
-    that the checker finds the cap passed), or None if it has not ended by ``deadline``."""
-    chunks = []
+def _read_until(fd, deadline, buffer):
+    """Read what ``fd`` gives until its end into ``buffer`` (a byte more than the most
+    wanted: the checker then finds the cap passed), never more than it holds: the size
+    read, or None if ``fd`` has not ended by ``deadline``. No copy of it is made."""
     size = 0
     try:
-        while size <= most:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, min(1 << 20, most + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        with memoryview(buffer) as room:
+            while size < len(room):
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    return None
+                got = os.readv(fd, [room[size : size + (1 << 20)]])
+                if not got:
+                    break
+                size += got
     finally:
         os.close(fd)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return size
 
 
 def ask_checker(context, limits, libc, frames, deadline):
