@@ -2185,9 +2185,10 @@ def main():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
     libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-    # Blocks of 128 KiB or more (a sample's answers, read here for the checker) are mapped
-    # and unmapped on their own, not left in the heap that every fork copies: a fixed
-    # threshold stops the C library from raising it after the first such block is freed.
+    # Blocks of 128 KiB or more (the frames of large jobs) are mapped and unmapped on their
+    # own, not left in the heap that every fork copies: a fixed threshold stops the C
+    # library from raising it after the first such block is freed. (A sample's answers,
+    # read here for the checker, have a mapping of their own: ``run_replayed``.)
     libc.mallopt(M_MMAP_THRESHOLD, 128 << 10)
     # What every sample's processes need from Z: the checker's sys.path, the seccomp
     # filter, and Z's namespaces (a sample's must differ).
