@@ -26,6 +26,7 @@ capabilities), ``none`` (no namespaces: process groups and rlimits only).
 """
 
 import array
+import mmap
 import os
 import resource
 import select
@@ -1800,35 +1801,43 @@ def run_replayed(program, frames, cap, limits, libc, slot, context):
         finally:
             os._exit(73)
     os.close(out_w)
-    answers = _read_until(out_r, deadline, cap + ANSWERS_SLACK)
-    os.kill(b, signal.SIGKILL)  # its namespace dies with it
-    if not _reap(b, time.monotonic() + 2.0):
-        os.kill(b, signal.SIGKILL)
-        os.waitpid(b, 0)
-    if answers is None:
-        return "timed out", time.monotonic() - start
-    verdict = ask_checker(context, limits, libc, [*frames, answers], deadline)
+    # The answers go into a mapping of their own, unmapped once the checker has them: in
+    # Z's heap, freed but not cleared, every later sample of the worker (forked from Z)
+    # could read them, and so what an earlier sample left there.
+    buffer = mmap.mmap(-1, cap + ANSWERS_SLACK + 1)
+    try:
+        size = _read_until(out_r, deadline, buffer)
+        os.kill(b, signal.SIGKILL)  # its namespace dies with it
+        if not _reap(b, time.monotonic() + 2.0):
+            os.kill(b, signal.SIGKILL)
+            os.waitpid(b, 0)
+        if size is None:
+            return "timed out", time.monotonic() - start
+        with memoryview(buffer)[:size] as answers:
+            verdict = ask_checker(context, limits, libc, [*frames, answers], deadline)
+    finally:
+        buffer.close()
     return verdict, time.monotonic() - start
 
 
-def _read_until(fd, deadline, most):
-    """What ``fd`` gives until its end, at most ``most`` bytes of it (and a byte more, so
-    that the checker finds the cap passed), or None if it has not ended by ``deadline``."""
-    chunks = []
+def _read_until(fd, deadline, buffer):
+    """Read what ``fd`` gives until its end into ``buffer`` (a byte more than the most
+    wanted: the checker then finds the cap passed), never more than it holds: the size
+    read, or None if ``fd`` has not ended by ``deadline``. No copy of it is made."""
     size = 0
     try:
-        while size <= most:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, min(1 << 20, most + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        with memoryview(buffer) as room:
+            while size < len(room):
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    return None
+                got = os.readv(fd, [room[size : size + (1 << 20)]])
+                if not got:
+                    break
+                size += got
     finally:
         os.close(fd)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return size
 
 
 def ask_checker(context, limits, libc, frames, deadline):
@@ -2176,9 +2185,10 @@ def main():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
     libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-    # Blocks of 128 KiB or more (a sample's answers, read here for the checker) are mapped
-    # and unmapped on their own, not left in the heap that every fork copies: a fixed
-    # threshold stops the C library from raising it after the first such block is freed.
+    # Blocks of 128 KiB or more (the frames of large jobs) are mapped and unmapped on their
+    # own, not left in the heap that every fork copies: a fixed threshold stops the C
+    # library from raising it after the first such block is freed. (A sample's answers,
+    # read here for the checker, have a mapping of their own: ``run_replayed``.)
     libc.mallopt(M_MMAP_THRESHOLD, 128 << 10)
     # What every sample's processes need from Z: the checker's sys.path, the seccomp
     # filter, and Z's namespaces (a sample's must differ).

@@ -176,7 +176,7 @@ def hostile_programs(tmp: Path, port: int, marker: str, strong: bool) -> dict[st
     return attacks
 
 
-def test_hostile_completions_are_contained_and_fail(tmp_path: Path, isolation: Isolation):
+def test_hostile_completions_are_contained_and_fail(tmp_path: Path, isolation: Isolation, way):
     tmp_path.chmod(0o777)
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
@@ -191,9 +191,9 @@ def test_hostile_completions_are_contained_and_fail(tmp_path: Path, isolation: I
     attacks = hostile_programs(tmp_path, port, marker, strong)
     assert len(attacks) >= 20
     names = list(attacks)
-    programs = [Program(attacks[n], TEST, "f") for n in names]
-    programs += [Program(GOOD, TEST, "f")] * 4  # the harness keeps going
-    verdicts = run_programs(
+    programs = [way.program(attacks[n], TEST, GOOD) for n in names]
+    programs += [way.program(GOOD, TEST, GOOD)] * 4  # the harness keeps going
+    verdicts = way.run(
         programs, workers=8, limits=Limits(timeout=3.0, memory=512 << 20), isolation=isolation
     )
     for name, verdict in zip(names, verdicts, strict=False):
@@ -225,7 +225,7 @@ def test_timeouts_are_killed_and_do_not_block_other_samples(isolation: Isolation
     assert all(v.passed for v in verdicts[2:])
 
 
-def test_sample_runs_unprivileged_in_an_empty_private_directory(isolation: Isolation):
+def test_sample_runs_unprivileged_in_an_empty_private_directory(isolation: Isolation, way):
     if isolation.mode != "root":
         pytest.skip(f"uid separation needs root; mode here is {isolation.mode}")
     probe = textwrap.dedent(
@@ -244,22 +244,21 @@ def test_sample_runs_unprivileged_in_an_empty_private_directory(isolation: Isola
         "assert dumped == '7'\n"
         "assert procs == [], procs  # an empty /proc: nothing machine-wide to read\n"
     )
-    verdicts = run_programs([Program(probe, test, "f")], workers=1, isolation=isolation)
+    reference = "def f(x):\n    return [1, 1, ['sandbox'], [], '7', []]\n"
+    verdicts = way.run([way.program(probe, test, reference)], workers=1, isolation=isolation)
     assert verdicts[0].passed, verdicts[0].result
 
 
-def test_dead_sample_fails_even_when_the_test_swallows_errors(isolation: Isolation):
+def test_dead_sample_fails_even_when_the_test_swallows_errors(isolation: Isolation, way):
     swallowing = "for i in range(3):\n    try:\n        assert f(i) == i + 1\n    except Exception:\n        pass\n"
-    programs = [
-        Program("import os\ndef f(x):\n    os._exit(0)\n", swallowing, "f"),
-        Program("def f(x):\n    raise ValueError(x)\n", swallowing, "f"),  # the test's choice
-        Program(
-            "import os\ndef f(x):\n    os.write(4, b'0000000003zzz')\n    return x + 1\n",
-            swallowing,
-            "f",
-        ),
+    sources = [
+        "import os\ndef f(x):\n    os._exit(0)\n",
+        "def f(x):\n    raise ValueError(x)\n",  # the test's choice
+        # garbage on the pipe to the checker (replayed: to the zygote, for the checker)
+        "import os\ndef f(x):\n    os.write(4, b'0000000003zzz')\n    return x + 1\n",
     ]
-    verdicts = run_programs(programs, workers=3, isolation=isolation)
+    programs = [way.program(source, swallowing, GOOD) for source in sources]
+    verdicts = way.run(programs, workers=3, isolation=isolation)
     assert not verdicts[0].passed and "exited" in verdicts[0].result
     assert verdicts[1].passed  # exceptions the test chooses to catch stay its business
     assert not verdicts[2].passed and "malformed" in verdicts[2].result

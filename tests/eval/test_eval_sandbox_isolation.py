@@ -99,19 +99,25 @@ def sysv_objects() -> dict[str, list[str]]:
     }
 
 
-def test_ipc_objects_die_with_the_sample_and_shm_stays_within_the_memory_limit(strong):
+NOTHING = "def f(x):\n    return 'nothing'\n"
+IPC_REFERENCE = "def f(x):\n    return [True, True, True, True, False, False, 15]\n"
+
+
+def test_ipc_objects_die_with_the_sample_and_shm_stays_within_the_memory_limit(strong, way):
     before = sysv_objects()
     limits = Limits(memory=256 << 20)
-    writer = Program(
-        IPC_SAMPLE, "assert f('write') == [True, True, True, True, False, False, 15]", "f"
+    writer = way.program(
+        IPC_SAMPLE,
+        "assert f('write') == [True, True, True, True, False, False, 15]",
+        IPC_REFERENCE,
     )
-    verdicts = run_programs([writer], workers=1, limits=limits, isolation=strong)
+    verdicts = way.run([writer], workers=1, limits=limits, isolation=strong)
     # created one of each SysV object, but no 600 MiB segment and no more than 16 queues;
     # no POSIX queue (mq_open is denied: their inode numbers are a machine-wide counter)
     assert verdicts[0].passed, verdicts[0].result
     assert sysv_objects() == before  # nothing left on the host
-    reader = Program(IPC_SAMPLE, "assert f('read') == 'nothing'", "f")
-    verdicts = run_programs([reader], workers=1, limits=limits, isolation=strong)
+    reader = way.program(IPC_SAMPLE, "assert f('read') == 'nothing'", NOTHING)
+    verdicts = way.run([reader], workers=1, limits=limits, isolation=strong)
     assert verdicts[0].passed, verdicts[0].result  # a later sample cannot read it
 
 
@@ -171,11 +177,14 @@ def f(x):
 """
 
 
-def test_nothing_a_sample_leaves_is_seen_by_the_next_sample_of_its_worker(strong):
+EMPTY = "def f(x):\n    return []\n"
+
+
+def test_nothing_a_sample_leaves_is_seen_by_the_next_sample_of_its_worker(strong, way):
     """Each sample of one worker must start clean: otherwise a completion learns, sample
     after sample, which of its answers the test accepted, and forges passes."""
-    programs = [Program(LEARNER, "assert f(0) == []\n", "f")] * 4
-    verdicts = run_programs(programs, workers=1, isolation=strong)
+    programs = [way.program(LEARNER, "assert f(0) == []\n", EMPTY)] * 4
+    verdicts = way.run(programs, workers=1, isolation=strong)
     assert [v.result for v in verdicts] == ["passed"] * 4
 
 
@@ -219,7 +228,7 @@ def test_a_key_added_by_one_sample_is_not_readable_by_a_later_run(strong):
     assert verdict.passed, verdict.result
 
 
-def test_the_sample_sees_no_host_file_outside_the_runtime(strong, tmp_path, monkeypatch):
+def test_the_sample_sees_no_host_file_outside_the_runtime(strong, way, tmp_path, monkeypatch):
     """A readable copy of the answers (here, in tmp, the cwd, the repository or the
     dataset's own directory) would let a completion with no logic pass: a forged pass."""
     monkeypatch.chdir(tmp_path)
@@ -235,20 +244,20 @@ def test_the_sample_sees_no_host_file_outside_the_runtime(strong, tmp_path, monk
         str(Path(numpy.__file__).resolve()),
         "/etc/passwd",
     ]
-    forger = Program(
+    forger = way.program(
         f"def f(x):\n    for path in {host_files!r}:\n"
         "        try:\n            return int(open(path).read().split()[x])\n"
         "        except (OSError, ValueError, IndexError):\n            pass\n"
         "    return -1\n",
         "assert f(1) == 2\nassert f(2) == 3\n",
-        "f",
+        GOOD_PLUS_ONE,
     )
-    probe = Program(
+    probe = way.program(
         f"import os\ndef f(x):\n    return [p for p in {host_files!r} if os.path.exists(p)]\n",
         "assert f(0) == [], f(0)\n",
-        "f",
+        EMPTY,
     )
-    verdicts = run_programs([forger, probe], workers=2, isolation=strong)
+    verdicts = way.run([forger, probe], workers=2, isolation=strong)
     assert not verdicts[0].passed, "forged a pass from a readable copy of the answers"
     assert verdicts[1].passed, verdicts[1].result
 
@@ -341,20 +350,22 @@ def test_warming_reads_a_file_into_the_page_cache(zygote, tmp_path):
     assert resident_pages(str(path)) == 256
 
 
-def test_the_checker_imports_numpy_and_the_sample_cannot(strong):
+HALVES = "def f(xs):\n    return [x / 2 for x in xs]\n"
+
+
+def test_the_checker_imports_numpy_and_the_sample_cannot(strong, way):
     """HumanEval+ tests import numpy: the checker may, read-only; the sample never."""
     limits = Limits(checker_packages=("numpy",))
-    right = Program("def f(xs):\n    return [x / 2 for x in xs]\n", NUMPY_TEST, "f")
-    wrong = Program("def f(xs):\n    return [x / 3 for x in xs]\n", NUMPY_TEST, "f")
-    sneaky = Program("import numpy\ndef f(xs):\n    return [x / 2 for x in xs]\n", NUMPY_TEST, "f")
-    through_checker = Program(  # the checker's root, as /proc shows it
+    sources = [
+        HALVES,
+        "def f(xs):\n    return [x / 3 for x in xs]\n",
+        "import numpy\n" + HALVES,
+        # the checker's root, as /proc shows it (replayed: the sample's own /proc/1)
         "import os\ndef f(xs):\n    os.listdir('/proc/1/root/checker/site')\n"
         "    return [x / 2 for x in xs]\n",
-        NUMPY_TEST,
-        "f",
-    )
-    programs = [right, wrong, sneaky, through_checker]
-    verdicts = run_programs(programs, workers=2, limits=limits, isolation=strong)
+    ]
+    programs = [way.program(source, NUMPY_TEST, HALVES) for source in sources]
+    verdicts = way.run(programs, workers=2, limits=limits, isolation=strong)
     assert verdicts[0].passed, verdicts[0].result
     assert not verdicts[1].passed and "AssertionError" in verdicts[1].result
     assert not verdicts[2].passed and "No module named 'numpy'" in verdicts[2].result
@@ -496,7 +507,7 @@ def f(x):
 """
 
 
-def test_denied_system_calls_fail_with_eperm_and_the_verdict_says_so(strong):
+def test_denied_system_calls_fail_with_eperm_and_the_verdict_says_so(strong, way):
     column = {"x86_64": 0, "aarch64": 1}.get(platform.machine())
     if column is None:
         pytest.skip("the filter is only installed on x86_64 and aarch64 (reported otherwise)")
@@ -504,9 +515,9 @@ def test_denied_system_calls_fail_with_eperm_and_the_verdict_says_so(strong):
     for number_x86, number_arm, args in DENIED_CALLS.values():
         number = (number_x86, number_arm)[column]
         source = SYSCALL_SAMPLE.replace("NUMBER", str(number)).replace("ARGS", repr(args))
-        programs.append(Program(source, TEST_PLUS_ONE, "f"))
-    programs.append(Program(HONEST_SYSTEM_USE, TEST_PLUS_ONE, "f"))
-    verdicts = run_programs(programs, workers=4, isolation=strong)
+        programs.append(way.program(source, TEST_PLUS_ONE, GOOD_PLUS_ONE))
+    programs.append(way.program(HONEST_SYSTEM_USE, TEST_PLUS_ONE, GOOD_PLUS_ONE))
+    verdicts = way.run(programs, workers=4, isolation=strong)
     for name, verdict in zip(DENIED_CALLS, verdicts, strict=False):
         assert "PermissionError: [Errno 1] Operation not permitted" in verdict.result, (
             f"{name}: {verdict.result}"
@@ -647,12 +658,13 @@ COUNTER_READERS = {
 }
 
 
-def test_a_sample_can_read_no_kernel_global_counter_nor_lock_a_shared_file(strong):
-    programs = [Program(source, TEST_PLUS_ONE, "f") for source in COUNTER_READERS.values()]
-    proc = Program(
-        "import os\ndef f(x):\n    return x + len(os.listdir('/proc'))\n", TEST_PLUS_ONE, "f"
-    )
-    verdicts = run_programs([*programs, proc], workers=2, isolation=strong)
+PROC_READER = "import os\ndef f(x):\n    return x + len(os.listdir('/proc'))\n"
+
+
+def test_a_sample_can_read_no_kernel_global_counter_nor_lock_a_shared_file(strong, way):
+    sources = [*COUNTER_READERS.values(), PROC_READER]
+    programs = [way.program(source, TEST_PLUS_ONE, GOOD_PLUS_ONE) for source in sources]
+    verdicts = way.run(programs, workers=2, isolation=strong)
     for name, verdict in zip(COUNTER_READERS, verdicts, strict=False):
         assert "PermissionError" in verdict.result, f"{name}: {verdict.result}"
     assert "AssertionError" in verdicts[-1].result, "/proc is not empty for the sample"

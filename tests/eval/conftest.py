@@ -1,0 +1,44 @@
+"""The ``way`` fixture: the two ways the sandbox answers a test's calls, for the isolation
+tests that must hold on both. "call by call": the checker asks the sample for each
+answer, the sample a child of the checker. "replayed": the sample answers every recorded
+call at once, alone as PID 1 of its namespaces, and the worker's long-lived checker runs
+the test against its answers (mode root's path for a test replayed without per-call
+feedback; the other modes replay through a checker of the sample's own)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from codeparrot.eval.execution import Program, run_programs
+from codeparrot.eval.sandbox import Verdict
+
+
+@dataclass(frozen=True)
+class Way:
+    name: str
+
+    def program(self, source: str, test: str, reference: str, **kwargs: Any) -> Program:
+        """A program of entry point ``f`` whose test is answered this way: "replayed"
+        records ``reference`` (a solution that passes ``test``) and replays its calls."""
+        replayed = self.name == "replayed"
+        return Program(source, test, "f", reference=reference if replayed else "", **kwargs)
+
+    def run(self, programs: Sequence[Program], **kwargs: Any) -> list[Verdict]:
+        """``run_programs``; "replayed" checks that every program was replayed (a reference
+        that failed its test, or a call it did not make, would quietly fall back to calls
+        one by one, and the test would not cover the path it names)."""
+        stats: dict[str, int] = {}
+        verdicts = run_programs(programs, stats=stats, **kwargs)
+        if self.name == "replayed":
+            assert stats["fallbacks"] == stats["unrecorded"] == 0, stats
+            assert stats["recorded"] + stats["literal"] > 0, stats
+        return verdicts
+
+
+@pytest.fixture(params=["call by call", "replayed"])
+def way(request: pytest.FixtureRequest) -> Way:
+    return Way(request.param)
