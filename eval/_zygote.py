@@ -1024,6 +1024,64 @@ def check(prompt, test, entry_point, channel, plan=b"", sample=0, record=None):
     return "passed"
 
 
+NO_VERDICT = "failed: the checker exited without a verdict"
+PIPE_BUF = 4096  # a pipe takes a write of up to this many bytes whole, or not at all
+REPORT_TEXT = PIPE_BUF - 64  # the most of a verdict's text a report carries
+
+
+def report(fd, seq, start, verdict, whole=False):
+    """Send the worker's reporter the verdict of sample ``seq`` (started at ``start``): in
+    one write of less than PIPE_BUF bytes, so that it is whole whoever else writes; or,
+    ``whole``, at any length (a record job's, references only, which Z reports once A is
+    gone: nothing else writes then)."""
+    text = verdict.encode("utf-8", "replace")
+    text = text if whole else text[:REPORT_TEXT]
+    write_frame(fd, b"%010d" % seq + b"%.6f " % (time.monotonic() - start) + text)
+
+
+def start_reporter(libc):
+    """Fork the worker's reporter R and give it the harness's end of Z's standard output:
+    the write end of R's pipe, which A and the worker's checker inherit.
+
+    Every process of a sample is forked from Z, with a copy of its memory, freed blocks
+    included, which a sample can read. So a sample's verdict never goes through Z: A (or
+    the checker) reports it to R, which alone writes to the harness, and which no sample
+    is forked from. Z learns only that a sample is done; it reports a verdict itself only
+    where A or the checker could not (timed out, or gone without a report). R passes on
+    the first report of each sample and drops any later one (Z's own, should A have
+    reported first)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(w)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            serve_reports(r)
+        finally:
+            os._exit(75)
+    os.close(r)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 1)  # Z's children no longer inherit the harness's pipe either
+    os.close(devnull)
+    return w
+
+
+def serve_reports(fd):
+    """R: never returns. Passes on to the harness the first report of each sample."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    last = -1
+    while True:
+        try:
+            frame = read_frame(fd, limit=1 << 40)
+        except EOFError:
+            os._exit(0)
+        seq = int(frame[:10])
+        if seq > last:
+            last = seq
+            write_frame(1, frame[10:])
+
+
 def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
     """A: never returns. Sets up the namespace, forks B, runs the test, reports."""
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -1068,8 +1126,13 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
         import base64
 
         verdict += RECORDING + base64.b64encode(encode(record)).decode()
+    status = 72
     try:
-        write_frame(res_fd, verdict.encode("utf-8", "replace"))
+        if job["report"] is None:  # a record job's: Z reports it
+            write_frame(res_fd, verdict.encode("utf-8", "replace"))
+        else:
+            report(*job["report"], verdict)
+        status = 0  # Z reports a verdict of its own where A exits otherwise
     finally:
         if mode == "none":
             for kill in (os.killpg, os.kill):
@@ -1077,7 +1140,7 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
                     kill(b, signal.SIGKILL)
                 except OSError:
                     pass
-        os._exit(0)
+        os._exit(status)
 
 
 def judge(frames, channel, sample=0, record=None):
@@ -1720,12 +1783,17 @@ def run_one(header, program, libc, mode, slot, context):
         if own_uid(mode):
             os.chown(workdir, UID_BASE + slot, UID_BASE + slot)
     frames = [read_frame(0) for _ in range(4)]  # prompt, test, entry point, plan
+    start = time.monotonic()
     cap = replayed_by_checker(mode, limits, frames)
     if cap is not None:
-        return run_replayed(program, frames, cap, limits, libc, slot, context)
+        return run_replayed(program, frames, cap, limits, libc, slot, context, start)
+    # A reports a sample's verdict to the worker's reporter itself: it never crosses Z
+    # (see ``start_reporter``). A record job's verdict (no sample: references only) comes
+    # back to Z, which reports it.
+    relay = bool(limits.get("records")) or frames[3] == RECORD
+    to_report = None if relay else (context["report"], context["seq"], start)
     job_r, job_w = os.pipe()
     res_r, res_w = os.pipe()
-    start = time.monotonic()
     x = _fork_into_new_pid_namespace(libc, context["pid_ns"]) if mode == "root" else os.fork()
     if x == 0:  # A, or in mode userns X
         try:
@@ -1735,32 +1803,40 @@ def run_one(header, program, libc, mode, slot, context):
                 os.close(context["pid_ns"])
             _close_checker(context)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            job = {"program": program, "report": to_report}
             if mode == "userns":
-                run_intermediate(program, limits, mode, slot, libc, job_r, res_w, workdir)
+                run_intermediate(job, limits, mode, slot, libc, job_r, res_w, workdir)
             if mode == "root" and libc.unshare(NAMESPACES & ~CLONE_NEWPID) != 0:
                 os._exit(71)
-            run_checker({"program": program}, limits, mode, slot, libc, job_r, res_w, workdir)
+            run_checker(job, limits, mode, slot, libc, job_r, res_w, workdir)
         finally:
             os._exit(73)
     os.close(job_r)
     os.close(res_w)
     deadline = start + limits["timeout"]
-    verdict = _exchange(job_w, res_r, b"".join(b"%010d" % len(p) + p for p in frames), deadline)
-    if verdict is None:
-        verdict = "timed out"
+    data = _exchange(job_w, res_r, b"".join(b"%010d" % len(p) + p for p in frames), deadline)
+    if data is None:
         os.kill(x, signal.SIGKILL)  # A's namespace dies with A (and A with X: PDEATHSIG)
-    duration = time.monotonic() - start
     # A (PID 1 of the sample's namespace) is reaped only after every process left in
     # that namespace is dead, and X exits once A is reaped: waiting for A (or X) means
     # nothing the sample started is still alive when the verdict is reported.
-    if not _reap(x, time.monotonic() + 2.0):
+    status = _reap(x, time.monotonic() + 2.0)
+    if status is None:
         os.kill(x, signal.SIGKILL)
-        os.waitpid(x, 0)
+        status = os.waitpid(x, 0)[1]
+    if data is None:  # (should A have reported first, the reporter keeps A's verdict)
+        report(context["report"], context["seq"], start, "timed out")
+    elif relay:
+        found = len(data) >= 10 and data[:10].isdigit()
+        verdict = data[10 : 10 + int(data[:10])] if found else b""
+        text = verdict.decode("utf-8", "replace") if found else NO_VERDICT
+        report(context["report"], context["seq"], start, text, whole=True)
+    elif status != 0:  # A exits 0 only once it has reported
+        report(context["report"], context["seq"], start, NO_VERDICT)
     if workdir is not None:
         import shutil
 
         shutil.rmtree(workdir, ignore_errors=True)
-    return verdict, duration
 
 
 ANSWERS_SLACK = 64 << 10  # what B writes beside its answers: "ready", frame headers
@@ -1780,13 +1856,12 @@ def replayed_by_checker(mode, limits, frames):
         return None
 
 
-def run_replayed(program, frames, cap, limits, libc, slot, context):
+def run_replayed(program, frames, cap, limits, libc, slot, context, start):
     """A replayed test in mode root: B (PID 1 of a new PID namespace) runs the program and
     answers every recorded call; Z reads the answers (bytes, never decoded here) and the
-    worker's checker (``serve_checks``) runs the test against them. Returns the verdict
-    and its time."""
+    worker's checker (``serve_checks``) runs the test against them and reports the
+    verdict (Z reports only a verdict the checker could not give)."""
     out_r, out_w = os.pipe()
-    start = time.monotonic()
     deadline = start + limits["timeout"]
     b = _fork_into_new_pid_namespace(libc, context["pid_ns"])
     if b == 0:
@@ -1808,16 +1883,19 @@ def run_replayed(program, frames, cap, limits, libc, slot, context):
     try:
         size = _read_until(out_r, deadline, buffer)
         os.kill(b, signal.SIGKILL)  # its namespace dies with it
-        if not _reap(b, time.monotonic() + 2.0):
+        if _reap(b, time.monotonic() + 2.0) is None:
             os.kill(b, signal.SIGKILL)
             os.waitpid(b, 0)
         if size is None:
-            return "timed out", time.monotonic() - start
+            report(context["report"], context["seq"], start, "timed out")
+            return
+        meta = b"%d %r" % (context["seq"], start)  # for the checker's report
         with memoryview(buffer)[:size] as answers:
-            verdict = ask_checker(context, limits, libc, [*frames, answers], deadline)
+            failure = ask_checker(context, limits, libc, [*frames, answers, meta], deadline)
     finally:
         buffer.close()
-    return verdict, time.monotonic() - start
+    if failure is not None:
+        report(context["report"], context["seq"], start, failure)
 
 
 def _read_until(fd, deadline, buffer):
@@ -1841,10 +1919,11 @@ def _read_until(fd, deadline, buffer):
 
 
 def ask_checker(context, limits, libc, frames, deadline):
-    """The worker's checker's verdict on ``frames`` (a job's four and B's answers) by
-    ``deadline``. A checker started for other limits, or gone, is replaced first; one that
-    dies during the check is replaced and asked once more; one past the deadline is
-    killed: "timed out", as a sample's checker past it is."""
+    """Have the worker's checker report its verdict on ``frames`` (a job's four, B's
+    answers, the sample's number and start) by ``deadline``: None once it has, else the
+    verdict for Z to report. A checker started for other limits, or gone, is replaced
+    first; one that dies during the check is replaced and asked once more; one past the
+    deadline is killed: "timed out", as a sample's checker past it is."""
     key = (limits["memory"], limits["file_size"], tuple(limits["checker"]))
     job = [part for f in frames for part in (b"%010d" % len(f), f)]
     for _ in range(2):
@@ -1853,15 +1932,15 @@ def ask_checker(context, limits, libc, frames, deadline):
             stop_checker(context)
             checker = context["judge"] = (key, *start_checker(limits, libc, context))
         try:
-            verdict = _exchange_with(checker[2], checker[3], job, deadline)
+            done = _exchange_with(checker[2], checker[3], job, deadline)
         except (EOFError, OSError):
             stop_checker(context)
             continue
-        if verdict is None:
+        if done is None:
             stop_checker(context)
             return "timed out"
-        return verdict
-    return "failed: the checker exited without a verdict"
+        return None
+    return NO_VERDICT
 
 
 def start_checker(limits, libc, context):
@@ -1909,7 +1988,8 @@ def serve_checks(limits, libc, job_fd, res_fd):
     """The worker's checker: never returns. In mount, IPC and UTS namespaces of its own
     (private tmpfs /tmp and /dev/shm), non-dumpable, within the memory limit, it runs each
     job's test against the answers B wrote (``Answered``), one job after another, in a
-    fresh namespace of globals each time, ``random`` seeded as at the recording. It never
+    fresh namespace of globals each time, ``random`` seeded as at the recording, and
+    reports each verdict to the worker's reporter (then tells Z it is done). It never
     runs sample code: only the answers' plain data, decoded by its own codec, reach it.
     After a check that ended otherwise than a check ends (``verdict_of``) it exits, and Z
     starts another for the next sample."""
@@ -1929,10 +2009,12 @@ def serve_checks(limits, libc, job_fd, res_fd):
         try:
             frames = [read_frame(job_fd) for _ in range(4)]
             frames.append(read_frame(job_fd, limit=1 << 40))  # Z held it to the plan's cap
+            seq, start = read_frame(job_fd).split()
         except EOFError:
             os._exit(0)
         verdict, clean = verdict_of(lambda frames=frames: judge(frames[:4], Answered(frames[4])))
-        write_frame(res_fd, verdict.encode("utf-8", "replace"))
+        report(limits["report"], int(seq), float(start), verdict)
+        write_frame(res_fd, b"")  # done: the verdict is with the reporter
         if not clean:
             os._exit(0)
 
@@ -1990,7 +2072,7 @@ def _fork_into_new_pid_namespace(libc, own_pid_namespace):
     return pid
 
 
-def run_intermediate(program, limits, mode, slot, libc, job_fd, res_fd, workdir):
+def run_intermediate(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
     """X (mode userns): never returns. Makes the sample's namespaces and forks A into them."""
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):  # the harness's pipes stay Z's alone
@@ -2000,7 +2082,7 @@ def run_intermediate(program, limits, mode, slot, libc, job_fd, res_fd, workdir)
     a = os.fork()
     if a == 0:  # A
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        run_checker({"program": program}, limits, mode, slot, libc, job_fd, res_fd, workdir)
+        run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir)
     os.close(job_fd)
     os.close(res_fd)
     _, status = os.waitpid(a, 0)
@@ -2016,24 +2098,26 @@ def _alarm(signum, frame):
 
 
 def _reap(pid, deadline):
-    """Wait for ``pid`` until ``deadline``; False if it is still running then."""
+    """Wait for ``pid`` until ``deadline``: its wait status, or None if it is still
+    running then."""
     left = deadline - time.monotonic()
     if left <= 0:
-        return os.waitpid(pid, os.WNOHANG)[0] == pid
+        done, status = os.waitpid(pid, os.WNOHANG)
+        return status if done == pid else None
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, left)
     try:
-        os.waitpid(pid, 0)
-        return True
+        return os.waitpid(pid, 0)[1]
     except _Alarm:
-        return False
+        return None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
 
 def _exchange(job_w, res_r, job, deadline):
-    """Feed the job to A and collect its verdict, never past the deadline."""
+    """Feed the job to A and collect what it writes back until it exits (nothing but a
+    record job's verdict), never past the deadline: None then."""
     os.set_blocking(job_w, False)
     pending = memoryview(job)
     verdict = []
@@ -2061,10 +2145,7 @@ def _exchange(job_w, res_r, job, deadline):
         if job_w is not None:
             os.close(job_w)
         os.close(res_r)
-    data = b"".join(verdict)
-    if len(data) < 10 or not data[:10].isdigit():
-        return "failed: the checker exited without a verdict"
-    return data[10 : 10 + int(data[:10])].decode("utf-8", "replace")
+    return b"".join(verdict)
 
 
 # Standard-library modules that HumanEval/MBPP prompts, solutions and tests import, loaded
@@ -2209,16 +2290,16 @@ def main():
     # (Not for the probe's one trusted program, on the host's runtime: nothing to share.)
     probe = mode != "none" and runtime is None
     held = None if probe else warm_up(libc)  # noqa: F841 (free blocks, kept for Z's life)
+    context["report"] = start_reporter(libc)
+    context["seq"] = 0
     while True:
         try:
             header = read_frame(0).decode()
             program = read_frame(0)
         except EOFError:  # the harness is done: nothing to flush or tear down
             os._exit(0)
-        verdict, duration = run_one(
-            header, program.decode("utf-8", "surrogatepass"), libc, mode, slot, context
-        )
-        write_frame(1, b"%.6f " % duration + verdict.encode("utf-8", "replace"))
+        context["seq"] += 1
+        run_one(header, program.decode("utf-8", "surrogatepass"), libc, mode, slot, context)
         renew_network_namespace(libc, proc_fd)
 
 
