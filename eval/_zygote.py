@@ -1,27 +1,33 @@
 """The sandbox's process side: a long-lived zygote that runs one sample per request.
 
 Run as ``python -I -S _zygote.py MODE SLOT CONFIG_JSON`` (standard library only; the
-harness imports it only for its codec, to check kept recordings: ``eval/recordings.py``). The harness (``eval/sandbox.py``) talks to it over stdin/stdout
-in length-prefixed frames. In the namespaced modes Z first builds, once, a root that
-holds only the Python runtime (read-only) and pivots into it (``build_root``). Z itself
-never runs sample code; per sample it forks:
+harness imports it only for its codec, to check kept recordings: ``eval/recordings.py``).
+The harness (``eval/sandbox.py``) talks to it over stdin/stdout in length-prefixed frames.
+In the namespaced modes Z first builds, once, a root that holds only the Python runtime
+(read-only) and pivots into it (``build_root``), then forks the worker's reporter R, the
+one writer of its stdout (``start_reporter``). Z itself never runs sample code, nor holds
+a verdict; per sample it forks:
 
     zygote Z ── A: checker, PID 1 of a fresh PID namespace (unshare NS|IPC|UTS):
                 private /proc, tmpfs /tmp and /dev/shm, own IPC objects
               └─ B: the sample, unprivileged uid, rlimits, seccomp, stdio → /dev/null
 
-(Z re-enters its own PID namespace after each fork. In mode userns it may not, and an
-intermediate X between Z and A unshares PID|NS|IPC|UTS instead.)
+(Z re-enters its own PID namespace after each fork; in mode userns it is PID 1 of a
+namespace of its own, which its user namespace owns.) B runs ``prompt + completion`` and
+then only answers call requests from A over two pipes, with values in a strict
+plain-data encoding. A runs the trusted test code with the entry point replaced by a
+proxy that calls into B, so every comparison of the test happens in A on values A itself
+decoded: an ``__eq__`` that always says True cannot cross the boundary, and nothing B
+does (exit codes, output, frames, signals) reaches A's report to R. When A exits, the
+kernel kills everything left in its PID namespace.
 
-B runs ``prompt + completion`` and then only answers call requests from A over two
-pipes, with values in a strict plain-data encoding. A runs the trusted test code with
-the entry point replaced by a proxy that calls into B, so every comparison of the test
-happens in A on values A itself decoded: an ``__eq__`` that always says True cannot
-cross the boundary, and nothing B does (exit codes, output, frames, signals) reaches
-A's verdict pipe. When A exits, the kernel kills everything left in its PID namespace.
+A test replayed against its recording (the calls known before the sample runs) needs no
+A: B alone, PID 1 of its namespaces, answers every call at once; Z reads the answers
+(never decoding them) for the worker's long-lived checker C, which runs the test against
+them and reports to R (``run_replayed``).
 
 Modes: ``root`` (Z started inside ``unshare --net`` as root; B gets a uid of its own),
-``userns`` (Z inside ``unshare --user --map-root-user --net``; B drops its
+``userns`` (Z inside ``unshare --user --map-root-user --net --pid --fork``; B drops its
 capabilities), ``none`` (no namespaces: process groups and rlimits only).
 """
 
@@ -564,12 +570,12 @@ def sample_mounts(libc, limits, mode, slot, cover):
     return workdir
 
 
-def run_answers(program, frames, limits, slot, libc, out_fd):
-    """B of a replayed test in mode root, PID 1 of the sample's own namespaces with no
+def run_answers(program, frames, limits, mode, slot, libc, out_fd):
+    """B of a replayed test in a namespaced mode, PID 1 of the sample's own namespaces with no
     checker beside it: never returns. Makes its namespaces as A would, runs the program,
     writes its "ready" and its answers to every recorded call to ``out_fd`` (what B would
     send A; Z reads them for the worker's checker) and exits."""
-    workdir = sample_mounts(libc, limits, "root", slot, cover=False)
+    workdir = sample_mounts(libc, limits, mode, slot, cover=False)
     if limits["checker"] and libc.umount2(b"/checker", MNT_DETACH) != 0:
         os._exit(74)
     cover_proc(libc)
@@ -583,7 +589,7 @@ def run_answers(program, frames, limits, slot, libc, out_fd):
     os.closerange(3, 4)
     os.closerange(5, 65536)
     set_limits(limits)
-    drop_privileges("root", slot, libc)
+    drop_privileges(mode, slot, libc)
     install_seccomp(libc, limits["seccomp"])
     namespace = {}
     try:
@@ -1041,7 +1047,7 @@ def report(fd, seq, start, verdict, whole=False):
 
 def start_reporter(libc):
     """Fork the worker's reporter R and give it the harness's end of Z's standard output:
-    the write end of R's pipe, which A and the worker's checker inherit.
+    R's pid and the write end of its pipe, which A and the worker's checker inherit.
 
     Every process of a sample is forked from Z, with a copy of its memory, freed blocks
     included, which a sample can read. So a sample's verdict never goes through Z: A (or
@@ -1063,7 +1069,7 @@ def start_reporter(libc):
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # Z's children no longer inherit the harness's pipe either
     os.close(devnull)
-    return w
+    return pid, w
 
 
 def serve_reports(fd):
@@ -1786,7 +1792,7 @@ def run_one(header, program, libc, mode, slot, context):
     start = time.monotonic()
     cap = replayed_by_checker(mode, limits, frames)
     if cap is not None:
-        return run_replayed(program, frames, cap, limits, libc, slot, context, start)
+        return run_replayed(program, frames, cap, limits, libc, mode, slot, context, start)
     # A reports a sample's verdict to the worker's reporter itself: it never crosses Z
     # (see ``start_reporter``). A record job's verdict (no sample: references only) comes
     # back to Z, which reports it.
@@ -1794,19 +1800,18 @@ def run_one(header, program, libc, mode, slot, context):
     to_report = None if relay else (context["report"], context["seq"], start)
     job_r, job_w = os.pipe()
     res_r, res_w = os.pipe()
-    x = _fork_into_new_pid_namespace(libc, context["pid_ns"]) if mode == "root" else os.fork()
-    if x == 0:  # A, or in mode userns X
+    namespaced = mode != "none"
+    x = _fork_into_new_pid_namespace(libc, context["pid_ns"]) if namespaced else os.fork()
+    if x == 0:  # A
         try:
             os.close(job_w)
             os.close(res_r)
-            if mode == "root":
+            if namespaced:
                 os.close(context["pid_ns"])
             _close_checker(context)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             job = {"program": program, "report": to_report}
-            if mode == "userns":
-                run_intermediate(job, limits, mode, slot, libc, job_r, res_w, workdir)
-            if mode == "root" and libc.unshare(NAMESPACES & ~CLONE_NEWPID) != 0:
+            if namespaced and libc.unshare(NAMESPACES & ~CLONE_NEWPID) != 0:
                 os._exit(71)
             run_checker(job, limits, mode, slot, libc, job_r, res_w, workdir)
         finally:
@@ -1816,10 +1821,10 @@ def run_one(header, program, libc, mode, slot, context):
     deadline = start + limits["timeout"]
     data = _exchange(job_w, res_r, b"".join(b"%010d" % len(p) + p for p in frames), deadline)
     if data is None:
-        os.kill(x, signal.SIGKILL)  # A's namespace dies with A (and A with X: PDEATHSIG)
+        os.kill(x, signal.SIGKILL)  # A's namespace dies with A
     # A (PID 1 of the sample's namespace) is reaped only after every process left in
-    # that namespace is dead, and X exits once A is reaped: waiting for A (or X) means
-    # nothing the sample started is still alive when the verdict is reported.
+    # that namespace is dead: waiting for A means nothing the sample started is still
+    # alive when the verdict is reported.
     status = _reap(x, time.monotonic() + 2.0)
     if status is None:
         os.kill(x, signal.SIGKILL)
@@ -1844,9 +1849,9 @@ ANSWERS_SLACK = 64 << 10  # what B writes beside its answers: "ready", frame hea
 
 def replayed_by_checker(mode, limits, frames):
     """The answers' cap where a job runs as B alone, its answers checked by the worker's
-    checker (else None): a test replayed against its recording in mode root (where Z can
-    make B PID 1 of a namespace of its own), its plan valid."""
-    if mode != "root" or limits.get("records") or not frames[2]:
+    checker (else None): a test replayed against its recording in a namespaced mode
+    (where Z can make B PID 1 of a namespace of its own), its plan valid."""
+    if mode == "none" or limits.get("records") or not frames[2]:
         return None
     if not frames[3].startswith(REPLAY):
         return None
@@ -1856,8 +1861,8 @@ def replayed_by_checker(mode, limits, frames):
         return None
 
 
-def run_replayed(program, frames, cap, limits, libc, slot, context, start):
-    """A replayed test in mode root: B (PID 1 of a new PID namespace) runs the program and
+def run_replayed(program, frames, cap, limits, libc, mode, slot, context, start):
+    """A replayed test in a namespaced mode: B (PID 1 of a new PID namespace) runs the program and
     answers every recorded call; Z reads the answers (bytes, never decoded here) and the
     worker's checker (``serve_checks``) runs the test against them and reports the
     verdict (Z reports only a verdict the checker could not give)."""
@@ -1872,7 +1877,7 @@ def run_replayed(program, frames, cap, limits, libc, slot, context, start):
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if libc.unshare(NAMESPACES & ~CLONE_NEWPID) != 0:
                 os._exit(71)
-            run_answers(program, frames, limits, slot, libc, out_w)
+            run_answers(program, frames, limits, mode, slot, libc, out_w)
         finally:
             os._exit(73)
     os.close(out_w)
@@ -2055,9 +2060,10 @@ def _fork_into_new_pid_namespace(libc, own_pid_namespace):
 
     unshare(CLONE_NEWPID) moves only Z's future children; setns to the descriptor of its
     own namespace, held from start-up, undoes that once the child exists, so that the
-    next sample gets a new namespace as well. (Mode root only: in mode userns Z may not
-    enter the host's PID namespace, which the initial user namespace owns, and an
-    intermediate process X does the unsharing instead.)
+    next sample gets a new namespace as well. (In mode userns Z could not re-enter the
+    host's PID namespace, which the initial user namespace owns: it is started as PID 1
+    of a PID namespace of its own, ``unshare --pid --fork``, which its user namespace
+    owns.)
     """
     if libc.unshare(CLONE_NEWPID) != 0:
         raise OSError(ctypes_errno(), "unshare(CLONE_NEWPID) failed")
@@ -2070,23 +2076,6 @@ def _fork_into_new_pid_namespace(libc, own_pid_namespace):
             # harness restarts the worker.
             raise OSError(ctypes_errno(), "setns back into the zygote's PID namespace failed")
     return pid
-
-
-def run_intermediate(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
-    """X (mode userns): never returns. Makes the sample's namespaces and forks A into them."""
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1):  # the harness's pipes stay Z's alone
-        os.dup2(devnull, fd)
-    if libc.unshare(NAMESPACES) != 0:
-        os._exit(71)
-    a = os.fork()
-    if a == 0:  # A
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir)
-    os.close(job_fd)
-    os.close(res_fd)
-    _, status = os.waitpid(a, 0)
-    os._exit(0 if status == 0 else 72)
 
 
 class _Alarm(Exception):
@@ -2218,7 +2207,8 @@ def sockets_left(proc_fd):
     """Whether any AF_UNIX socket is left in Z's network namespace (read through ``proc_fd``,
     the host's /proc, held from start-up). Called once a sample's processes are all dead:
     whatever is still listed (a bound abstract name, say) outlived them."""
-    fd = os.open(f"{os.getpid()}/net/unix", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
+    # ("self": in mode userns Z is PID 1 of its own namespace, not of this /proc's)
+    fd = os.open("self/net/unix", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
     try:
         table = os.read(fd, 4096)
     finally:
@@ -2259,8 +2249,8 @@ def main():
     sys.set_int_max_str_digits(0)
     join_cgroups(config["cgroups"])
     namespaces = {kind: os.stat(f"/proc/self/ns/{kind}").st_ino for kind in ("ipc", "uts")}
-    # Mode root: Z's own PID namespace, to return to after forking each sample's checker.
-    pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) if mode == "root" else -1
+    # Z's own PID namespace, to return to after forking each sample's first process.
+    pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) if mode != "none" else -1
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -2290,13 +2280,16 @@ def main():
     # (Not for the probe's one trusted program, on the host's runtime: nothing to share.)
     probe = mode != "none" and runtime is None
     held = None if probe else warm_up(libc)  # noqa: F841 (free blocks, kept for Z's life)
-    context["report"] = start_reporter(libc)
+    reporter, context["report"] = start_reporter(libc)
     context["seq"] = 0
     while True:
         try:
             header = read_frame(0).decode()
             program = read_frame(0)
-        except EOFError:  # the harness is done: nothing to flush or tear down
+        except EOFError:  # the harness is done: Z ends last, once its checker and reporter
+            stop_checker(context)  # have (the harness then removes the worker's cgroup)
+            os.close(context["report"])
+            os.waitpid(reporter, 0)
             os._exit(0)
         context["seq"] += 1
         run_one(header, program.decode("utf-8", "surrogatepass"), libc, mode, slot, context)

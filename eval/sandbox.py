@@ -290,7 +290,9 @@ def _command(
     if mode == "root":
         return ["unshare", "--net", *zygote]
     if mode == "userns":
-        return ["unshare", "--user", "--map-root-user", "--net", *zygote]
+        # --pid --fork: Z is PID 1 of a PID namespace its user namespace owns, which it
+        # may re-enter after making each sample's (it may not enter the host's)
+        return ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", *zygote]
     return zygote
 
 

