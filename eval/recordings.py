@@ -4,7 +4,7 @@ A run without per-call feedback (:mod:`codeparrot.eval.replay`) records each pro
 test against its reference solution once. The recording depends only on the problem (its
 prompt, reference, test and entry point) and on the sandbox's code, so it is kept in a
 folder, one file per problem, named by a SHA-256 of those and of the sandbox's own files
-(``eval/_zygote.py`` and ``eval/replay.py``): a change to either records again.
+(every file of ``eval/zygote/`` and ``eval/replay.py``): a change to any records again.
 
 The folder is the user's: ``$CODEPARROT_RECORDINGS_CACHE``, by default
 ``$XDG_CACHE_HOME/codeparrot/recordings`` (else ``~/.cache/codeparrot/recordings``), made
@@ -49,8 +49,9 @@ def sandbox_version() -> str:
     """A SHA-256 of the files whose change can change a recording."""
     here = Path(__file__).parent
     digest = hashlib.sha256()
-    for name in ("_zygote.py", "replay.py"):
-        digest.update((here / name).read_bytes())
+    for path in [*sorted((here / "zygote").glob("*.py")), here / "replay.py"]:
+        data = path.read_bytes()
+        digest.update(b"%s %d:" % (path.name.encode(), len(data)) + data)
     return digest.hexdigest()
 
 
@@ -64,10 +65,10 @@ def recording_key(prompt: str, reference: str, test: str, entry_point: str) -> s
 
 
 def recording_codec() -> Any:
-    """The sandbox's own codec (``eval/_zygote.py``, whose top level only defines)."""
-    from codeparrot.eval import _zygote
+    """The sandbox's own codec (``eval/zygote/codec.py``, whose top level only defines)."""
+    from codeparrot.eval.zygote import codec
 
-    return _zygote
+    return codec
 
 
 def recorded_calls(data: bytes) -> list[bytes] | None:

@@ -1,6 +1,6 @@
 """The harness side of the sandbox: detect the isolation available, run programs in it.
 
-Each :class:`Sandbox` owns one zygote process (``eval/_zygote.py``) started inside the
+Each :class:`Sandbox` owns one zygote process (``eval/zygote/``) started inside the
 strongest isolation this machine allows; the zygote forks a fresh, namespaced process
 tree per program and reports a verdict decided outside the sample's reach (see
 ``docs/threat-model.md``). The harness never runs sample code itself.
@@ -28,7 +28,7 @@ from codeparrot.eval.bytecode import CompiledCode
 
 logger = logging.getLogger(__name__)
 
-ZYGOTE = Path(__file__).with_name("_zygote.py")
+ZYGOTE = Path(__file__).with_name("zygote")  # the zygote's folder: its package ``zygote``
 ALLOW_ENV = "CODEPARROT_ALLOW_CODE_EXECUTION"
 MODES = ("root", "userns", "none")
 # What each mode leaves out, for the loud warning and the report.
@@ -97,7 +97,7 @@ NO_CGROUP = (
     "a sample that forks and calls setsid() can starve honest samples into timeouts, and "
     "memory is bounded per process only (RLIMIT_AS)"
 )
-SECCOMP_MACHINES = ("x86_64", "aarch64")  # where _zygote.py has the system call numbers
+SECCOMP_MACHINES = ("x86_64", "aarch64")  # where zygote/seccomp.py has the call numbers
 NO_SECCOMP = (
     "no seccomp filter on this architecture: io_uring, keyrings, bpf, perf_event_open, "
     "ptrace, user namespaces, sockets, pipes and file locks are open to samples"
@@ -255,12 +255,27 @@ def checker_paths(packages: tuple[str, ...]) -> list[tuple[str, str]]:
     return found
 
 
-# How a zygote starts: from ZYGOTE's cached bytecode (``__pycache__``, written where
-# it may be), not as a script, which Python compiles from source at every start: the
-# parser's 4 MiB of garbage stayed in the zygote's heap, and every page of it was copied
-# into the page tables of each process forked per sample (about a third of a sample's
-# CPU on a 2-core VM; see docs/threat-model.md for what the zygote holds).
+# How a zygote starts: ZYGOTE's folder imported as the package ``zygote`` from its parent
+# (put last on ``sys.path``, after the standard library), its modules loaded as usual from
+# their cached bytecode (``__pycache__``, written where it may be): a script, which Python
+# compiles from source at every start, left the parser's 4 MiB of garbage in the zygote's
+# heap, and every page of it was copied into the page tables of each process forked per
+# sample (about a third of a sample's CPU on a 2-core VM; see docs/threat-model.md for
+# what the zygote holds). Every part is imported before ``main`` runs (it pivots into a
+# root without the checkout); then the folder leaves ``sys.path``, its finders' caches and
+# ``sys.modules`` (a sample's ``import zygote`` fails as before), so that what the zygote
+# holds and what ``runtime_paths`` copies are the standard library's alone.
 LAUNCHER = (
+    "import sys; path = sys.argv.pop(1).rpartition('/')[0]; sys.path.append(path); "
+    "import zygote.main as z; sys.path.remove(path); "
+    "[sys.path_importer_cache.pop(p) for p in list(sys.path_importer_cache) "
+    "if p.startswith(path)]; "
+    "[sys.modules.pop(n) for n in list(sys.modules) if n.partition('.')[0] == 'zygote']; "
+    "del path; z.main()"
+)
+# A zygote of one file, as ``eval/_zygote.py`` was before it became ``eval/zygote/``: for
+# the benches that time such an older version against this one (set ZYGOTE to its file).
+ONE_FILE_LAUNCHER = (
     "import sys, importlib.machinery as m; path = sys.argv.pop(1); "
     "z = type(sys)('_zygote'); z.__file__ = path; "
     "exec(m.SourceFileLoader('_zygote', path).get_code('_zygote'), z.__dict__); "
@@ -269,7 +284,7 @@ LAUNCHER = (
 
 
 def zygote_command(*args: str) -> list[str]:
-    """The interpreter running ZYGOTE's ``main`` with ``args`` as its command line."""
+    """The interpreter running the zygote's ``main`` with ``args`` as its command line."""
     return [sys.executable, "-I", "-S", "-c", LAUNCHER, str(ZYGOTE), *args]
 
 
@@ -735,7 +750,7 @@ class Sandbox:
         ``timeout``: this sample's wall-clock limit instead of ``limits.timeout``.
         ``plan``: how the test's calls reach the program (``codeparrot.eval.replay``):
         empty for one by one. ``records``: no sample; ``test`` is the JSON list of the
-        references to record (``record_all`` in ``eval/_zygote.py``), the result the JSON
+        references to record (``record_all`` in ``eval/zygote/checker.py``), the result the JSON
         list of their record results.
         """
         self.start()
