@@ -1,4 +1,4 @@
-"""The sandbox's codec (``eval/_zygote.py``): what crosses from the sample to the checker.
+"""The sandbox's codec (``eval/zygote/codec.py``): what crosses from the sample to the checker.
 
 Values come back with their exact types, integers travel in binary (HumanEval+ answers of
 a million digits), and malformed or oversized data is refused with a ValueError, never
@@ -17,7 +17,9 @@ from codeparrot.eval.sandbox import ZYGOTE
 
 @pytest.fixture(scope="module")
 def codec():
-    spec = importlib.util.spec_from_file_location("codeparrot_zygote_codec", ZYGOTE)
+    """The codec as the zygote loads it: a plain module, by its file (it imports none of
+    the zygote's other parts)."""
+    spec = importlib.util.spec_from_file_location("codeparrot_zygote_codec", ZYGOTE / "codec.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

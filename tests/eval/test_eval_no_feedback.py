@@ -110,7 +110,7 @@ def test_a_test_drawing_unseeded_random_inputs_replays(isolation):
 def test_a_plan_comes_only_from_a_passed_reference():
     import base64
 
-    from codeparrot.eval import _zygote as codec
+    from codeparrot.eval.zygote import codec
 
     key = codec.encode(((1,), {}))
     recording = codec.encode([(key, ("ok", 2, None))])
@@ -239,8 +239,8 @@ def test_recordings_are_kept_and_read_back(isolation, tmp_path):
 def test_a_kept_recording_that_is_not_valid_is_recorded_again(isolation, tmp_path):
     import hashlib
 
-    from codeparrot.eval import _zygote as codec
     from codeparrot.eval.recordings import MAGIC
+    from codeparrot.eval.zygote import codec
 
     programs = [Program(REFERENCE, TEST, "f", reference=REFERENCE)]
     kept_runs(programs, isolation, tmp_path)
@@ -273,8 +273,8 @@ def test_a_kept_recording_that_lies_cannot_make_a_sample_pass(isolation, tmp_pat
     still runs in full against the sample's own answers."""
     import hashlib
 
-    from codeparrot.eval import _zygote as codec
     from codeparrot.eval.recordings import MAGIC, recording_key
+    from codeparrot.eval.zygote import codec
 
     wrong = "def f(x):\n    return 0\n"
     programs = [
@@ -383,7 +383,7 @@ MIB = 1 << 20
 
 
 def _frame(value) -> bytes:
-    from codeparrot.eval._zygote import encode
+    from codeparrot.eval.zygote.codec import encode
 
     data = encode(value)
     return b"%010d" % len(data) + data

@@ -5,7 +5,6 @@ under hostile samples, and the seccomp filter."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import mmap
 import os
 import platform
@@ -35,6 +34,8 @@ from codeparrot.eval.sandbox import (
     detect_isolation,
     limits_header,
 )
+from codeparrot.eval.zygote import main as zygote_main
+from codeparrot.eval.zygote import root, seccomp
 
 GOOD_PLUS_ONE = "def f(x):\n    return x + 1\n"
 TEST_PLUS_ONE = "assert f(1) == 2\nassert f(2) == 3\n"
@@ -49,21 +50,13 @@ def strong() -> Isolation:
     return isolation
 
 
-@pytest.fixture(scope="module")
-def zygote():
-    spec = importlib.util.spec_from_file_location("codeparrot_zygote", ZYGOTE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_limits_cross_the_wire_under_their_own_names(zygote):
+def test_limits_cross_the_wire_under_their_own_names():
     limits = Limits(timeout=2.5, memory=300 << 20, file_size=5 << 20, processes=3)
     wire = {k: v for k, v in dataclasses.asdict(limits).items() if k in WIRE_LIMITS}
-    assert zygote.parse_limits(limits_header(limits)) == wire
+    assert zygote_main.parse_limits(limits_header(limits)) == wire
     assert set(wire) == {"timeout", "memory", "file_size", "processes"}
     with pytest.raises(ValueError, match="fields"):
-        zygote.parse_limits(b'{"timeout": 1, "memory": 1, "fsize": 1, "nproc": 1}')
+        zygote_main.parse_limits(b'{"timeout": 1, "memory": 1, "fsize": 1, "nproc": 1}')
 
 
 IPC_KEY = 0x5EED42
@@ -193,15 +186,15 @@ def test_nothing_a_sample_leaves_is_seen_by_the_next_sample_of_its_worker(strong
 RENEW = """
 import ctypes, os, socket, sys
 sys.path.insert(0, sys.argv[1])
-import _zygote
+from zygote import main as z
 libc = ctypes.CDLL(None, use_errno=True)
 proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY)
-clean = not _zygote.sockets_left(proc)
+clean = not z.sockets_left(proc)
 left = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 left.bind(b"\\0codeparrot-left")
-seen = _zygote.sockets_left(proc)
-_zygote.renew_network_namespace(libc, proc)
-after = _zygote.sockets_left(proc)
+seen = z.sockets_left(proc)
+z.renew_network_namespace(libc, proc)
+after = z.sockets_left(proc)
 fresh = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 fresh.bind(b"\\0codeparrot-left")  # free again: a new namespace
 print(clean, seen, after)
@@ -332,7 +325,7 @@ def resident_pages(path: str) -> int:
     return sum(b & 1 for b in vector)
 
 
-def test_warming_reads_a_file_into_the_page_cache(zygote, tmp_path):
+def test_warming_reads_a_file_into_the_page_cache(tmp_path):
     """The objects still bound from the host (the interpreter's library and the C library
     the zygote has loaded) are read into the page cache before samples run: no page of
     them is left for a sample to signal with. (The rest is the run's copy, on a tmpfs.)"""
@@ -344,7 +337,7 @@ def test_warming_reads_a_file_into_the_page_cache(zygote, tmp_path):
     os.close(fd)
     if resident_pages(str(path)) != 0:
         pytest.skip("this file system keeps the pages (tmpfs)")
-    zygote.warm_page_cache([str(path)])
+    root.warm_page_cache([str(path)])
     for _ in range(100):  # readahead completes asynchronously
         if resident_pages(str(path)) == 256:
             break
@@ -545,23 +538,23 @@ def _run_filter(program: list, number: int, arch: int, args: tuple = (0,) * 6) -
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
-def test_the_seccomp_filter_decides_every_call_number_as_its_tables_say(zygote, machine):
-    program = zygote.seccomp_program(machine)
-    arch, fcntl, clone, clone3, madvise = zygote.ARCH[machine]
-    eperm, allow = zygote.RET_ERRNO | zygote.EPERM, zygote.RET_ALLOW
-    denied = set(zygote.DENIED[machine].values())
+def test_the_seccomp_filter_decides_every_call_number_as_its_tables_say(machine):
+    program = seccomp.seccomp_program(machine)
+    arch, fcntl, clone, clone3, madvise = seccomp.ARCH[machine]
+    eperm, allow = seccomp.RET_ERRNO | seccomp.EPERM, seccomp.RET_ALLOW
+    denied = set(seccomp.DENIED[machine].values())
     assert all(0 <= jt <= 255 and 0 <= jf <= 255 for _, jt, jf, _ in program)
-    assert _run_filter(program, 0, 0x40000003) == zygote.RET_KILL_PROCESS  # another arch
+    assert _run_filter(program, 0, 0x40000003) == seccomp.RET_KILL_PROCESS  # another arch
     for number in range(1024):
         verdict = _run_filter(program, number, arch)
         if number in denied:
             assert verdict == eperm, number
         elif number == clone3:
-            assert verdict == zygote.RET_ERRNO | zygote.ENOSYS
+            assert verdict == seccomp.RET_ERRNO | seccomp.ENOSYS
         elif number not in (fcntl, clone, madvise):
             assert verdict == allow, number
     for command in range(64):
-        expected = eperm if command in zygote.FCNTL_DENIED else allow
+        expected = eperm if command in seccomp.FCNTL_DENIED else allow
         assert _run_filter(program, fcntl, arch, (3, command)) == expected, command
     for cmd in (1024, 1025, 1026):  # leases and dnotify
         assert _run_filter(program, fcntl, arch, (3, cmd)) == eperm
@@ -569,10 +562,10 @@ def test_the_seccomp_filter_decides_every_call_number_as_its_tables_say(zygote, 
     assert _run_filter(program, clone, arch, (0x00010000 | 0x20000000,)) == eperm  # NEWPID
     assert _run_filter(program, clone, arch, (0x1000 | 17,)) == eperm  # CLONE_PIDFD
     for advice in range(32):
-        expected = eperm if advice in (zygote.MADV_COLD, zygote.MADV_PAGEOUT) else allow
+        expected = eperm if advice in (seccomp.MADV_COLD, seccomp.MADV_PAGEOUT) else allow
         assert _run_filter(program, madvise, arch, (0, 4096, advice)) == expected
     if machine == "x86_64":  # the x32 numbers
-        assert _run_filter(program, zygote.X32_BIT | 1, arch) == eperm
+        assert _run_filter(program, seccomp.X32_BIT | 1, arch) == eperm
 
 
 def test_worker_groups_are_removed_even_after_a_killed_harness(strong):
@@ -601,7 +594,7 @@ def test_userns_mode_builds_the_same_root_for_an_unprivileged_user(monkeypatch):
     python = Path("/usr/bin/python3")
     if os.geteuid() != 0 or not shutil.which("setpriv") or not python.exists():
         pytest.skip("needs root, setpriv and a system Python to become an unprivileged user")
-    if not _world_readable(ZYGOTE):
+    if not all(_world_readable(path) for path in ZYGOTE.glob("*.py")):
         pytest.skip(f"{ZYGOTE} is not readable by an unprivileged user")
     original = sandbox._command
 
@@ -631,14 +624,14 @@ def test_userns_mode_builds_the_same_root_for_an_unprivileged_user(monkeypatch):
         assert box.run(pid, "assert f(1) == 1, f(1)", "f", plan=replayed).passed
 
 
-def test_a_runtime_under_tmp_is_bound_below_the_roots_tmp(zygote, tmp_path):
+def test_a_runtime_under_tmp_is_bound_below_the_roots_tmp(tmp_path):
     """A checkout or virtualenv under /tmp puts a ``tmp`` folder in the run's copy of the
     runtime: it is bound a level down, so that the sandbox's root keeps its own /tmp (the
     mount point of every sample's private /tmp) and the zygote can set it up."""
     tree = tmp_path / "copy"
     (tree / "tmp" / "checkout" / "lib").mkdir(parents=True)
     (tree / "usr" / "lib").mkdir(parents=True)
-    binds = zygote._runtime_sources(None, {"tree": str(tree), "bound": []}, "/new")
+    binds = root._runtime_sources(None, {"tree": str(tree), "bound": []}, "/new")
     try:
         targets = sorted(target for _held, target, _flags in binds)
         assert targets == ["/new/tmp/checkout", "/new/usr"]
