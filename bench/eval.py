@@ -126,11 +126,13 @@ def run_baseline(
     return seconds, cpu, rows
 
 
-# `codeparrot eval execute` with another version of the sandbox's zygote (--zygote-before).
+# `codeparrot eval execute` with another version of the sandbox's zygote (--zygote-before):
+# a folder like eval/zygote/, or one file as eval/_zygote.py was before it.
 WITH_ZYGOTE = (
     "import sys; from pathlib import Path; from codeparrot.eval import sandbox; "
-    "sandbox.ZYGOTE = Path(sys.argv.pop(1)); from codeparrot.cli import main; "
-    "sys.exit(main(sys.argv[1:]))"
+    "sandbox.ZYGOTE = Path(sys.argv.pop(1)); "
+    "sandbox.LAUNCHER = sandbox.ONE_FILE_LAUNCHER if sandbox.ZYGOTE.is_file() else "
+    "sandbox.LAUNCHER; from codeparrot.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 # ... and with another version's eval/ folder, whose modules are found first (--eval-before).
 WITH_EVAL = (
@@ -230,7 +232,8 @@ def main() -> None:
         "--zygote-before",
         type=Path,
         default=None,
-        help="also time ours with this eval/_zygote.py (e.g. `git show main:eval/_zygote.py`)",
+        help="also time ours with this zygote: another version's eval/zygote/ folder, or the "
+        "one file of a version before it (`git show REF:eval/_zygote.py`)",
     )
     parser.add_argument(
         "--eval-before",
@@ -261,8 +264,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     befores = [tuple(item.split("=", 1)) for item in args.eval_before]
-    if any(len(b) != 2 or not Path(b[1], "_zygote.py").is_file() for b in befores):
-        parser.error("--eval-before takes LABEL=DIR, DIR an eval/ folder holding _zygote.py")
+    if any(len(b) != 2 or not Path(b[1], "sandbox.py").is_file() for b in befores):
+        parser.error("--eval-before takes LABEL=DIR, DIR an eval/ folder (with sandbox.py)")
     from codeparrot.eval.data import load_problems
     from codeparrot.eval.execution import default_workers
     from codeparrot.eval.sandbox import detect_isolation

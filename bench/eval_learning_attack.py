@@ -15,7 +15,8 @@ one worker, one with the default workers, and of ``--samples`` separate runs of 
 sample each. Then one run with the default workers as the harness runs by default: each
 sample answers every call before any is checked, so "called again" no longer means
 "passed", whatever survives (0 passes). ``--zygote``
-runs another version of ``eval/_zygote.py`` (e.g. ``git show REF:eval/_zygote.py``),
+runs another version's zygote (its ``eval/zygote/`` folder, or the one file of a version
+before it: ``git show REF:eval/_zygote.py``),
 ``--eval`` another version's whole ``eval/`` folder (``git archive REF eval | tar -x -C
 DIR``, then ``DIR/eval``).
 """
@@ -214,7 +215,7 @@ def control(program, samples: int, workers: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--zygote", type=Path, default=None, help="another _zygote.py to run")
+    parser.add_argument("--zygote", type=Path, default=None, help="another zygote to run")
     parser.add_argument(
         "--channel",
         choices=("sockets", "names", "cookie", "inode"),
@@ -243,6 +244,8 @@ def main() -> None:
 
     if args.zygote is not None:
         sandbox.ZYGOTE = args.zygote.resolve()
+        if sandbox.ZYGOTE.is_file():  # one file, as before eval/zygote/
+            sandbox.LAUNCHER = sandbox.ONE_FILE_LAUNCHER
     isolation = sandbox.detect_isolation()
     oracle = {"sockets": ORACLE, "names": NAME_CACHE}.get(args.channel)
     if oracle is None:
