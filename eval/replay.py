@@ -19,7 +19,7 @@ that outlives it (a counter of the kernel, say) carries that to the next sample.
 A call the reference's run did not make (a test whose calls depend on the answers) stops
 the replay, and that sample runs again, its calls answered one by one. :class:`Schedule`
 counts these (``fallbacks``). The checker's ``random`` is seeded alike at the recording
-and at each replay (``TEST_SEED`` in ``eval/_zygote.py``), so a test that draws its
+and at each replay (``TEST_SEED`` in ``eval/zygote/checker.py``), so a test that draws its
 inputs from it makes the same calls both times.
 
 A test whose calls can be read from its text skips step 1: HumanEval+'s own inputs are
@@ -56,7 +56,7 @@ from codeparrot.eval.structure import literal_calls
 if TYPE_CHECKING:
     from codeparrot.eval.execution import Program
 
-# The checker's words for these (eval/_zygote.py: RECORD, REPLAY, RECORDING).
+# The checker's words for these (eval/zygote/codec.py: RECORD, REPLAY, RECORDING).
 RECORD = b"record"
 REPLAY = b"replay"
 RECORDING = "\n\0recording:"
@@ -180,7 +180,7 @@ class Schedule:
     reference never runs), else they wait for their problem's recording: kept from an
     earlier run in ``cache`` (``kept`` counts these), or recorded in this one, up to
     :data:`BATCH` problems per sandbox run, spread evenly over ``workers`` runs where
-    fewer are needed (``record_all`` in ``eval/_zygote.py``; a run that fails as a whole
+    fewer are needed (``record_all`` in ``eval/zygote/checker.py``; a run that fails as a whole
     records its problems one at a time instead). The others (and
     all where ``enabled`` is False) run as before. ``read``: tests' calls read already
     (see :func:`literal_plan`). ``fallbacks`` counts the samples whose

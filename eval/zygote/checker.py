@@ -20,6 +20,8 @@ from .codec import (
     RECORDING,
     REPLAY,
     NotRecorded,
+    SampleFailed,
+    _outcome,
     decode,
     encode,
     read_exact,
@@ -31,10 +33,6 @@ from .sample import answer_calls, run_sample, sample_mounts
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
-
-
-class SampleFailed(Exception):
-    pass
 
 
 class Channel:
@@ -121,16 +119,6 @@ def _seed_tests():
     import random
 
     random.seed(TEST_SEED)
-
-
-def _outcome(reply):
-    """One call's outcome as B sent it, checked: ("ok", result, after) or ("err", text)."""
-    ok = type(reply) is tuple and len(reply) == 3 and reply[0] == "ok"
-    if ok and (reply[2] is None or type(reply[2]) is tuple):
-        return reply
-    if type(reply) is tuple and len(reply) == 2 and reply[0] == "err":
-        return ("err", str(reply[1]))
-    raise SampleFailed("malformed reply from the sample")
 
 
 def _write_back(args, after):

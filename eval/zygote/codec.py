@@ -2,7 +2,9 @@
 
 Imports nothing of its siblings, so the harness can load it alone: kept recordings are
 read back only through this codec (``eval/recordings.py``). Also the words of a replay
-plan (``RECORD``, ``REPLAY``, ``RECORDING``, ``replay_plan``), which B and A both read.
+plan (``RECORD``, ``REPLAY``, ``RECORDING``, ``replay_plan``), which B and A both read,
+and the check of one call's outcome as B sent it (``_outcome``), which A, the worker's
+checker and the harness's reading of a kept recording all make.
 """
 
 import array
@@ -278,6 +280,20 @@ def _decode(view, pos, depth):
             items.append(item)
         return dict(zip(items[0::2], items[1::2], strict=True)), pos
     raise ValueError(f"unknown tag {tag!r}")
+
+
+class SampleFailed(Exception):
+    pass
+
+
+def _outcome(reply):
+    """One call's outcome as B sent it, checked: ("ok", result, after) or ("err", text)."""
+    ok = type(reply) is tuple and len(reply) == 3 and reply[0] == "ok"
+    if ok and (reply[2] is None or type(reply[2]) is tuple):
+        return reply
+    if type(reply) is tuple and len(reply) == 2 and reply[0] == "err":
+        return ("err", str(reply[1]))
+    raise SampleFailed("malformed reply from the sample")
 
 
 class NotRecorded(BaseException):
