@@ -268,8 +268,7 @@ def checker_paths(packages: tuple[str, ...]) -> list[tuple[str, str]]:
 LAUNCHER = (
     "import sys; path = sys.argv.pop(1).rpartition('/')[0]; sys.path.append(path); "
     "import zygote.main as z; sys.path.remove(path); "
-    "[sys.path_importer_cache.pop(p) for p in list(sys.path_importer_cache) "
-    "if p.startswith(path)]; "
+    "sys.path_importer_cache.pop(path); sys.path_importer_cache.pop(path + '/zygote'); "
     "[sys.modules.pop(n) for n in list(sys.modules) if n.partition('.')[0] == 'zygote']; "
     "del path; z.main()"
 )

@@ -5,7 +5,6 @@ zygote (``build_root``), and the mounts and cgroups they need.
 """
 
 import os
-import struct
 import sys
 
 CLONE_NEWNS = 0x00020000
@@ -100,6 +99,7 @@ DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_RPATH, DT_RUNPATH = 1, 5, 10, 15, 29
 
 def elf_dependencies(path):
     """``(needed names, search folders)`` of a 64-bit little-endian ELF object, or None."""
+    import struct
 
     with open(path, "rb") as f:
         head = f.read(64)
