@@ -164,7 +164,7 @@ PAGE = 4096
 def f(x):
     needle = ctypes.create_string_buffer(bytes(b ^ 1 for b in XORED), len(XORED))
     own = ctypes.addressof(needle)
-    fd = os.open('/tmp/probe', os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open('probe', os.O_RDWR | os.O_CREAT, 0o600)  # in its own working folder
 
     def readable(address):
         os.lseek(fd, 0, 0)
