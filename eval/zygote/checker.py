@@ -339,9 +339,10 @@ def report(fd, seq, start, verdict, whole=False):
     write_frame(fd, b"%010d" % seq + b"%.6f " % (time.monotonic() - start) + text)
 
 
-def start_reporter(libc):
+def start_reporter(libc, close=()):
     """Fork the worker's reporter R and give it the harness's end of Z's standard output:
     R's pid and the write end of its pipe, which A and the worker's checker inherit.
+    ``close``: Z's descriptors R has no use for (-1: none).
 
     Every process of a sample is forked from Z, with a copy of its memory, freed blocks
     included, which a sample can read. So a sample's verdict never goes through Z: A (or
@@ -355,6 +356,9 @@ def start_reporter(libc):
     if pid == 0:
         try:
             os.close(w)
+            for fd in close:
+                if fd >= 0:
+                    os.close(fd)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             serve_reports(r)
         finally:

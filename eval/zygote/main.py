@@ -127,9 +127,7 @@ def run_one(header, program, libc, mode, slot, context):
         try:
             os.close(job_w)
             os.close(res_r)
-            if namespaced:
-                os.close(context["pid_ns"])
-            _close_checker(context)
+            _close_inherited(context)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             job = {"program": program, "report": to_report}
             if namespaced and libc.unshare(NAMESPACES & ~CLONE_NEWPID) != 0:
@@ -194,8 +192,7 @@ def run_replayed(program, frames, cap, limits, libc, mode, slot, context, start)
     if b == 0:
         try:
             os.close(out_r)
-            os.close(context["pid_ns"])
-            _close_checker(context)
+            _close_inherited(context)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if libc.unshare(NAMESPACES & ~CLONE_NEWPID) != 0:
                 os._exit(71)
@@ -281,7 +278,7 @@ def start_checker(limits, libc, context):
         try:
             os.close(job_w)
             os.close(res_r)
-            os.close(context["pid_ns"])
+            _close_inherited(context)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0:
                 os._exit(71)
@@ -294,8 +291,14 @@ def start_checker(limits, libc, context):
     return pid, job_w, res_r
 
 
-def _close_checker(context):
-    """In a child of Z: close its copies of the pipes to the worker's checker."""
+def _close_inherited(context):
+    """In a child of Z: close what only Z uses: its PID namespace's descriptor, the host's
+    /proc (A and the worker's checker run a problem file's test, which through it, as
+    root, would reach the host's processes and root), and its copies of the pipes to the
+    worker's checker."""
+    for fd in (context["pid_ns"], context["proc_fd"]):
+        if fd >= 0:
+            os.close(fd)
     checker = context.get("judge")
     if checker is not None:
         os.close(checker[2])
@@ -596,10 +599,11 @@ def main():
         build_root(libc, config["secret"], config["checker"], mode == "userns", runtime)
         checker = [CHECKER_SITE] if checker else []
     context["checker"] = checker
+    context["proc_fd"] = proc_fd
     # (Not for the probe's one trusted program, on the host's runtime: nothing to share.)
     probe = mode != "none" and runtime is None
     held = None if probe else warm_up(libc)  # noqa: F841 (free blocks, kept for Z's life)
-    reporter, context["report"] = start_reporter(libc)
+    reporter, context["report"] = start_reporter(libc, (pid_ns, proc_fd))
     context["seq"] = 0
     while True:
         try:

@@ -225,3 +225,27 @@ def test_what_a_sample_raised_is_not_in_the_memory_of_the_next_sample(root, repl
         assert box.run(raiser, "assert f(1) == 2", "f", plan=how).result.startswith("failed")
         verdict = box.run(SCANNER, "assert f(1) == 0, f(1)", "f", plan=how)
         assert verdict.passed, f"{verdict.result} hits"
+
+
+# The trusted test's view of the descriptors its process holds: none is a folder (the
+# zygote keeps the host's /proc open, through which a problem file's test, run as root,
+# would reach the host's processes and its root).
+NO_FOLDER_OPEN = """
+import os, stat
+def _folder(fd):
+    try:
+        return stat.S_ISDIR(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+OPEN = [fd for fd in range(3, 1024) if _folder(fd)]
+assert f(1) == 2 and OPEN == [], OPEN
+"""
+
+
+@pytest.mark.parametrize("replayed", [False, True], ids=["call by call", "replayed"])
+def test_the_checker_holds_no_descriptor_of_the_hosts_proc(root, replayed):
+    """A problem file is input too: its test runs in the checker, which must hold nothing
+    of the zygote's that reaches outside the sandbox."""
+    with Sandbox(root, slot=19) as box:
+        verdict = box.run(GOOD, NO_FOLDER_OPEN, "f", plan=plan() if replayed else b"")
+        assert verdict.passed, verdict.result
