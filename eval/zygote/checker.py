@@ -29,7 +29,7 @@ from .codec import (
     replay_plan,
     write_frame,
 )
-from .sample import answer_calls, run_sample, sample_mounts
+from .sample import CAP_KILL, answer_calls, drop_capabilities, run_sample, sample_mounts
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -397,6 +397,7 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     os.chdir(workdir)
     if limits.get("records"):  # no sample: the references run in children of A
+        drop_capabilities(libc)  # a problem file's code runs here: as root, but powerless
         _checker_limits(limits)
         try:
             _prompt, job, _entry, _plan = [read_frame(job_fd) for _ in range(4)]
@@ -417,6 +418,9 @@ def run_checker(job, limits, mode, slot, libc, job_fd, res_fd, workdir):
             os._exit(70)
     os.close(req_r)
     os.close(resp_w)
+    # B is forked: A runs a problem file's test, as root but with no capability left
+    # other than to kill B (A's namespaces are made, B's uid is set by B itself).
+    drop_capabilities(libc, keep=(CAP_KILL,))
     _checker_limits(limits)
     record = []
 

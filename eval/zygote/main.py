@@ -56,7 +56,7 @@ from .root import (
     prepare_runtime,
     warm_page_cache,
 )
-from .sample import PRIVATE_TMP, UID_BASE, own_uid, run_answers
+from .sample import PRIVATE_TMP, UID_BASE, drop_capabilities, own_uid, run_answers
 from .seccomp import prepare_seccomp
 
 # Per sample: its own PIDs, mounts, SysV/POSIX IPC objects (they die with the sample)
@@ -335,6 +335,7 @@ def serve_checks(limits, libc, job_fd, res_fd):
     libc.sethostname(b"sandbox", 7)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     os.chdir("/tmp")
+    drop_capabilities(libc)  # it runs a problem file's tests: as root, but powerless
     _checker_limits(limits, cpu=False)  # Z holds each check to its sample's deadline
     while True:
         try:

@@ -56,16 +56,33 @@ def drop_privileges(mode, slot, libc):
     if libc is not None:
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     if mode == "userns":
-        import ctypes
-        import platform
+        drop_capabilities(libc)
 
-        number = SYS_CAPSET.get(platform.machine())
-        if number is None:
-            raise RuntimeError("cannot drop capabilities on this architecture")
-        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
-        data = (ctypes.c_uint32 * 6)()
-        if libc.syscall(number, header, data) != 0:
-            raise RuntimeError("capset failed")
+
+CAP_KILL = 5
+PR_CAPBSET_DROP = 24
+
+
+def drop_capabilities(libc, keep=()):
+    """Leave this process no capability but those numbered in ``keep``: none to gain back
+    by exec either (``no_new_privs``, and the bounding set where it may be lowered)."""
+    import ctypes
+    import platform
+
+    number = SYS_CAPSET.get(platform.machine())
+    if number is None:
+        raise RuntimeError("cannot drop capabilities on this architecture")
+    for cap in range(64):
+        if cap not in keep:
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # (fails past the last, or unprivileged)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (ctypes.c_uint32 * 6)()  # (effective, permitted, inheritable) for 0-31, 32-63
+    for cap in keep:
+        data[3 * (cap // 32)] |= 1 << (cap % 32)
+        data[3 * (cap // 32) + 1] |= 1 << (cap % 32)
+    if libc.syscall(number, header, data) != 0:
+        raise RuntimeError("capset failed")
 
 
 def hide_from_sample(libc):

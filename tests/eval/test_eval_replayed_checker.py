@@ -249,3 +249,25 @@ def test_the_checker_holds_no_descriptor_of_the_hosts_proc(root, replayed):
     with Sandbox(root, slot=19) as box:
         verdict = box.run(GOOD, NO_FOLDER_OPEN, "f", plan=plan() if replayed else b"")
         assert verdict.passed, verdict.result
+
+
+# A problem file's test trying what only a privileged process may (drop its groups).
+PRIVILEGED = """
+import os
+try:
+    os.setgroups([])
+    ALLOWED = True
+except PermissionError:
+    ALLOWED = False
+assert f(1) == 2 and not ALLOWED, ALLOWED
+"""
+
+
+@pytest.mark.parametrize("replayed", [False, True], ids=["call by call", "replayed"])
+def test_a_problem_files_test_runs_without_privileges(root, replayed):
+    """The checker runs as root in mode root, with no capability left once its namespaces
+    are made: a hostile problem file's test cannot mount, read files by handle or change
+    its ids."""
+    with Sandbox(root, slot=20) as box:
+        verdict = box.run(GOOD, PRIVILEGED, "f", plan=plan() if replayed else b"")
+        assert verdict.passed, verdict.result
