@@ -200,9 +200,10 @@ class WorkerCgroup:
                 target.write_text(str(value))
 
     def remove(self) -> None:
-        """Remove the group, killing whatever is left in it."""
+        """Remove the group, killing whatever is left in it (and waiting up to 5 s for a
+        killed process to finish exiting: a loaded machine takes its time)."""
         for path in self.dirs:
-            for _ in range(50):
+            for _ in range(250):
                 try:
                     path.rmdir()
                     break
@@ -256,15 +257,12 @@ def checker_paths(packages: tuple[str, ...]) -> list[tuple[str, str]]:
 
 
 # How a zygote starts: ZYGOTE's folder imported as the package ``zygote`` from its parent
-# (put last on ``sys.path``, after the standard library), its modules loaded as usual from
-# their cached bytecode (``__pycache__``, written where it may be): a script, which Python
-# compiles from source at every start, left the parser's 4 MiB of garbage in the zygote's
-# heap, and every page of it was copied into the page tables of each process forked per
-# sample (about a third of a sample's CPU on a 2-core VM; see docs/threat-model.md for
-# what the zygote holds). Every part is imported before ``main`` runs (it pivots into a
-# root without the checkout); then the folder leaves ``sys.path``, its finders' caches and
-# ``sys.modules`` (a sample's ``import zygote`` fails as before), so that what the zygote
-# holds and what ``runtime_paths`` copies are the standard library's alone.
+# (last on ``sys.path``), its modules loaded from their cached bytecode: a script, compiled
+# from source at every start, left the parser's 4 MiB of garbage in the zygote's heap,
+# copied into the page tables of each process forked per sample (docs/threat-model.md).
+# Every part is imported before ``main`` (it pivots into a root without the checkout);
+# then the folder leaves ``sys.path``, its finders' caches and ``sys.modules`` (a sample's
+# ``import zygote`` fails), so what ``runtime_paths`` copies is the standard library's.
 LAUNCHER = (
     "import sys; path = sys.argv.pop(1).rpartition('/')[0]; sys.path.append(path); "
     "import zygote.main as z; sys.path.remove(path); "

@@ -146,6 +146,19 @@ def run_answers(program, frames, limits, mode, slot, libc, out_fd):
     set_limits(limits)
     drop_privileges(mode, slot, libc)
     install_seccomp(libc, limits["seccomp"])
+    namespace = start_program(program)
+    try:
+        payload = outcomes_payload(answer_calls(namespace[entry_point], calls))
+    except BaseException as e:
+        payload = error_payload(e)
+    if payload is not None:
+        write_frame(4, payload)
+    os._exit(0)
+
+
+def start_program(program):
+    """B, sandboxed: run the program; its globals once "ready" is sent on fd 4, or (it
+    raised) the error sent and B gone."""
     namespace = {}
     try:
         exec(compile(program, "<sample>", "exec"), namespace)
@@ -153,16 +166,15 @@ def run_answers(program, frames, limits, mode, slot, libc, out_fd):
         write_frame(4, encode(("err", f"{type(e).__name__}: {e}"[:500])))
         os._exit(1)
     write_frame(4, encode(("ready",)))
+    return namespace
+
+
+def error_payload(e):
+    """The frame of a call that raised ``e`` (in the sample: its text may not print)."""
     try:
-        payload = outcomes_payload(answer_calls(namespace[entry_point], calls))
-    except BaseException as e:
-        try:
-            payload = encode(("err", f"{type(e).__name__}: {e}"[:500]))
-        except BaseException:
-            payload = encode(("err", "unprintable exception"))
-    if payload is not None:
-        write_frame(4, payload)
-    os._exit(0)
+        return encode(("err", f"{type(e).__name__}: {e}"[:500]))
+    except BaseException:
+        return encode(("err", "unprintable exception"))
 
 
 def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
@@ -180,13 +192,7 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
     install_seccomp(libc, limits["seccomp"])
     if mode == "none":
         os.setsid()
-    namespace = {}
-    try:
-        exec(compile(program, "<sample>", "exec"), namespace)
-    except BaseException as e:
-        write_frame(4, encode(("err", f"{type(e).__name__}: {e}"[:500])))
-        os._exit(1)
-    write_frame(4, encode(("ready",)))
+    namespace = start_program(program)
     while True:
         try:
             request = decode(read_frame(3))
@@ -204,10 +210,7 @@ def run_sample(program, req_fd, resp_fd, limits, mode, slot, libc):
                 _, name, args, kwargs = request
                 payload = encode(("ok", namespace[name](*args, **kwargs)))
         except BaseException as e:
-            try:
-                payload = encode(("err", f"{type(e).__name__}: {e}"[:500]))
-            except BaseException:
-                payload = encode(("err", "unprintable exception"))
+            payload = error_payload(e)
         write_frame(4, payload)
 
 
