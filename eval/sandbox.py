@@ -200,8 +200,7 @@ class WorkerCgroup:
                 target.write_text(str(value))
 
     def remove(self) -> None:
-        """Remove the group, killing whatever is left in it (and waiting up to 5 s for a
-        killed process to finish exiting: a loaded machine takes its time)."""
+        """Remove the group, killing whatever is left in it (waiting up to 5 s for it to exit)."""
         for path in self.dirs:
             for _ in range(250):
                 try:
@@ -671,19 +670,19 @@ class Sandbox:
                     raise SandboxError(f"{self.isolation.accounting} accounting failed: {e}") from e
                 self._cgroup = cgroup
             cgroups = [str(path) for path in self._cgroup.dirs]
-        runtime = self._runtime_manifest()
-        command = _command(
-            self.isolation.mode, self.slot, self.secret_dirs, self._checker, cgroups, runtime
-        )
-        self._bytecode = sys.executable in command
-        self._proc = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=_CLEAN_ENV,
-            cwd="/",
-            start_new_session=True,
-        )
+        try:  # (a worker whose start raised is not closed by run_programs: no group is left)
+            runtime = self._runtime_manifest()  # raises where the run's copy failed
+            command = _command(
+                self.isolation.mode, self.slot, self.secret_dirs, self._checker, cgroups, runtime
+            )
+            self._bytecode = sys.executable in command
+            pipe = subprocess.PIPE
+            self._proc = subprocess.Popen(
+                command, stdin=pipe, stdout=pipe, env=_CLEAN_ENV, cwd="/", start_new_session=True
+            )
+        except BaseException:
+            self.close()
+            raise
 
     def _runtime_manifest(self) -> dict | str | None:
         """What the zygote binds as its runtime: the run's copy (None: the host's), or

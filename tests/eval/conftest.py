@@ -3,18 +3,21 @@ tests that must hold on both. "call by call": the checker asks the sample for ea
 answer, the sample a child of the checker. "replayed": the sample answers every recorded
 call at once, alone as PID 1 of its namespaces, and the worker's long-lived checker runs
 the test against its answers (mode root's path for a test replayed without per-call
-feedback; the other modes replay through a checker of the sample's own)."""
+feedback; the other modes replay through a checker of the sample's own).
+
+And after every test: no worker cgroup of this process outlives it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from codeparrot.eval.execution import Program, run_programs
-from codeparrot.eval.sandbox import Verdict
+from codeparrot.eval.sandbox import Verdict, WorkerCgroup, cgroup_bases
 
 
 @dataclass(frozen=True)
@@ -42,3 +45,15 @@ class Way:
 @pytest.fixture(params=["call by call", "replayed"])
 def way(request: pytest.FixtureRequest) -> Way:
     return Way(request.param)
+
+
+@pytest.fixture(autouse=True)
+def no_worker_cgroup_outlives_a_test() -> Iterator[None]:
+    """However a run ends, its workers' cgroups go with it: checked after every test, by
+    the test that left one (which is then removed, so that no later test is blamed)."""
+    yield
+    kind, bases = cgroup_bases()
+    left = [g for base in bases for g in base.glob(f"codeparrot-{os.getpid()}-*")]
+    for group in left:
+        WorkerCgroup(kind, [group.parent], group.name).remove()
+    assert left == [], f"worker cgroups left behind: {left}"

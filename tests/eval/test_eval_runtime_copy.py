@@ -183,11 +183,18 @@ def test_zygotes_started_while_the_copy_is_made_see_the_copy_once_it_is_made(str
     assert leftovers() == []
 
 
-def test_a_copy_that_fails_while_the_zygotes_wait_fails_the_run(strong, monkeypatch):
-    def failing(self, tree=None):
-        raise sandbox.SandboxError("could not copy the runtime for the sandbox: disk full")
+def _failing(self, tree=None):
+    raise sandbox.SandboxError("could not copy the runtime for the sandbox: disk full")
 
-    monkeypatch.setattr(RuntimeCopy, "_make", failing)
+
+def worker_groups() -> list[Path]:
+    return [
+        g for base in sandbox.cgroup_bases()[1] for g in base.glob(f"codeparrot-{os.getpid()}-*")
+    ]
+
+
+def test_a_copy_that_fails_while_the_zygotes_wait_fails_the_run(strong, monkeypatch):
+    monkeypatch.setattr(RuntimeCopy, "_make", _failing)
     copy = RuntimeCopy(strong.mode, secret_dirs=())
     copy.start()
     try:
@@ -198,3 +205,16 @@ def test_a_copy_that_fails_while_the_zygotes_wait_fails_the_run(strong, monkeypa
     finally:
         copy.close()
     assert leftovers() == []
+    assert worker_groups() == []  # (a worker that began after the copy failed, too)
+
+
+def test_a_worker_started_after_the_copy_failed_leaves_no_cgroup(strong, monkeypatch):
+    """Its start raises (the worker waiting first saw the failure: the copy is no longer
+    being made), after its cgroup was made: the group goes too (no one closes the box)."""
+    if strong.accounting == "none":
+        pytest.skip("no cgroup can be made here")
+    monkeypatch.setattr(RuntimeCopy, "_make", _failing)
+    box = sandbox.Sandbox(strong, slot=7, secret_dirs=(), runtime=RuntimeCopy(strong.mode, ()))
+    with pytest.raises(sandbox.SandboxError, match="disk full"):
+        box.start()
+    assert worker_groups() == []
