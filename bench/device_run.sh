@@ -49,7 +49,9 @@ for preset in ${TRAIN_PRESETS-small}; do
     [ "$preset" != small ] && optimizer=muon
     timeout 180 python3 bench/train.py --device cuda --preset "$preset" --block 1024 \
         --batch-size 32 --vocab-size 8192 --precisions bf16 --optimizers "$optimizer" \
-        --no-baseline --steps 10 --rounds 2 --warmup 3 2>&1 \
-        | tee "$OUT/train-$preset.log" | tail -25
+        --no-baseline --steps 10 --rounds 2 --warmup 3 --profile 2>&1 \
+        | tee "$OUT/train-$preset.log" \
+        | grep -E "ready|tokens/s|ratio|profiled|synchronisations|same computation|shape|Error" \
+        | tail -30
     echo "bench/train.py $preset exit: ${PIPESTATUS[0]}"
 done

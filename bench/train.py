@@ -363,6 +363,47 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
+def profile_steps(steps: dict, n: int = 3, top: int = 12) -> None:
+    """Where each step's time goes, for finding why one side is slower: its operators by
+    self time on the device (on a CPU, the CPU's), and on CUDA the host synchronisations
+    one step makes (each keeps the host from queueing the next step while the device runs)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = DEVICE == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    for name, step in steps.items():
+        _synchronize()
+        start = time.perf_counter()
+        with profile(activities=activities) as prof:
+            for _ in range(n):
+                step()
+            queued = time.perf_counter() - start
+            _synchronize()
+        done = time.perf_counter() - start
+        print(f"\n{name}: {n} steps profiled; the host queued them in {queued * 1e3 / n:.1f} ms "
+              f"a step, the device finished in {done * 1e3 / n:.1f} ms a step")  # fmt: skip
+        sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+        print(prof.key_averages().table(sort_by=sort, row_limit=top, max_name_column_width=60))
+        if cuda:
+            print(f"{name}: host synchronisations in one step: {count_host_syncs(step)}")
+
+
+def count_host_syncs(step) -> int:
+    """The synchronising CUDA calls one ``step()`` makes (torch's sync debug mode)."""
+    import warnings
+
+    _synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    _synchronize()
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
 def _copy_into_peer(ours: torch.nn.Module, peer: torch.nn.Module, architecture: str) -> None:
     """Our Hugging Face model's weights into the peer's layout (GPT-2's Conv1D weights
     transposed; Qwen3's q/k/v and gate/up projections concatenated)."""
@@ -497,6 +538,12 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "--no-baseline", dest="baseline", action="store_false", help="skip the plain fp32 loop"
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the rounds, each step's operators by self time (on CUDA: device time, and "
+        "the host synchronisations a step makes)",
+    )
     args = parser.parse_args()
     args.precisions = args.precisions.split(",")
     args.optimizers = args.optimizers.split(",")
@@ -513,9 +560,11 @@ def _build_steps(args: argparse.Namespace, workdir: Path) -> tuple[dict, dict]:
             steps[name], runs[name] = ours_step_fn(
                 workdir, args.compile, optimizer, args.preset, precision
             )
+            breaks = _graph_breaks()
             for _ in range(args.warmup):
                 steps[name]()
-            print(f"{name} ready after {time.perf_counter() - t0:.0f} s", flush=True)
+            print(f"{name} ready after {time.perf_counter() - t0:.0f} s{_breaks_since(breaks)}",
+                  flush=True)  # fmt: skip
     others = {}
     if args.baseline:
         others["baseline"] = baseline_step_fn
@@ -526,10 +575,29 @@ def _build_steps(args: argparse.Namespace, workdir: Path) -> tuple[dict, dict]:
     for name, make in others.items():
         t0 = time.perf_counter()
         steps[name] = make()
+        breaks = _graph_breaks()
         for _ in range(args.warmup):
             steps[name]()
-        print(f"{name} ready after {time.perf_counter() - t0:.0f} s", flush=True)
+        print(f"{name} ready after {time.perf_counter() - t0:.0f} s{_breaks_since(breaks)}",
+              flush=True)  # fmt: skip
     return steps, runs
+
+
+def _graph_breaks() -> dict[str, int]:
+    """torch.compile's graph breaks so far in this process, by reason."""
+    from torch._dynamo.utils import counters
+
+    return dict(counters["graph_break"])
+
+
+def _breaks_since(before: dict[str, int]) -> str:
+    """The graph breaks compiling a step added (each splits its compiled graph), said shortly."""
+    new = {k: n - before.get(k, 0) for k, n in _graph_breaks().items() if n > before.get(k, 0)}
+    if not new:
+        return "; no graph break"
+    lines = [line.strip() for line in next(iter(new)).splitlines() if line.strip()]
+    first = " ".join(lines[:2])[:200]  # the kind of break, then dynamo's explanation
+    return f"; {sum(new.values())} graph breaks (first: {first})"
 
 
 def _peaks() -> dict[str, float]:
@@ -635,6 +703,8 @@ def main() -> None:
                 flush=True,
             )
         _report(args, rates, peaks, runs, steps)
+        if args.profile:
+            profile_steps(steps)
 
 
 if __name__ == "__main__":

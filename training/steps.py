@@ -21,6 +21,21 @@ def lm_loss(model: Any, ids: Any, ignore_id: int | None = None) -> Any:
     return model(input_ids=ids, labels=labels).loss
 
 
+def batch_to_device(batch: Any, device: Any) -> Any:
+    """A host batch (a numpy array of token ids) as a tensor on ``device``.
+
+    On CUDA the copy starts from pinned memory and does not wait: a copy from pageable
+    memory synchronises the stream (torch waits for it to finish), so the host could not
+    queue the next step while the device still runs this one. The pinned buffer is reused
+    only once the copy has ended (torch's caching host allocator records it)."""
+    import torch
+
+    ids = torch.from_numpy(batch)
+    if getattr(device, "type", None) == "cuda":
+        return ids.pin_memory().to(device, non_blocking=True)
+    return ids.to(device)
+
+
 def evaluate(run: Run) -> float | None:
     """Mean loss over ``eval_batches`` validation batches, averaged across processes."""
     import torch
@@ -33,7 +48,7 @@ def evaluate(run: Run) -> float | None:
         for i, batch in enumerate(batches):
             if i >= run.config.eval_batches:
                 break
-            ids = torch.from_numpy(batch).to(acc.device)
+            ids = batch_to_device(batch, acc.device)
             losses.append(run.model(input_ids=ids, labels=ids).loss.float().detach())
     run.model.train()
     if not losses:
@@ -57,7 +72,7 @@ def train_step(run: Run) -> tuple[Any, Any]:
     total = torch.zeros((), device=acc.device)
     grad_norm = None
     for _ in range(cfg.gradient_accumulation_steps):
-        ids = torch.from_numpy(run.state.batches.next_batch()).to(acc.device)
+        ids = batch_to_device(run.state.batches.next_batch(), acc.device)
         with acc.accumulate(run.model):
             loss = run.loss_fn(run.model, ids)
             acc.backward(loss)
