@@ -7,6 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from codeparrot.training.data import Batches
 
+# Several processes compare their clocks for --max-minutes every this many steps: a run
+# may pass its minutes by up to CLOCK_EVERY - 1 steps.
+CLOCK_EVERY = 8
+
 if TYPE_CHECKING:
     from codeparrot.training.setup_run import Run
 
@@ -98,7 +102,12 @@ def stop_reason(run: Run, seconds: float) -> str | None:
     if cfg.max_minutes is not None:
         if run.accelerator.num_processes == 1:  # no device round trip (a host sync) a step
             return "max_minutes" if seconds >= cfg.max_minutes * 60 else None
+        # clocks differ between processes, so they agree through the device: a round trip
+        # that waits for the queued steps, made every CLOCK_EVERY steps (the same steps on
+        # every process) so that the host keeps queueing work ahead of the device between
+        if state.step % CLOCK_EVERY:
+            return None
         over = torch.tensor(float(seconds >= cfg.max_minutes * 60), device=run.accelerator.device)
-        if float(run.accelerator.reduce(over, "max")) > 0:  # clocks differ between processes
+        if float(run.accelerator.reduce(over, "max")) > 0:
             return "max_minutes"
     return None
