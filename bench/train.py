@@ -311,6 +311,7 @@ def ours_step_fn(
     optimizer: str = "adamw",
     preset: str = "tiny",
     mixed_precision: str = "auto",
+    fused_kernels: tuple[str, ...] | None = None,
 ):
     import warnings
 
@@ -323,7 +324,7 @@ def ours_step_fn(
     config = TrainConfig(
         data=workdir / "unused",
         tokenizer=tokenizer,
-        output=workdir / f"run-{mixed_precision}-{optimizer}",
+        output=workdir / f"run-{mixed_precision}-{optimizer}-{_variant_name(fused_kernels)}",
         preset=preset,
         dropout=0.0,  # the peers have none
         n_positions=BLOCK if BLOCK > 256 else None,
@@ -337,6 +338,7 @@ def ours_step_fn(
         log_with="none",
         peak_tflops=1.0,
         progress=False,
+        fused_kernels=fused_kernels,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # bf16 asked on a CPU that emulates it: measured here
@@ -539,6 +541,13 @@ def _arguments() -> argparse.Namespace:
         "--no-baseline", dest="baseline", action="store_false", help="skip the plain fp32 loop"
     )
     parser.add_argument(
+        "--fused-kernels",
+        default="all",
+        help="on CUDA with liger-kernel: our step's fused-kernel variants, comma-separated, "
+        "each timed in every round: all, none, or kernels joined by + (e.g. "
+        "rms_norm+rope+swiglu); the first is 'ours' against the peers",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="after the rounds, each step's operators by self time (on CUDA: device time, and "
@@ -547,24 +556,48 @@ def _arguments() -> argparse.Namespace:
     args = parser.parse_args()
     args.precisions = args.precisions.split(",")
     args.optimizers = args.optimizers.split(",")
+    args.fused_kernels = _kernel_variants(args.fused_kernels)
     return args
 
 
+def _variant_name(kernels: tuple[str, ...] | None) -> str:
+    return "all" if kernels is None else "+".join(kernels)
+
+
+def _kernel_variants(text: str) -> list[tuple[str, ...] | None]:
+    """``--fused-kernels``: comma-separated variants, each all, none or kernels joined by +."""
+    from codeparrot.training.kernels import KERNELS
+
+    variants: list[tuple[str, ...] | None] = []
+    for variant in text.split(","):
+        kernels = None if variant == "all" else tuple(variant.split("+"))
+        unknown = set(kernels or ()) - {*KERNELS, "none"}
+        if unknown:
+            raise SystemExit(f"--fused-kernels: unknown {sorted(unknown)} (known: all, none, "
+                             f"{', '.join(KERNELS)}, joined by +)")  # fmt: skip
+        variants.append(kernels)
+    return variants
+
+
 def _build_steps(args: argparse.Namespace, workdir: Path) -> tuple[dict, dict]:
-    """Every timed step, warmed up: ours at each precision and optimizer, then the others."""
+    """Every timed step, warmed up: ours at each precision, optimizer and fused-kernel
+    variant (the first variant unnamed), then the others."""
     steps, runs = {}, {}
-    for optimizer in args.optimizers:
-        for precision in args.precisions:
-            name = f"ours {precision} {optimizer}"
-            t0 = time.perf_counter()
-            steps[name], runs[name] = ours_step_fn(
-                workdir, args.compile, optimizer, args.preset, precision
-            )
-            breaks = _graph_breaks()
-            for _ in range(args.warmup):
-                steps[name]()
-            print(f"{name} ready after {time.perf_counter() - t0:.0f} s{_breaks_since(breaks)}",
-                  flush=True)  # fmt: skip
+    combinations = [(o, p, k) for o in args.optimizers for p in args.precisions
+                    for k in args.fused_kernels]  # fmt: skip
+    for optimizer, precision, kernels in combinations:
+        name = f"ours {precision} {optimizer}"
+        if kernels != args.fused_kernels[0]:
+            name += f" kernels={_variant_name(kernels)}"
+        t0 = time.perf_counter()
+        steps[name], runs[name] = ours_step_fn(
+            workdir, args.compile, optimizer, args.preset, precision, kernels
+        )
+        breaks = _graph_breaks()
+        for _ in range(args.warmup):
+            steps[name]()
+        print(f"{name} ready after {time.perf_counter() - t0:.0f} s{_breaks_since(breaks)}",
+              flush=True)  # fmt: skip
     others = {}
     if args.baseline:
         others["baseline"] = baseline_step_fn
@@ -658,6 +691,12 @@ def _report(args: argparse.Namespace, rates: dict, peaks: dict, runs: dict, step
                 f"of per-round ratios: {', '.join(f'{r:.2f}' for r in ratios)}; target <= 1.2x)"
             )
     ours = f"ours {args.precisions[0]} {args.optimizers[0]}"
+    for variant in [n for n in rates if n.startswith(f"{ours} kernels=")]:
+        for other in (ours, "same-model peer", "peer"):
+            if other in rates:
+                ratios = [v / o for v, o in zip(rates[variant], rates[other], strict=True)]
+                print(f"{variant} / {other}: median of per-round ratios "
+                      f"{statistics.median(ratios):.2f}x")  # fmt: skip
     for other in ("peer", "same-model peer"):
         per_token = getattr(steps.get(other), "flops_per_token", None)
         if other in rates and per_token:
