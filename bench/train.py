@@ -311,6 +311,7 @@ def ours_step_fn(
     optimizer: str = "adamw",
     preset: str = "tiny",
     mixed_precision: str = "auto",
+    fused_kernels: tuple[str, ...] | None = None,
 ):
     import warnings
 
@@ -323,7 +324,7 @@ def ours_step_fn(
     config = TrainConfig(
         data=workdir / "unused",
         tokenizer=tokenizer,
-        output=workdir / f"run-{mixed_precision}-{optimizer}",
+        output=workdir / f"run-{mixed_precision}-{optimizer}-{_variant_name(fused_kernels)}",
         preset=preset,
         dropout=0.0,  # the peers have none
         n_positions=BLOCK if BLOCK > 256 else None,
@@ -337,6 +338,7 @@ def ours_step_fn(
         log_with="none",
         peak_tflops=1.0,
         progress=False,
+        fused_kernels=fused_kernels,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # bf16 asked on a CPU that emulates it: measured here
@@ -361,6 +363,47 @@ def tokens_per_s(step, steps: int) -> float:
 def _synchronize() -> None:
     if DEVICE == "cuda":
         torch.cuda.synchronize()
+
+
+def profile_steps(steps: dict, n: int = 3, top: int = 12) -> None:
+    """Where each step's time goes, for finding why one side is slower: its operators by
+    self time on the device (on a CPU, the CPU's), and on CUDA the host synchronisations
+    one step makes (each keeps the host from queueing the next step while the device runs)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = DEVICE == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    for name, step in steps.items():
+        _synchronize()
+        start = time.perf_counter()
+        with profile(activities=activities) as prof:
+            for _ in range(n):
+                step()
+            queued = time.perf_counter() - start
+            _synchronize()
+        done = time.perf_counter() - start
+        print(f"\n{name}: {n} steps profiled; the host queued them in {queued * 1e3 / n:.1f} ms "
+              f"a step, the device finished in {done * 1e3 / n:.1f} ms a step")  # fmt: skip
+        sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+        print(prof.key_averages().table(sort_by=sort, row_limit=top, max_name_column_width=60))
+        if cuda:
+            print(f"{name}: host synchronisations in one step: {count_host_syncs(step)}")
+
+
+def count_host_syncs(step) -> int:
+    """The synchronising CUDA calls one ``step()`` makes (torch's sync debug mode)."""
+    import warnings
+
+    _synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    _synchronize()
+    return sum("synchroniz" in str(w.message) for w in caught)
 
 
 def _copy_into_peer(ours: torch.nn.Module, peer: torch.nn.Module, architecture: str) -> None:
@@ -497,25 +540,64 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "--no-baseline", dest="baseline", action="store_false", help="skip the plain fp32 loop"
     )
+    parser.add_argument(
+        "--fused-kernels",
+        default="all",
+        help="on CUDA with liger-kernel: our step's fused-kernel variants, comma-separated, "
+        "each timed in every round: all, none, or kernels joined by + (e.g. "
+        "rms_norm+rope+swiglu); the first is 'ours' against the peers",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the rounds, each step's operators by self time (on CUDA: device time, and "
+        "the host synchronisations a step makes)",
+    )
     args = parser.parse_args()
     args.precisions = args.precisions.split(",")
     args.optimizers = args.optimizers.split(",")
+    args.fused_kernels = _kernel_variants(args.fused_kernels)
     return args
 
 
+def _variant_name(kernels: tuple[str, ...] | None) -> str:
+    return "all" if kernels is None else "+".join(kernels)
+
+
+def _kernel_variants(text: str) -> list[tuple[str, ...] | None]:
+    """``--fused-kernels``: comma-separated variants, each all, none or kernels joined by +."""
+    from codeparrot.training.kernels import KERNELS
+
+    variants: list[tuple[str, ...] | None] = []
+    for variant in text.split(","):
+        kernels = None if variant == "all" else tuple(variant.split("+"))
+        unknown = set(kernels or ()) - {*KERNELS, "none"}
+        if unknown:
+            raise SystemExit(f"--fused-kernels: unknown {sorted(unknown)} (known: all, none, "
+                             f"{', '.join(KERNELS)}, joined by +)")  # fmt: skip
+        variants.append(kernels)
+    return variants
+
+
 def _build_steps(args: argparse.Namespace, workdir: Path) -> tuple[dict, dict]:
-    """Every timed step, warmed up: ours at each precision and optimizer, then the others."""
+    """Every timed step, warmed up: ours at each precision, optimizer and fused-kernel
+    variant (the first variant unnamed), then the others."""
     steps, runs = {}, {}
-    for optimizer in args.optimizers:
-        for precision in args.precisions:
-            name = f"ours {precision} {optimizer}"
-            t0 = time.perf_counter()
-            steps[name], runs[name] = ours_step_fn(
-                workdir, args.compile, optimizer, args.preset, precision
-            )
-            for _ in range(args.warmup):
-                steps[name]()
-            print(f"{name} ready after {time.perf_counter() - t0:.0f} s", flush=True)
+    combinations = [(o, p, k) for o in args.optimizers for p in args.precisions
+                    for k in args.fused_kernels]  # fmt: skip
+    for optimizer, precision, kernels in combinations:
+        name = f"ours {precision} {optimizer}"
+        if kernels != args.fused_kernels[0]:
+            name += f" kernels={_variant_name(kernels)}"
+        t0 = time.perf_counter()
+        steps[name], runs[name] = ours_step_fn(
+            workdir, args.compile, optimizer, args.preset, precision, kernels
+        )
+        breaks = _graph_breaks()
+        for _ in range(args.warmup):
+            steps[name]()
+        print(f"{name} ready after {time.perf_counter() - t0:.0f} s{_breaks_since(breaks)}",
+              flush=True)  # fmt: skip
     others = {}
     if args.baseline:
         others["baseline"] = baseline_step_fn
@@ -526,10 +608,29 @@ def _build_steps(args: argparse.Namespace, workdir: Path) -> tuple[dict, dict]:
     for name, make in others.items():
         t0 = time.perf_counter()
         steps[name] = make()
+        breaks = _graph_breaks()
         for _ in range(args.warmup):
             steps[name]()
-        print(f"{name} ready after {time.perf_counter() - t0:.0f} s", flush=True)
+        print(f"{name} ready after {time.perf_counter() - t0:.0f} s{_breaks_since(breaks)}",
+              flush=True)  # fmt: skip
     return steps, runs
+
+
+def _graph_breaks() -> dict[str, int]:
+    """torch.compile's graph breaks so far in this process, by reason."""
+    from torch._dynamo.utils import counters
+
+    return dict(counters["graph_break"])
+
+
+def _breaks_since(before: dict[str, int]) -> str:
+    """The graph breaks compiling a step added (each splits its compiled graph), said shortly."""
+    new = {k: n - before.get(k, 0) for k, n in _graph_breaks().items() if n > before.get(k, 0)}
+    if not new:
+        return "; no graph break"
+    lines = [line.strip() for line in next(iter(new)).splitlines() if line.strip()]
+    first = " ".join(lines[:2])[:200]  # the kind of break, then dynamo's explanation
+    return f"; {sum(new.values())} graph breaks (first: {first})"
 
 
 def _peaks() -> dict[str, float]:
@@ -590,6 +691,12 @@ def _report(args: argparse.Namespace, rates: dict, peaks: dict, runs: dict, step
                 f"of per-round ratios: {', '.join(f'{r:.2f}' for r in ratios)}; target <= 1.2x)"
             )
     ours = f"ours {args.precisions[0]} {args.optimizers[0]}"
+    for variant in [n for n in rates if n.startswith(f"{ours} kernels=")]:
+        for other in (ours, "same-model peer", "peer"):
+            if other in rates:
+                ratios = [v / o for v, o in zip(rates[variant], rates[other], strict=True)]
+                print(f"{variant} / {other}: median of per-round ratios "
+                      f"{statistics.median(ratios):.2f}x")  # fmt: skip
     for other in ("peer", "same-model peer"):
         per_token = getattr(steps.get(other), "flops_per_token", None)
         if other in rates and per_token:
@@ -635,6 +742,8 @@ def main() -> None:
                 flush=True,
             )
         _report(args, rates, peaks, runs, steps)
+        if args.profile:
+            profile_steps(steps)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from codeparrot.options import (
     WEIGHT_DECAY,
 )
 from codeparrot.options import PRESET_NAMES as PRESET_NAMES  # re-exported
+from codeparrot.training.kernels import KERNELS
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ RESUMABLE_CHANGES = frozenset(
         "peak_tflops",
         "keep_checkpoints",
         "compile",
+        "fused_kernels",
         "push_to_hub",
     }
 )
@@ -165,6 +167,13 @@ class TrainConfig(Config):
     compile: bool = option(
         False, "torch.compile the forward pass and loss (slow start, faster steps)"
     )
+    fused_kernels: tuple[str, ...] | None = option(
+        None,
+        "on CUDA with liger-kernel installed (the gpu extra), the fused kernels a Qwen3 or "
+        f"Llama model gets, of {', '.join(KERNELS)} (default: all; none: none)",
+        choices=(*KERNELS, "none"),
+        metavar="KERNEL",
+    )
     gradient_checkpointing: bool = option(
         False,
         "recompute activations in the backward pass instead of keeping them (less memory, more compute)",
@@ -224,6 +233,8 @@ class TrainConfig(Config):
             out.append(
                 "--tokenizer is required unless --init-from names a checkpoint (its own is used)"
             )
+        if self.fused_kernels and "none" in self.fused_kernels and len(self.fused_kernels) > 1:
+            out.append("--fused-kernels: 'none' goes alone, not with kernels to apply")
         if self.n_positions is not None and self.init_from is not None:
             out.append("--n-positions sets a fresh preset's context; --init-from keeps its own")
         return out

@@ -12,6 +12,7 @@ is given.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from typing import Any
 
 # model_type -> the Liger function that patches it
@@ -34,20 +35,26 @@ def fused_kernels_unavailable(model: Any, device: Any) -> str | None:
     return None
 
 
-def apply_fused_kernels(model: Any, device: Any, log: Any = None) -> list[str]:
+def apply_fused_kernels(
+    model: Any, device: Any, log: Any = None, kernels: Sequence[str] | None = None
+) -> list[str]:
     """Patch ``model`` in place with Liger's kernels where they apply; the kernels applied
-    (``[]`` where none were, with the reason given to ``log``)."""
-    reason = fused_kernels_unavailable(model, device)
+    (``[]`` where none were, with the reason given to ``log``).
+
+    ``kernels`` names the ones wanted, of :data:`KERNELS` (None: all; ``["none"]``: none).
+    """
+    wanted = [k for k in KERNELS if kernels is None or k in kernels]
+    reason = fused_kernels_unavailable(model, device) if wanted else "--fused-kernels none"
     if reason is not None:
         if log is not None:
             log(f"fused kernels: none ({reason})")
         return []
     liger = importlib.import_module("liger_kernel.transformers")
     patch = getattr(liger, PATCHES[model.config.model_type])
-    patch(model=model, **{kernel: True for kernel in KERNELS})
+    patch(model=model, **{kernel: kernel in wanted for kernel in KERNELS})
     if log is not None:
-        log(f"fused kernels (Liger): {', '.join(KERNELS)}")
-    return list(KERNELS)
+        log(f"fused kernels (Liger): {', '.join(wanted)}")
+    return wanted
 
 
 __all__ = ["KERNELS", "apply_fused_kernels", "fused_kernels_unavailable"]

@@ -195,7 +195,7 @@ def setup(
     set_seed(config.seed)
     _ready_for_training(model, config, seq_length, accelerator.device)
     on_gpu = accelerator.device.type == "cuda"  # Liger's kernels where installed (say why not)
-    apply_fused_kernels(model, accelerator.device, say if on_gpu else None)
+    apply_fused_kernels(model, accelerator.device, say if on_gpu else None, config.fused_kernels)
     plan = StepPlan(
         steps=config.max_steps, max_steps=config.max_steps, recipe_steps=config.recipe_steps
     )

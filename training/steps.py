@@ -7,6 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from codeparrot.training.data import Batches
 
+# Several processes compare their clocks for --max-minutes every this many steps: a run
+# may pass its minutes by up to CLOCK_EVERY - 1 steps.
+CLOCK_EVERY = 8
+
 if TYPE_CHECKING:
     from codeparrot.training.setup_run import Run
 
@@ -21,6 +25,21 @@ def lm_loss(model: Any, ids: Any, ignore_id: int | None = None) -> Any:
     return model(input_ids=ids, labels=labels).loss
 
 
+def batch_to_device(batch: Any, device: Any) -> Any:
+    """A host batch (a numpy array of token ids) as a tensor on ``device``.
+
+    On CUDA the copy starts from pinned memory and does not wait: a copy from pageable
+    memory synchronises the stream (torch waits for it to finish), so the host could not
+    queue the next step while the device still runs this one. The pinned buffer is reused
+    only once the copy has ended (torch's caching host allocator records it)."""
+    import torch
+
+    ids = torch.from_numpy(batch)
+    if getattr(device, "type", None) == "cuda":
+        return ids.pin_memory().to(device, non_blocking=True)
+    return ids.to(device)
+
+
 def evaluate(run: Run) -> float | None:
     """Mean loss over ``eval_batches`` validation batches, averaged across processes."""
     import torch
@@ -33,7 +52,7 @@ def evaluate(run: Run) -> float | None:
         for i, batch in enumerate(batches):
             if i >= run.config.eval_batches:
                 break
-            ids = torch.from_numpy(batch).to(acc.device)
+            ids = batch_to_device(batch, acc.device)
             losses.append(run.model(input_ids=ids, labels=ids).loss.float().detach())
     run.model.train()
     if not losses:
@@ -57,7 +76,7 @@ def train_step(run: Run) -> tuple[Any, Any]:
     total = torch.zeros((), device=acc.device)
     grad_norm = None
     for _ in range(cfg.gradient_accumulation_steps):
-        ids = torch.from_numpy(run.state.batches.next_batch()).to(acc.device)
+        ids = batch_to_device(run.state.batches.next_batch(), acc.device)
         with acc.accumulate(run.model):
             loss = run.loss_fn(run.model, ids)
             acc.backward(loss)
@@ -83,7 +102,12 @@ def stop_reason(run: Run, seconds: float) -> str | None:
     if cfg.max_minutes is not None:
         if run.accelerator.num_processes == 1:  # no device round trip (a host sync) a step
             return "max_minutes" if seconds >= cfg.max_minutes * 60 else None
+        # clocks differ between processes, so they agree through the device: a round trip
+        # that waits for the queued steps, made every CLOCK_EVERY steps (the same steps on
+        # every process) so that the host keeps queueing work ahead of the device between
+        if state.step % CLOCK_EVERY:
+            return None
         over = torch.tensor(float(seconds >= cfg.max_minutes * 60), device=run.accelerator.device)
-        if float(run.accelerator.reduce(over, "max")) > 0:  # clocks differ between processes
+        if float(run.accelerator.reduce(over, "max")) > 0:
             return "max_minutes"
     return None

@@ -149,6 +149,67 @@ def test_the_train_step_reads_nothing_back_from_the_device(
     assert not any(reads)
 
 
+def test_a_batch_reaches_a_cuda_device_without_making_the_host_wait(monkeypatch):
+    """On CUDA a batch is copied from pinned memory with non_blocking (a pageable copy
+    synchronises the stream each step); on a CPU it is the host array's tensor."""
+    import numpy as np
+    import torch
+
+    from codeparrot.training.steps import batch_to_device
+
+    calls = []
+    real_to = torch.Tensor.to
+
+    def pin_memory(self):
+        calls.append("pin")
+        return self.clone()
+
+    def to(self, *args, **kwargs):
+        if args and getattr(args[0], "type", None) == "cuda":
+            calls.append(("to", args[0].type, kwargs.get("non_blocking", False)))
+            return self
+        return real_to(self, *args, **kwargs)
+
+    batch = np.arange(12, dtype=np.int64).reshape(3, 4)
+    on_cpu = batch_to_device(batch, torch.device("cpu"))
+    assert on_cpu.dtype == torch.int64 and on_cpu.tolist() == batch.tolist() and not calls
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    on_gpu = batch_to_device(batch, torch.device("cuda"))
+    assert calls == ["pin", ("to", "cuda", True)]
+    assert on_gpu.tolist() == batch.tolist()
+
+
+def test_several_processes_compare_clocks_only_every_few_steps():
+    """With --max-minutes, processes agree on stopping through a reduce that waits for the
+    device: made on the same steps everywhere, every CLOCK_EVERY steps, not every step."""
+    import torch
+
+    from codeparrot.training.steps import CLOCK_EVERY, stop_reason
+
+    reduced = []
+
+    def reduce(tensor, how):
+        reduced.append(run.state.step)
+        return tensor
+
+    run = SimpleNamespace(
+        config=SimpleNamespace(max_tokens=None, max_minutes=1.0),
+        state=SimpleNamespace(step=0, tokens_seen=0, plan=SimpleNamespace(steps=1000)),
+        accelerator=SimpleNamespace(num_processes=2, device=torch.device("cpu"), reduce=reduce),
+    )
+    said = {}
+    for step in range(1, 3 * CLOCK_EVERY + 1):
+        run.state.step = step
+        said[step] = stop_reason(run, seconds=61.0 if step > CLOCK_EVERY + 2 else 1.0)
+    assert reduced == [CLOCK_EVERY, 2 * CLOCK_EVERY, 3 * CLOCK_EVERY]
+    stopped = [step for step, why in said.items() if why == "max_minutes"]
+    assert stopped == [2 * CLOCK_EVERY, 3 * CLOCK_EVERY]  # the first compared step past it
+    run.accelerator.num_processes = 1
+    run.state.step = CLOCK_EVERY + 3
+    assert stop_reason(run, seconds=61.0) == "max_minutes"  # one process: every step
+
+
 def test_the_end_of_run_line_gives_the_steady_rate_and_compile_time_apart():
     from codeparrot.training.cli import speed_line
 

@@ -60,3 +60,28 @@ def test_not_on_a_cpu_nor_for_gpt2(fake_liger):
     assert apply_fused_kernels(model_of("gpt2"), Device("cuda"), log=said.append) == []
     assert "CUDA only (the device is cpu)" in said[0] and "gpt2 architecture" in said[1]
     assert fake_liger == []
+
+
+def test_a_chosen_subset_is_applied_and_the_rest_left_alone(fake_liger):
+    said: list[str] = []
+    chosen = ["rms_norm", "swiglu"]
+    assert apply_fused_kernels(model_of("qwen3"), Device("cuda"), said.append, chosen) == chosen
+    ((_, kwargs),) = fake_liger
+    assert {k for k in KERNELS if kwargs[k]} == set(chosen)
+    assert kwargs["fused_linear_cross_entropy"] is False and kwargs["rope"] is False
+    assert said == ["fused kernels (Liger): rms_norm, swiglu"]
+    assert apply_fused_kernels(model_of("qwen3"), Device("cuda"), said.append, ["none"]) == []
+    assert said[-1] == "fused kernels: none (--fused-kernels none)" and len(fake_liger) == 1
+
+
+def test_the_flag_names_known_kernels_and_none_alone(tmp_path):
+    from codeparrot.errors import ConfigError
+    from codeparrot.training import TrainConfig
+
+    common = {"data": tmp_path, "tokenizer": tmp_path, "output": tmp_path / "run"}
+    config = TrainConfig(**common, fused_kernels=("rope", "swiglu"))
+    assert config.fused_kernels == ("rope", "swiglu")
+    with pytest.raises(ConfigError, match="--fused-kernels: every value must be one of"):
+        TrainConfig(**common, fused_kernels=("rope", "flash"))
+    with pytest.raises(ConfigError, match="'none' goes alone"):
+        TrainConfig(**common, fused_kernels=("none", "rope"))

@@ -1,0 +1,54 @@
+"""``bench/train.py``'s diagnostics for a device run: graph breaks and where a step's time goes."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench_train():
+    spec = importlib.util.spec_from_file_location("bench_train", ROOT / "bench" / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_step_that_splits_its_compiled_graph_is_named(bench_train):
+    import torch
+
+    def whole(x):
+        return (x * 2).sum()
+
+    def split(x):
+        y = x * 2
+        print("", end="")  # dynamo cannot trace print: the graph breaks here
+        return y.sum()
+
+    before = bench_train._graph_breaks()
+    torch.compile(whole)(torch.ones(3))
+    assert bench_train._breaks_since(before) == "; no graph break"
+    before = bench_train._graph_breaks()
+    torch.compile(split)(torch.ones(3))
+    said = bench_train._breaks_since(before)
+    assert said.startswith("; 1 graph breaks (first: ") and "print" in said
+
+
+def test_profiling_names_each_steps_heaviest_operators(bench_train, capsys):
+    import torch
+
+    a = torch.randn(64, 64)
+
+    def matmuls():
+        for _ in range(4):
+            a @ a
+
+    bench_train.profile_steps({"ours": matmuls, "peer": lambda: a + a}, n=2, top=3)
+    out = capsys.readouterr().out
+    ours, peer = out.split("peer: 2 steps profiled")
+    assert "ours: 2 steps profiled; the host queued them in" in ours and "aten::mm" in ours
+    assert "aten::add" in peer and "aten::mm" not in peer
