@@ -50,13 +50,26 @@ def sync(device: str) -> None:
 
 def load_engines(checkpoint: Path, device: str) -> dict[str, Engine]:
     """The engine as loaded by default, and with ``cuda_graphs`` (on a CPU: the same static
-    steps uncaptured, over the first engine's model)."""
+    steps uncaptured, over the first engine's model); each runs a fixed length through any
+    token where ``stop_at_eos`` is off."""
     eager = Engine.load(checkpoint, device=device, lean_load=False)
     if eager.device.type == "cuda":
         captured = Engine.load(checkpoint, device=device, lean_load=False, cuda_graphs=True)
     else:
         captured = Engine(eager.model, eager.tokenizer, path=checkpoint, cuda_graphs=True)
-    return {"eager": eager, "captured": captured}
+    return {"eager": fixed_length(eager), "captured": fixed_length(captured)}
+
+
+def fixed_length(engine: Engine) -> Engine:
+    """``engine``, whose candidates without ``stop_at_eos`` end at ``max_new_tokens`` alone.
+
+    The engine's ``stop_at_eos=False`` still ends a candidate at a special or FIM token
+    (never written as text), and a barely trained model may pick one first: its "fixed
+    length" would then be shorter than transformers' (``min_new_tokens`` suppresses only
+    end-of-text, and generation does not stop at the others), or empty."""
+    ends = engine.end_ids_for
+    engine.end_ids_for = lambda config: ends(config) if config.stop_at_eos else frozenset()
+    return engine
 
 
 def ms_per_token(engines: dict[str, Engine], tokens: int, repeats: int, device: str) -> dict:
@@ -107,15 +120,18 @@ def ours(engine: Engine, prompt: str, settings: GenerationConfig) -> tuple[float
     return seconds, statistics.mean(c.new_tokens for c in out)
 
 
-def theirs(model: Any, tokenizer: Any, ids: list[int], settings: GenerationConfig) -> tuple:
+def theirs(
+    model: Any, tokenizer: Any, ids: list[int], settings: GenerationConfig, ends: frozenset[int]
+) -> tuple:
     """(seconds, mean new tokens a sample) of transformers' ``generate`` on ``ids``, its
-    static cache, the same sampling and stop strings."""
+    static cache, the same sampling, stop strings and end tokens (``ends``: ours)."""
     device = next(model.parameters()).device
     input_ids = torch.tensor([ids], device=device)
     pad = tokenizer.eos_token_id
     extra: dict[str, Any] = {}
     if settings.stop:
-        extra = {"stop_strings": list(settings.stop), "tokenizer": tokenizer}
+        extra = {"stop_strings": list(settings.stop), "tokenizer": tokenizer,
+                 "eos_token_id": sorted(ends)}  # fmt: skip
     else:
         extra = {"min_new_tokens": settings.max_new_tokens}
     sync(str(device))
@@ -158,7 +174,8 @@ def sampling_case(
     model, tokenizer = engines["eager"].model, engines["eager"].tokenizer
     ids, _ = engines["eager"].encode_prompt(prompt, settings.max_new_tokens)
     sides = {name: (lambda e=e: ours(e, prompt, settings)) for name, e in engines.items()}
-    sides["hf-static"] = lambda: theirs(model, tokenizer, ids, settings)
+    ends = engines["eager"].end_ids_for(settings)
+    sides["hf-static"] = lambda: theirs(model, tokenizer, ids, settings, ends)
     first = {name: run()[0] for name, run in sides.items()}  # warm-up (HF: its compile)
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
     for _ in range(repeats):
