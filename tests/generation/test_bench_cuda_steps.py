@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def load_bench():
     sys.path.insert(0, str(ROOT / "bench"))
     try:
-        spec = importlib.util.spec_from_file_location("cuda_steps", ROOT / "bench" / "cuda_steps.py")
+        spec = importlib.util.spec_from_file_location(
+            "cuda_steps", ROOT / "bench" / "cuda_steps.py"
+        )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
