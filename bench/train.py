@@ -582,6 +582,8 @@ def _kernel_variants(text: str) -> list[tuple[str, ...] | None]:
 def _build_steps(args: argparse.Namespace, workdir: Path) -> tuple[dict, dict]:
     """Every timed step, warmed up: ours at each precision, optimizer and fused-kernel
     variant (the first variant unnamed), then the others."""
+    from codeparrot.models.presets import get_preset
+
     steps, runs = {}, {}
     combinations = [(o, p, k) for o in args.optimizers for p in args.precisions
                     for k in args.fused_kernels]  # fmt: skip
@@ -603,7 +605,7 @@ def _build_steps(args: argparse.Namespace, workdir: Path) -> tuple[dict, dict]:
         others["baseline"] = baseline_step_fn
     if args.peer:
         others["peer"] = lambda: peer_step_fn(args.preset)
-    if args.peer and args.preset != "tiny":
+    if args.peer and get_preset(args.preset).architecture == "qwen3":  # GPT-2's is "peer"
         others["same-model peer"] = lambda: same_model_peer_step_fn(args.preset, args.optimizers[0])
     for name, make in others.items():
         t0 = time.perf_counter()
