@@ -52,3 +52,19 @@ def test_profiling_names_each_steps_heaviest_operators(bench_train, capsys):
     ours, peer = out.split("peer: 2 steps profiled")
     assert "ours: 2 steps profiled; the host queued them in" in ours and "aten::mm" in ours
     assert "aten::add" in peer and "aten::mm" not in peer
+
+
+@pytest.mark.parametrize(
+    "preset,peers", [("small", ["peer"]), ("small-qwen", ["peer", "same-model peer"])]
+)
+def test_the_same_model_peer_is_built_for_qwen3_presets_only(
+    bench_train, monkeypatch, preset, peers
+):
+    from argparse import Namespace
+
+    monkeypatch.setattr(bench_train, "peer_step_fn", lambda preset: lambda: None)
+    monkeypatch.setattr(bench_train, "same_model_peer_step_fn", lambda preset, opt: lambda: None)
+    args = Namespace(optimizers=["adamw"], precisions=[], fused_kernels=[None], baseline=False,
+                     peer=True, preset=preset, warmup=1, compile=False)  # fmt: skip
+    steps, runs = bench_train._build_steps(args, None)
+    assert sorted(steps) == peers and runs == {}
