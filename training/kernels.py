@@ -17,6 +17,13 @@ from typing import Any
 
 # model_type -> the Liger function that patches it
 PATCHES = {"qwen3": "apply_liger_kernel_to_qwen3", "llama": "apply_liger_kernel_to_llama"}
+# model_type -> (its transformers module, the classes Liger swaps in it for models built
+# later). This model's modules are patched in place, so the classes are put back; the rotary
+# embedding stays Liger's for the process (attention looks the function up in the module).
+MODELING = {
+    "qwen3": ("transformers.models.qwen3.modeling_qwen3", ("Qwen3RMSNorm", "Qwen3MLP")),
+    "llama": ("transformers.models.llama.modeling_llama", ("LlamaRMSNorm", "LlamaMLP")),
+}
 KERNELS = ("rms_norm", "rope", "swiglu", "fused_linear_cross_entropy")
 
 
@@ -42,6 +49,8 @@ def apply_fused_kernels(
     (``[]`` where none were, with the reason given to ``log``).
 
     ``kernels`` names the ones wanted, of :data:`KERNELS` (None: all; ``["none"]``: none).
+    Liger's rotary embedding replaces transformers' function for every model of the
+    architecture in this process; its classes are put back (see :data:`MODELING`).
     """
     wanted = [k for k in KERNELS if kernels is None or k in kernels]
     reason = fused_kernels_unavailable(model, device) if wanted else "--fused-kernels none"
@@ -51,7 +60,14 @@ def apply_fused_kernels(
         return []
     liger = importlib.import_module("liger_kernel.transformers")
     patch = getattr(liger, PATCHES[model.config.model_type])
-    patch(model=model, **{kernel: kernel in wanted for kernel in KERNELS})
+    module_name, classes = MODELING[model.config.model_type]
+    module = importlib.import_module(module_name)
+    saved = {name: getattr(module, name) for name in classes}
+    try:
+        patch(model=model, **{kernel: kernel in wanted for kernel in KERNELS})
+    finally:  # models built later in this process (the engine's, a benchmark's) stay stock
+        for name, value in saved.items():
+            setattr(module, name, value)
     if log is not None:
         log(f"fused kernels (Liger): {', '.join(wanted)}")
     return wanted

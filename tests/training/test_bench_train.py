@@ -68,3 +68,16 @@ def test_the_same_model_peer_is_built_for_qwen3_presets_only(
                      peer=True, preset=preset, warmup=1, compile=False)  # fmt: skip
     steps, runs = bench_train._build_steps(args, None)
     assert sorted(steps) == peers and runs == {}
+
+
+def test_each_kernel_variant_runs_with_its_own_rotary_embedding(bench_train, monkeypatch):
+    """Liger's rotary embedding replaces transformers' for the whole process: a variant
+    without it must not run with the one an earlier variant installed."""
+    from transformers.models.qwen3 import modeling_qwen3
+
+    monkeypatch.setattr(modeling_qwen3, "apply_rotary_pos_emb", modeling_qwen3.apply_rotary_pos_emb)
+    stock, seen = bench_train._rope(), []
+    liger = bench_train._with_rope(lambda: seen.append(modeling_qwen3.apply_rotary_pos_emb), len)
+    plain = bench_train._with_rope(lambda: seen.append(modeling_qwen3.apply_rotary_pos_emb), stock)
+    liger(), plain(), liger()
+    assert seen == [len, stock, len]

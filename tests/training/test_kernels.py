@@ -85,3 +85,26 @@ def test_the_flag_names_known_kernels_and_none_alone(tmp_path):
         TrainConfig(**common, fused_kernels=("rope", "flash"))
     with pytest.raises(ConfigError, match="'none' goes alone"):
         TrainConfig(**common, fused_kernels=("none", "rope"))
+
+
+def test_models_built_later_in_the_process_stay_stock(monkeypatch):
+    """Liger swaps the modeling module's classes (for models built afterwards) as well as
+    patching the model it is given; the classes are put back, its rotary embedding kept."""
+    from transformers.models.qwen3 import modeling_qwen3
+
+    stock = {n: getattr(modeling_qwen3, n) for n in ("Qwen3RMSNorm", "Qwen3MLP")}
+    stock_rope = modeling_qwen3.apply_rotary_pos_emb
+    for name, value in {**stock, "apply_rotary_pos_emb": stock_rope}.items():
+        monkeypatch.setattr(modeling_qwen3, name, value)  # restored after the test
+
+    def patch(model=None, **kernels):  # what apply_liger_kernel_to_qwen3 does to the module
+        modeling_qwen3.Qwen3RMSNorm = modeling_qwen3.Qwen3MLP = object
+        modeling_qwen3.apply_rotary_pos_emb = len
+
+    module = types.ModuleType("liger_kernel.transformers")
+    module.apply_liger_kernel_to_qwen3 = patch
+    monkeypatch.setitem(sys.modules, "liger_kernel", types.ModuleType("liger_kernel"))
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers", module)
+    assert apply_fused_kernels(model_of("qwen3"), Device("cuda")) == list(KERNELS)
+    assert {n: getattr(modeling_qwen3, n) for n in stock} == stock
+    assert modeling_qwen3.apply_rotary_pos_emb is len  # attention reads it at every call
