@@ -18,8 +18,8 @@
 #                  engine check reads the checkpoint the train check writes)
 #   TRAIN_PRESETS  bench/train.py's presets (default small; "small small-qwen" for both;
 #                  empty for none); a Qwen3 preset times each of KERNEL_VARIANTS (default
-#                  all,none,rms_norm+rope+swiglu: Liger's kernels, none of them, all but the
-#                  fused linear cross-entropy, whose loss reads a count back every step)
+#                  default,none: train's choice of Liger's kernels, which under --compile
+#                  leaves out the fused linear cross-entropy, and none of them)
 # A slice holds about two calls of at most 10 minutes. The training speed first:
 #   GPU_CHECKS= TRAIN_PRESETS="small small-qwen" OUT=$OUT bash bench/device_run.sh
 # then the checks: GPU_CHECKS=train,fsdp,engine TRAIN_PRESETS= OUT=$OUT bash bench/device_run.sh
@@ -55,9 +55,9 @@ if [ -n "$CHECKS" ]; then
 fi
 
 for preset in ${TRAIN_PRESETS-small}; do
-    optimizer=adamw,muon limit=220 kernels=all  # GPT-2: Muon's cost over AdamW too
+    optimizer=adamw,muon limit=220 kernels=default  # GPT-2: Muon's cost over AdamW too
     if [ "$preset" != small ]; then
-        optimizer=muon limit=300 kernels=${KERNEL_VARIANTS-all,none,rms_norm+rope+swiglu}
+        optimizer=muon limit=300 kernels=${KERNEL_VARIANTS-default,none}
     fi
     timeout $limit python3 bench/train.py --device cuda --preset "$preset" --block 1024 \
         --batch-size 32 --vocab-size 8192 --precisions bf16 --optimizers "$optimizer" \

@@ -542,9 +542,9 @@ def _arguments() -> argparse.Namespace:
     )
     parser.add_argument(
         "--fused-kernels",
-        default="all",
+        default="default",
         help="on CUDA with liger-kernel: our step's fused-kernel variants, comma-separated, "
-        "each timed in every round: all, none, or kernels joined by + (e.g. "
+        "each timed in every round: default (train's), all, none, or kernels joined by + (e.g. "
         "rms_norm+rope+swiglu); the first is 'ours' against the peers",
     )
     parser.add_argument(
@@ -561,19 +561,21 @@ def _arguments() -> argparse.Namespace:
 
 
 def _variant_name(kernels: tuple[str, ...] | None) -> str:
-    return "all" if kernels is None else "+".join(kernels)
+    return "default" if kernels is None else "+".join(kernels)
 
 
 def _kernel_variants(text: str) -> list[tuple[str, ...] | None]:
-    """``--fused-kernels``: comma-separated variants, each all, none or kernels joined by +."""
+    """``--fused-kernels``: comma-separated variants, each default (train's: all, without
+    the fused cross-entropy when compiled), all, none, or kernels joined by +."""
     from codeparrot.training.kernels import KERNELS
 
     variants: list[tuple[str, ...] | None] = []
     for variant in text.split(","):
-        kernels = None if variant == "all" else tuple(variant.split("+"))
+        named = {"default": None, "all": KERNELS}
+        kernels = named[variant] if variant in named else tuple(variant.split("+"))
         unknown = set(kernels or ()) - {*KERNELS, "none"}
         if unknown:
-            raise SystemExit(f"--fused-kernels: unknown {sorted(unknown)} (known: all, none, "
+            raise SystemExit(f"--fused-kernels: unknown {sorted(unknown)} (known: default, all, none, "
                              f"{', '.join(KERNELS)}, joined by +)")  # fmt: skip
         variants.append(kernels)
     return variants

@@ -170,7 +170,8 @@ class TrainConfig(Config):
     fused_kernels: tuple[str, ...] | None = option(
         None,
         "on CUDA with liger-kernel installed (the gpu extra), the fused kernels a Qwen3 or "
-        f"Llama model gets, of {', '.join(KERNELS)} (default: all; none: none)",
+        f"Llama model gets, of {', '.join(KERNELS)} (default: all, and with --compile all "
+        "but fused_linear_cross_entropy, which does not compile; none: none)",
         choices=(*KERNELS, "none"),
         metavar="KERNEL",
     )

@@ -25,6 +25,18 @@ MODELING = {
     "llama": ("transformers.models.llama.modeling_llama", ("LlamaRMSNorm", "LlamaMLP")),
 }
 KERNELS = ("rms_norm", "rope", "swiglu", "fused_linear_cross_entropy")
+# A compiled run's default: the fused linear cross-entropy does not trace under
+# torch.compile (liger-kernel 0.8.5 with torch 2.11 on an H200: its addmm with out_dtype
+# fails in dynamo's fake tensors) and reads a count back to the host at every step.
+COMPILED_KERNELS = ("rms_norm", "rope", "swiglu")
+
+
+def wanted_kernels(asked: Sequence[str] | None, compiled: bool) -> Sequence[str] | None:
+    """The kernels a run applies: those asked, else all (None), or :data:`COMPILED_KERNELS`
+    for a compiled run."""
+    if asked is not None:
+        return asked
+    return COMPILED_KERNELS if compiled else None
 
 
 def fused_kernels_unavailable(model: Any, device: Any) -> str | None:
@@ -73,4 +85,10 @@ def apply_fused_kernels(
     return wanted
 
 
-__all__ = ["KERNELS", "apply_fused_kernels", "fused_kernels_unavailable"]
+__all__ = [
+    "COMPILED_KERNELS",
+    "KERNELS",
+    "apply_fused_kernels",
+    "fused_kernels_unavailable",
+    "wanted_kernels",
+]

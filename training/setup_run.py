@@ -15,6 +15,7 @@ from typing import Any
 
 from codeparrot.errors import DataError
 from codeparrot.launch import has_accelerator_device, launched_alone_for_several
+from codeparrot.training.attention import use_causal_attention
 from codeparrot.training.config import TrainConfig
 from codeparrot.training.data import (
     Batches,
@@ -26,7 +27,7 @@ from codeparrot.training.data import (
     shard_files,
 )
 from codeparrot.training.flops import Peaks, flops_per_token, peak_flops
-from codeparrot.training.kernels import apply_fused_kernels
+from codeparrot.training.kernels import apply_fused_kernels, wanted_kernels
 from codeparrot.training.memory import MemoryFloor, check_device_fit
 from codeparrot.training.optim import lr_factor
 from codeparrot.training.plan import StepPlan
@@ -195,7 +196,8 @@ def setup(
     set_seed(config.seed)
     _ready_for_training(model, config, seq_length, accelerator.device)
     on_gpu = accelerator.device.type == "cuda"  # Liger's kernels where installed (say why not)
-    apply_fused_kernels(model, accelerator.device, say if on_gpu else None, config.fused_kernels)
+    kernels = wanted_kernels(config.fused_kernels, config.compile)
+    apply_fused_kernels(model, accelerator.device, say if on_gpu else None, kernels)
     plan = StepPlan(
         steps=config.max_steps, max_steps=config.max_steps, recipe_steps=config.recipe_steps
     )
@@ -409,16 +411,18 @@ def _tune_for_training(model: Any, config: TrainConfig, seq_length: int, device:
       kernel for short sequences: +12% tokens/s at 256 and +10% at 512 tokens, -4% at
       1,024, measured in one process alternating the two (RESULTS.md, Training).
       Checkpoints do not record the choice.
+    - otherwise SDPA is told the batch is causal and given no mask
+      (:mod:`codeparrot.training.attention`): compiled on torch before 2.14, transformers
+      hands it a full mask, which GPU kernels cannot skip half of.
     """
     if getattr(model, "loss_type", None) is None:
         model.loss_type = "ForCausalLM"
-    if (
-        config.compile
-        and device.type == "cpu"
-        and seq_length <= EAGER_ATTENTION_MAX_LENGTH
-        and getattr(model.config, "_attn_implementation", None) == "sdpa"
-    ):
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return
+    if config.compile and device.type == "cpu" and seq_length <= EAGER_ATTENTION_MAX_LENGTH:
         model.set_attn_implementation("eager")
+    else:
+        use_causal_attention(model)
 
 
 def _warn_single_cpu_process() -> None:
