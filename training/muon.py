@@ -116,12 +116,34 @@ class BatchedMuon(torch.optim.Muon):
         torch._foreach_lerp_(bufs, grads, 1 - momentum)
         updates = torch._foreach_lerp(grads, bufs, momentum) if group["nesterov"] else bufs
         torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
-        by_shape: dict[tuple[int, ...], list[int]] = {}
+        # a tall matrix is orthogonalised as its (wide) transpose, so it joins the wide
+        # matrices of its transposed shape: GPT-2's (768, 3072) and (3072, 768) are one stack
+        by_shape: dict[tuple[int, int], list[int]] = {}
         for i, p in enumerate(params):
-            by_shape.setdefault(tuple(p.shape), []).append(i)
-        for shape, index in by_shape.items():
-            stacked = torch.stack([updates[i] for i in index])
-            ortho = _orthogonalize(stacked, group["ns_coefficients"], group["ns_steps"],
-                                   group["eps"], self.newton_schulz_dtype)  # fmt: skip
-            step = -_adjust_lr(lr, group["adjust_lr_fn"], torch.Size(shape))
-            torch._foreach_add_([params[i] for i in index], list(ortho.unbind(0)), alpha=step)
+            by_shape.setdefault((min(p.shape), max(p.shape)), []).append(i)
+        for index in by_shape.values():
+            wide = [updates[i].mT if params[i].size(0) > params[i].size(1) else updates[i]
+                    for i in index]  # fmt: skip
+            ortho = _orthogonalize(torch.stack(wide), group["ns_coefficients"],
+                                   group["ns_steps"], group["eps"], self.newton_schulz_dtype)  # fmt: skip
+            done = {i: o if o.shape == params[i].shape else o.mT
+                    for i, o in zip(index, ortho.unbind(0), strict=True)}  # fmt: skip
+            for shape in {params[i].shape for i in index}:  # one learning rate a shape
+                mine = [i for i in index if params[i].shape == shape]
+                step = -_adjust_lr(lr, group["adjust_lr_fn"], shape)
+                torch._foreach_add_([params[i] for i in mine], [done[i] for i in mine], alpha=step)
+
+
+def newton_schulz_flops(shapes: list[tuple[int, ...]], steps: int = 5) -> float:
+    """The FLOPs of one Muon step's orthogonalisation over matrices of these shapes.
+
+    Each quintic iteration on an m x n matrix (m <= n, the wide orientation) makes three
+    products: the Gram matrix X Xᵀ (2m²n), its square (2m³) and that times X (2m²n). That is
+    a fixed cost an optimizer step, against the 6mn FLOPs a token the matrix costs in training:
+    about 3.3 m / tokens of it (m = 768 at 32 x 1,024 tokens a step: 7.8%), whatever the code.
+    """
+    total = 0.0
+    for shape in shapes:
+        m, n = sorted(shape[-2:])
+        total += steps * (4 * m * m * n + 2 * m**3)
+    return total

@@ -81,3 +81,25 @@ def test_each_kernel_variant_runs_with_its_own_rotary_embedding(bench_train, mon
     plain = bench_train._with_rope(lambda: seen.append(modeling_qwen3.apply_rotary_pos_emb), stock)
     liger(), plain(), liger()
     assert seen == [len, stock, len]
+
+
+def test_accumulated_micro_batches_all_reach_the_one_optimizer_step(
+    bench_train, monkeypatch, tmp_path
+):
+    """``--accumulate 3``: our real training step reads three micro-batches for one optimizer
+    step (so a fixed cost an optimizer step weighs as in training), and tokens/s counts all."""
+    monkeypatch.setattr(bench_train, "ACCUMULATE", 3)
+    monkeypatch.setattr(bench_train, "BATCH", 2)
+    monkeypatch.setattr(bench_train, "BLOCK", 16)
+    monkeypatch.setattr(bench_train, "VOCAB", 512)
+    step, run = bench_train.ours_step_fn(tmp_path, compile=False, optimizer="muon", preset="tiny")
+    optimizer_steps = []
+    run.optimizer.optimizer.register_step_post_hook(lambda *a: optimizer_steps.append(1))
+    reads = run.state.batches.source.i
+    step()
+    assert len(optimizer_steps) == 1 and run.state.batches.source.i - reads == 3 * 2
+    clock = iter([0.0, 2.0])
+    monkeypatch.setattr(bench_train.time, "perf_counter", lambda: next(clock))
+    assert bench_train.tokens_per_s(lambda: None, steps=1) == 3 * 2 * 16 / 2.0
+    floor = bench_train.muon_floor(run)
+    assert "of the step's" in floor and "(96 tokens)" in floor

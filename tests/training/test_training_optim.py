@@ -89,3 +89,17 @@ def test_batched_muon_steps_exactly_as_torch_muon(nesterov):
     assert torch.equal(
         reloaded.state[ref[0]]["momentum_buffer"], reference.state[ref[0]]["momentum_buffer"]
     )
+
+
+def test_newton_schulz_flops_count_what_the_orthogonalisation_multiplies():
+    """The FLOP count behind bench/train.py's Muon floor is the products' own, for wide,
+    tall and square matrices (a tall one is orthogonalised as its transpose)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from codeparrot.training.muon import _orthogonalize, newton_schulz_flops
+
+    coefficients = (3.4445, -4.7750, 2.0315)
+    for shape in [(16, 48), (48, 16), (32, 32)]:
+        with FlopCounterMode(display=False) as counter:
+            _orthogonalize(torch.randn(3, *shape), coefficients, 5, 1e-7, torch.float32)
+        assert counter.get_total_flops() == newton_schulz_flops([shape] * 3, steps=5)
