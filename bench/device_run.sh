@@ -20,6 +20,8 @@
 #                  empty for none); a Qwen3 preset times each of KERNEL_VARIANTS (default
 #                  default,none: train's choice of Liger's kernels, which under --compile
 #                  leaves out the fused linear cross-entropy, and none of them)
+#   MUON_ACCUMULATE  micro-batches a step for the Muon-against-AdamW run of `small` without
+#                  peers (default 6: the scale-up recipe's 196,608 tokens a step; empty: skip)
 # A slice holds about two calls of at most 10 minutes. The training speed first:
 #   GPU_CHECKS= TRAIN_PRESETS="small small-qwen" OUT=$OUT bash bench/device_run.sh
 # then the checks: GPU_CHECKS=train,fsdp,engine TRAIN_PRESETS= OUT=$OUT bash bench/device_run.sh
@@ -67,3 +69,14 @@ for preset in ${TRAIN_PRESETS-small}; do
         | tail -30
     echo "bench/train.py $preset exit: ${PIPESTATUS[0]}"
 done
+
+# Muon's cost where the recipe trains: 6 micro-batches a step, the scale-up recipe's
+# 196,608 tokens (its fixed cost an optimizer step is spread over them, as in training)
+if [ -n "${MUON_ACCUMULATE-6}" ]; then
+    timeout 200 python3 bench/train.py --device cuda --preset small --block 1024 \
+        --batch-size 32 --vocab-size 8192 --precisions bf16 --optimizers adamw,muon \
+        --accumulate "${MUON_ACCUMULATE-6}" --no-baseline --no-peer --no-check --steps 3 \
+        --rounds 2 --warmup 1 2>&1 | tee "$OUT/train-muon-accumulate.log" \
+        | grep -E "ready|tokens/s|Muon|shape|Error" | tail -12
+    echo "bench/train.py Muon at ${MUON_ACCUMULATE-6} micro-batches exit: ${PIPESTATUS[0]}"
+fi
