@@ -12,10 +12,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def bench_train():
-    spec = importlib.util.spec_from_file_location("bench_train", ROOT / "bench" / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))  # as when run as a script: its peers beside it
+    try:
+        spec = importlib.util.spec_from_file_location("bench_train", ROOT / "bench" / "train.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    yield module
 
 
 def test_a_step_that_splits_its_compiled_graph_is_named(bench_train):
