@@ -285,23 +285,44 @@ def profile_steps(steps: dict, n: int = 3, top: int = 12) -> None:
         sort = "self_device_time_total" if cuda else "self_cpu_time_total"
         print(prof.key_averages().table(sort_by=sort, row_limit=top, max_name_column_width=60))
         if cuda:
-            print(f"{name}: host synchronisations in one step: {count_host_syncs(step)}")
+            syncs = count_host_syncs(step)
+            print(f"{name}: host synchronisations in one step: {len(syncs)}")
+            for place in syncs:
+                print(f"  at {place}")
 
 
-def count_host_syncs(step) -> int:
-    """The synchronising CUDA calls one ``step()`` makes (torch's sync debug mode)."""
+def count_host_syncs(step) -> list[str]:
+    """Where one ``step()`` makes a synchronising CUDA call (torch's sync debug mode): for
+    each, the innermost frames of the Python code that made it."""
+    _synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        places = warned_at(step, "synchroniz")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    _synchronize()
+    return places
+
+
+def warned_at(call, words: str, frames: int = 3) -> list[str]:
+    """Where ``call()`` warned with ``words`` in the message: per warning, the innermost
+    ``frames`` Python frames that led to it (innermost first), each "file:line function"."""
+    import traceback
     import warnings
 
-    _synchronize()
-    with warnings.catch_warnings(record=True) as caught:
+    places: list[str] = []
+
+    def record(message, category, filename, lineno, file=None, line=None) -> None:
+        if words in str(message):
+            stack = [f for f in traceback.extract_stack()[:-1] if "warnings" not in f.filename]
+            places.append(" <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}"
+                                      for f in reversed(stack[-frames:])))  # fmt: skip
+
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            step()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    _synchronize()
-    return sum("synchroniz" in str(w.message) for w in caught)
+        warnings.showwarning = record
+        call()
+    return places
 
 
 def same_losses(workdir: Path, preset: str, steps: int = 3, tolerance: float = 1e-2) -> bool:

@@ -109,3 +109,20 @@ def test_accumulated_micro_batches_all_reach_the_one_optimizer_step(
     assert bench_train.tokens_per_s(lambda: None, steps=1) == 3 * 2 * 16 / 2.0
     floor = bench_train.muon_floor(run)
     assert "of the step's" in floor and "(96 tokens)" in floor
+
+
+def test_a_synchronising_call_is_placed_in_the_code_that_made_it(bench_train):
+    """A device run names where a step waits for the device, not only how often."""
+    import warnings
+
+    def optimizer_step():
+        warnings.warn("called a synchronizing CUDA operation", stacklevel=1)
+
+    def step():
+        warnings.warn("something else", stacklevel=1)
+        optimizer_step()
+
+    places = bench_train.warned_at(step, "synchroniz")
+    assert len(places) == 1
+    assert places[0].startswith("test_bench_train.py:") and "optimizer_step <- " in places[0]
+    assert places[0].split(" <- ")[1].endswith(" step")
