@@ -18,13 +18,17 @@
 #                  engine check reads the checkpoint the train check writes)
 #   TRAIN_PRESETS  bench/train.py's presets (default small; "small small-qwen" for both;
 #                  empty for none); a Qwen3 preset times each of KERNEL_VARIANTS (default
-#                  default,none: train's choice of Liger's kernels, which under --compile
-#                  leaves out the fused linear cross-entropy, and none of them)
+#                  default: train's choice of Liger's kernels, which under --compile leaves
+#                  out the fused linear cross-entropy; "default,none" adds none of them,
+#                  about a minute more)
 #   MUON_ACCUMULATE  micro-batches a step for the Muon-against-AdamW run of `small` without
 #                  peers (default 6: the scale-up recipe's 196,608 tokens a step; empty: skip)
-# A slice holds about two calls of at most 10 minutes. The training speed first:
+# A slice (900 s of device time, a start ~50 s of it) holds two calls, the second made at
+# once (a machine idle for 30 s is given back). The training speed first (~7 minutes:
+# GPT-2 ~150 s, Qwen3 ~170 s, Muon at 6 micro-batches ~100 s):
 #   GPU_CHECKS= TRAIN_PRESETS="small small-qwen" OUT=$OUT bash bench/device_run.sh
-# then the checks: GPU_CHECKS=train,fsdp,engine TRAIN_PRESETS= OUT=$OUT bash bench/device_run.sh
+# then the checks (~6 minutes):
+#   GPU_CHECKS=train,fsdp,engine,plan TRAIN_PRESETS= MUON_ACCUMULATE= OUT=$OUT bash bench/device_run.sh
 set -u
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
@@ -59,7 +63,7 @@ fi
 for preset in ${TRAIN_PRESETS-small}; do
     optimizer=adamw,muon limit=220 kernels=default  # GPT-2: Muon's cost over AdamW too
     if [ "$preset" != small ]; then
-        optimizer=muon limit=300 kernels=${KERNEL_VARIANTS-default,none}
+        optimizer=muon limit=300 kernels=${KERNEL_VARIANTS-default}
     fi
     timeout $limit python3 bench/train.py --device cuda --preset "$preset" --block 1024 \
         --batch-size 32 --vocab-size 8192 --precisions bf16 --optimizers "$optimizer" \
