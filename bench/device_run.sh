@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One prepared run for a 15-minute GPU slice: install from carried wheels, then
-# bench/gpu_check.py (train, fsdp, engine and the quickstart's GPU plan at 4 minutes; at
-# most 6 minutes) and bench/train.py --device cuda (under 4 minutes for GPT-2, 5 for
+# Prepared runs for a 15-minute GPU slice: install from carried wheels, then
+# bench/gpu_check.py (train, fsdp and engine ~5 minutes; the quickstart's GPU plan at 4
+# minutes ~5 more) and bench/train.py --device cuda (under 4 minutes for GPT-2, 5 for
 # Qwen3), each under a timeout, everything written under $OUT (default: ./device-out).
 #
 # The device image has torch and an older transformers, and reaches no package index.
@@ -27,8 +27,11 @@
 # once (a machine idle for 30 s is given back). The training speed first (~7 minutes:
 # GPT-2 ~150 s, Qwen3 ~170 s, Muon at 6 micro-batches ~100 s):
 #   GPU_CHECKS= TRAIN_PRESETS="small small-qwen" OUT=$OUT bash bench/device_run.sh
-# then the checks (~6 minutes):
-#   GPU_CHECKS=train,fsdp,engine,plan TRAIN_PRESETS= MUON_ACCUMULATE= OUT=$OUT bash bench/device_run.sh
+# then the checks (~5 minutes; the engine reads the checkpoint train writes):
+#   GPU_CHECKS=train,fsdp,engine TRAIN_PRESETS= MUON_ACCUMULATE= OUT=$OUT bash bench/device_run.sh
+# The quickstart's GPU plan (a 4-minute quickstart, ~5 minutes in all) needs a slice of its
+# own or what is left of one: GPU_CHECKS=plan TRAIN_PRESETS= MUON_ACCUMULATE= ...
+# gpu_check stops after GPU_CHECK_SECONDS (default 540, under a call's 600).
 set -u
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
@@ -55,7 +58,7 @@ cat "$OUT/versions.txt"
 
 CHECKS=${GPU_CHECKS-train,fsdp,engine,plan}
 if [ -n "$CHECKS" ]; then
-    timeout 360 python3 bench/gpu_check.py --only "$CHECKS" \
+    timeout "${GPU_CHECK_SECONDS:-540}" python3 bench/gpu_check.py --only "$CHECKS" \
         --output "$OUT/gpu_check.json" 2>&1 | tee "$OUT/gpu_check.log" | tail -40
     echo "gpu_check exit: ${PIPESTATUS[0]}"
 fi
