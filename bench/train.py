@@ -285,13 +285,13 @@ def profile_steps(steps: dict, n: int = 3, top: int = 12) -> None:
         sort = "self_device_time_total" if cuda else "self_cpu_time_total"
         print(prof.key_averages().table(sort_by=sort, row_limit=top, max_name_column_width=60))
         if cuda:
-            syncs = count_host_syncs(step)
+            syncs = host_syncs(step)
             print(f"{name}: host synchronisations in one step: {len(syncs)}")
             for place in syncs:
                 print(f"  at {place}")
 
 
-def count_host_syncs(step) -> list[str]:
+def host_syncs(step) -> list[str]:
     """Where one ``step()`` makes a synchronising CUDA call (torch's sync debug mode): for
     each, the innermost frames of the Python code that made it."""
     _synchronize()
@@ -304,7 +304,7 @@ def count_host_syncs(step) -> list[str]:
     return places
 
 
-def warned_at(call, words: str, frames: int = 3) -> list[str]:
+def warned_at(call, words: str, frames: int = 4) -> list[str]:
     """Where ``call()`` warned with ``words`` in the message: per warning, the innermost
     ``frames`` Python frames that led to it (innermost first), each "file:line function"."""
     import traceback
