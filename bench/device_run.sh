@@ -77,6 +77,14 @@ for preset in ${TRAIN_PRESETS-small}; do
     echo "bench/train.py $preset exit: ${PIPESTATUS[0]}"
 done
 
+# Muon's step alone, ours (the matrices of a shape stacked) against torch.optim.Muon's loop,
+# with the Newton-Schulz products' share of the bf16 peak (~20 s)
+if [ -n "${MUON_ACCUMULATE-6}" ]; then
+    timeout 90 python3 bench/muon.py --preset small --device cuda --steps 10 --rounds 3 2>&1 \
+        | tee "$OUT/muon-step.log" | tail -4
+    echo "bench/muon.py exit: ${PIPESTATUS[0]}"
+fi
+
 # Muon's cost where the recipe trains: 6 micro-batches a step, the scale-up recipe's
 # 196,608 tokens (its fixed cost an optimizer step is spread over them, as in training)
 if [ -n "${MUON_ACCUMULATE-6}" ]; then
