@@ -22,10 +22,11 @@
 #                  out the fused linear cross-entropy; "default,none" adds none of them,
 #                  about a minute more)
 #   MUON_ACCUMULATE  micro-batches a step for the Muon-against-AdamW run of `small` without
-#                  peers (default 6: the scale-up recipe's 196,608 tokens a step; empty: skip)
+#                  peers (default 6: the scale-up recipe's 196,608 tokens a step), after
+#                  bench/muon.py (Muon's step alone against torch's); empty: skip both
 # A slice (900 s of device time, a start ~50 s of it) holds two calls, the second made at
 # once (a machine idle for 30 s is given back). The training speed first (~7 minutes:
-# GPT-2 ~150 s, Qwen3 ~170 s, Muon at 6 micro-batches ~100 s):
+# GPT-2 ~150 s, Qwen3 ~170 s, Muon's step ~20 s, Muon at 6 micro-batches ~100 s):
 #   GPU_CHECKS= TRAIN_PRESETS="small small-qwen" OUT=$OUT bash bench/device_run.sh
 # then the checks (~5 minutes; the engine reads the checkpoint train writes):
 #   GPU_CHECKS=train,fsdp,engine TRAIN_PRESETS= MUON_ACCUMULATE= OUT=$OUT bash bench/device_run.sh
