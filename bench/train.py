@@ -263,7 +263,7 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def profile_steps(steps: dict, n: int = 3, top: int = 12) -> None:
+def profile_steps(steps: dict, n: int = 3, top: int = 25) -> None:
     """Where each step's time goes, for finding why one side is slower: its operators by
     self time on the device (on a CPU, the CPU's), and on CUDA the host synchronisations
     one step makes (each keeps the host from queueing the next step while the device runs)."""
