@@ -33,22 +33,33 @@
 # The quickstart's GPU plan (a 4-minute quickstart, ~5 minutes in all) needs a slice of its
 # own or what is left of one: GPU_CHECKS=plan TRAIN_PRESETS= MUON_ACCUMULATE= ...
 # gpu_check stops after GPU_CHECK_SECONDS (default 540, under a call's 600).
+#
+# Rehearse here before spending device time: REHEARSE=1 bash bench/device_run.sh runs the
+# same bench commands on this CPU with .venv/bin/python at a toy size (64 tokens, batch 1,
+# one step a round; no install, no gpu_check), so a broken command fails here, not there.
 set -u
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
-SITE=${SITE:-$(mktemp -d -t codeparrot-site.XXXXXX)}
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$SITE" .whl/*.whl || exit 1
+PY=python3 DEVICE=cuda BLOCK=1024 BATCH=32 STEPS=10 ROUNDS=2 WARMUP=3 MUON_STEPS=10 MUON_ROUNDS=3
+if [ -n "${REHEARSE:-}" ]; then
+    PY=.venv/bin/python DEVICE=cpu BLOCK=64 BATCH=1 STEPS=1 ROUNDS=1 WARMUP=1 MUON_STEPS=1 MUON_ROUNDS=1
+    GPU_CHECKS=
+else
+    SITE=${SITE:-$(mktemp -d -t codeparrot-site.XXXXXX)}
+    if compgen -G ".whl/*.whl" >/dev/null; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$SITE" .whl/*.whl || exit 1
+    fi
+    # the project itself, without its dependencies (torch is the image's)
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
+        --target "$SITE" . >"$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 1; }
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
 fi
-# the project itself, without its dependencies (torch is the image's)
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
-    --target "$SITE" . >"$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 1; }
-export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
-python3 - >"$OUT/versions.txt" 2>&1 <<'PY'
+"$PY" - >"$OUT/versions.txt" 2>&1 <<'PY'
 import torch, transformers, accelerate
+device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU (a rehearsal)"
 print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
-      f"accelerate {accelerate.__version__}, device {torch.cuda.get_device_name(0)}")
+      f"accelerate {accelerate.__version__}, device {device}")
 try:
     import liger_kernel  # noqa: F401
     print("liger-kernel: installed")
@@ -59,21 +70,22 @@ cat "$OUT/versions.txt"
 
 CHECKS=${GPU_CHECKS-train,fsdp,engine,plan}
 if [ -n "$CHECKS" ]; then
-    timeout "${GPU_CHECK_SECONDS:-540}" python3 bench/gpu_check.py --only "$CHECKS" \
+    timeout "${GPU_CHECK_SECONDS:-540}" "$PY" bench/gpu_check.py --only "$CHECKS" \
         --output "$OUT/gpu_check.json" 2>&1 | tee "$OUT/gpu_check.log" | tail -40
     echo "gpu_check exit: ${PIPESTATUS[0]}"
 fi
 
+SHAPE=(--device "$DEVICE" --block "$BLOCK" --batch-size "$BATCH" --vocab-size 8192 --precisions bf16)
 for preset in ${TRAIN_PRESETS-small}; do
     optimizer=adamw,muon limit=220 kernels=default  # GPT-2: Muon's cost over AdamW too
     if [ "$preset" != small ]; then
         optimizer=muon limit=300 kernels=${KERNEL_VARIANTS-default}
     fi
-    timeout $limit python3 bench/train.py --device cuda --preset "$preset" --block 1024 \
-        --batch-size 32 --vocab-size 8192 --precisions bf16 --optimizers "$optimizer" \
-        --fused-kernels "$kernels" --no-baseline --steps 10 --rounds 2 --warmup 3 --profile 2>&1 \
+    timeout $limit "$PY" bench/train.py --preset "$preset" "${SHAPE[@]}" \
+        --optimizers "$optimizer" --fused-kernels "$kernels" --no-baseline --steps "$STEPS" \
+        --rounds "$ROUNDS" --warmup "$WARMUP" --profile 2>&1 \
         | tee "$OUT/train-$preset.log" \
-        | grep -E "ready|tokens/s|ratio|Muon step|profiled|synchronisations|same comp|shape|Error" \
+        | grep -E "ready|tokens/s|ratio|Muon|profiled|synchronisations|same comp|shape|Error" \
         | tail -30
     echo "bench/train.py $preset exit: ${PIPESTATUS[0]}"
 done
@@ -81,18 +93,18 @@ done
 # Muon's step alone, ours (the matrices of a shape stacked) against torch.optim.Muon's loop,
 # with the Newton-Schulz products' share of the bf16 peak (~20 s)
 if [ -n "${MUON_ACCUMULATE-6}" ]; then
-    timeout 90 python3 bench/muon.py --preset small --device cuda --steps 10 --rounds 3 2>&1 \
-        | tee "$OUT/muon-step.log" | tail -4
+    timeout 90 "$PY" bench/muon.py --preset small --device "$DEVICE" --steps "$MUON_STEPS" \
+        --rounds "$MUON_ROUNDS" 2>&1 | tee "$OUT/muon-step.log" | tail -4
     echo "bench/muon.py exit: ${PIPESTATUS[0]}"
 fi
 
 # Muon's cost where the recipe trains: 6 micro-batches a step, the scale-up recipe's
 # 196,608 tokens (its fixed cost an optimizer step is spread over them, as in training)
 if [ -n "${MUON_ACCUMULATE-6}" ]; then
-    timeout 200 python3 bench/train.py --device cuda --preset small --block 1024 \
-        --batch-size 32 --vocab-size 8192 --precisions bf16 --optimizers adamw,muon \
-        --accumulate "${MUON_ACCUMULATE-6}" --no-baseline --no-peer --no-check --steps 3 \
-        --rounds 2 --warmup 1 2>&1 | tee "$OUT/train-muon-accumulate.log" \
+    timeout 200 "$PY" bench/train.py --preset small "${SHAPE[@]}" --optimizers adamw,muon \
+        --accumulate "${MUON_ACCUMULATE-6}" --no-baseline --no-peer --no-check \
+        --steps "$(( STEPS < 3 ? STEPS : 3 ))" --rounds "$ROUNDS" --warmup 1 2>&1 \
+        | tee "$OUT/train-muon-accumulate.log" \
         | grep -E "ready|tokens/s|Muon|shape|Error" | tail -12
     echo "bench/train.py Muon at ${MUON_ACCUMULATE-6} micro-batches exit: ${PIPESTATUS[0]}"
 fi

@@ -116,22 +116,15 @@ class BatchedMuon(torch.optim.Muon):
         torch._foreach_lerp_(bufs, grads, 1 - momentum)
         updates = torch._foreach_lerp(grads, bufs, momentum) if group["nesterov"] else bufs
         torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
-        # a tall matrix is orthogonalised as its (wide) transpose, so it joins the wide
-        # matrices of its transposed shape: GPT-2's (768, 3072) and (3072, 768) are one stack
-        by_shape: dict[tuple[int, int], list[int]] = {}
+        by_shape: dict[tuple[int, ...], list[int]] = {}
         for i, p in enumerate(params):
-            by_shape.setdefault((min(p.shape), max(p.shape)), []).append(i)
-        for index in by_shape.values():
-            wide = [updates[i].mT if params[i].size(0) > params[i].size(1) else updates[i]
-                    for i in index]  # fmt: skip
-            ortho = _orthogonalize(torch.stack(wide), group["ns_coefficients"],
-                                   group["ns_steps"], group["eps"], self.newton_schulz_dtype)  # fmt: skip
-            done = {i: o if o.shape == params[i].shape else o.mT
-                    for i, o in zip(index, ortho.unbind(0), strict=True)}  # fmt: skip
-            for shape in {params[i].shape for i in index}:  # one learning rate a shape
-                mine = [i for i in index if params[i].shape == shape]
-                step = -_adjust_lr(lr, group["adjust_lr_fn"], shape)
-                torch._foreach_add_([params[i] for i in mine], [done[i] for i in mine], alpha=step)
+            by_shape.setdefault(tuple(p.shape), []).append(i)
+        for shape, index in by_shape.items():
+            stacked = torch.stack([updates[i] for i in index])
+            ortho = _orthogonalize(stacked, group["ns_coefficients"], group["ns_steps"],
+                                   group["eps"], self.newton_schulz_dtype)  # fmt: skip
+            step = -_adjust_lr(lr, group["adjust_lr_fn"], torch.Size(shape))
+            torch._foreach_add_([params[i] for i in index], list(ortho.unbind(0)), alpha=step)
 
 
 def newton_schulz_flops(shapes: list[tuple[int, ...]], steps: int = 5) -> float:

@@ -103,3 +103,23 @@ def test_newton_schulz_flops_count_what_the_orthogonalisation_multiplies():
         with FlopCounterMode(display=False) as counter:
             _orthogonalize(torch.randn(3, *shape), coefficients, 5, 1e-7, torch.float32)
         assert counter.get_total_flops() == newton_schulz_flops([shape] * 3, steps=5)
+
+
+def test_batched_muon_is_torch_muon_at_gpt2_small_shapes():
+    """At real widths a different memory layout of the stacked matrices changes which bf16
+    kernels run, and the orthogonalisation amplifies their rounding: the batched step must
+    keep torch's layouts (a tall matrix transposed as a view, not as a copy)."""
+    from codeparrot.training.muon import BatchedMuon
+
+    shapes = [(768, 3072), (3072, 768), (768, 3072), (3072, 768)]
+
+    def stepped(cls):
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(*s) * 0.02) for s in shapes]
+        for p in params:
+            p.grad = torch.randn_like(p) * 1e-3
+        cls(params, lr=2e-3, weight_decay=0.1, adjust_lr_fn="match_rms_adamw").step()
+        return params
+
+    for a, b in zip(stepped(BatchedMuon), stepped(torch.optim.Muon), strict=True):
+        assert torch.equal(a, b)
