@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from train_peers import copy_into_peer, gpt_peer, qwen_peer  # bench/, beside this script
+from train_profile import profile_steps
 
 VOCAB, BLOCK, BATCH = 16_384, 256, 8
 ACCUMULATE = 1  # micro-batches an optimizer step (--accumulate), on every side
@@ -261,68 +262,6 @@ def tokens_per_s(step, steps: int) -> float:
 def _synchronize() -> None:
     if DEVICE == "cuda":
         torch.cuda.synchronize()
-
-
-def profile_steps(steps: dict, n: int = 3, top: int = 25) -> None:
-    """Where each step's time goes, for finding why one side is slower: its operators by
-    self time on the device (on a CPU, the CPU's), and on CUDA the host synchronisations
-    one step makes (each keeps the host from queueing the next step while the device runs)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    cuda = DEVICE == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    for name, step in steps.items():
-        _synchronize()
-        start = time.perf_counter()
-        with profile(activities=activities) as prof:
-            for _ in range(n):
-                step()
-            queued = time.perf_counter() - start
-            _synchronize()
-        done = time.perf_counter() - start
-        print(f"\n{name}: {n} steps profiled; the host queued them in {queued * 1e3 / n:.1f} ms "
-              f"a step, the device finished in {done * 1e3 / n:.1f} ms a step")  # fmt: skip
-        sort = "self_device_time_total" if cuda else "self_cpu_time_total"
-        print(prof.key_averages().table(sort_by=sort, row_limit=top, max_name_column_width=60))
-        if cuda:
-            syncs = host_syncs(step)
-            print(f"{name}: host synchronisations in one step: {len(syncs)}")
-            for place in syncs:
-                print(f"  at {place}")
-
-
-def host_syncs(step) -> list[str]:
-    """Where one ``step()`` makes a synchronising CUDA call (torch's sync debug mode): for
-    each, the innermost frames of the Python code that made it."""
-    _synchronize()
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        places = warned_at(step, "synchroniz")
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    _synchronize()
-    return places
-
-
-def warned_at(call, words: str, frames: int = 4) -> list[str]:
-    """Where ``call()`` warned with ``words`` in the message: per warning, the innermost
-    ``frames`` Python frames that led to it (innermost first), each "file:line function"."""
-    import traceback
-    import warnings
-
-    places: list[str] = []
-
-    def record(message, category, filename, lineno, file=None, line=None) -> None:
-        if words in str(message):
-            stack = [f for f in traceback.extract_stack()[:-1] if "warnings" not in f.filename]
-            places.append(" <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}"
-                                      for f in reversed(stack[-frames:])))  # fmt: skip
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        warnings.showwarning = record
-        call()
-    return places
 
 
 def same_losses(workdir: Path, preset: str, steps: int = 3, tolerance: float = 1e-2) -> bool:
@@ -687,7 +626,7 @@ def main() -> None:
             )
         _report(args, rates, peaks, runs, steps)
         if args.profile:
-            profile_steps(steps)
+            profile_steps(steps, cuda=DEVICE == "cuda")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,13 @@ def bench_train():
     yield module
 
 
+@pytest.fixture(scope="module")
+def train_profile(bench_train):
+    import sys
+
+    return sys.modules["train_profile"]  # imported by bench/train.py, beside it
+
+
 def test_a_step_that_splits_its_compiled_graph_is_named(bench_train):
     import torch
 
@@ -53,11 +60,62 @@ def test_profiling_names_each_steps_heaviest_operators(bench_train, capsys):
         for _ in range(4):
             a @ a
 
-    bench_train.profile_steps({"ours": matmuls, "peer": lambda: a + a}, n=2, top=3)
+    sides = bench_train.profile_steps({"ours": matmuls, "peer": lambda: a + a}, cuda=False, n=2,
+                                      top=3)  # fmt: skip
     out = capsys.readouterr().out
     ours, peer = out.split("peer: 2 steps profiled")
     assert "ours: 2 steps profiled; the host queued them in" in ours and "aten::mm" in ours
-    assert "aten::add" in peer and "aten::mm" not in peer
+    assert "aten::add" in peer.split("CPU time a step by kind")[0] and "aten::mm" not in peer
+    # then one table of both sides by kind: the products are ours only
+    assert "CPU time a step by kind (ms) | ours | peer" in peer
+    assert sides["ours"]["matrix products"] > 0 and sides["peer"]["matrix products"] == 0
+    assert sides["peer"]["other"] > 0 and sides["ours"]["kernels"] >= 4 > sides["peer"]["kernels"]
+
+
+def test_kernels_are_told_apart_by_kind(train_profile):
+    """Kernel names as an H200 profile prints them (cuBLAS, cuDNN's attention, inductor's
+    Triton kernels, fused AdamW) and a CPU's operators."""
+    kind = train_profile.kind_of
+    assert kind("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas") == (
+        "matrix products"
+    )
+    assert kind("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNT") == "matrix products"
+    assert kind("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_7") == (
+        "attention"
+    )
+    assert kind("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64>>") == (
+        "attention"
+    )
+    assert kind("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_3") == "fused by the compiler"
+    assert kind("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<"
+                "FusedAdamMathFunctor>") == "optimizer and clipping"  # fmt: skip
+    assert kind("Memcpy HtoD (Pinned -> Device)") == "copies and casts"
+    assert kind("aten::mm") == "matrix products" and kind("aten::addmm") == "matrix products"
+    assert kind("aten::add") == "other" and kind("aten::mean") == "other"
+
+
+def test_device_time_is_counted_once_a_kernel(train_profile):
+    """On CUDA a host operator carries its kernels' device time again, and an annotation
+    spans many kernels: only the kernels count, per step."""
+    from types import SimpleNamespace as Event
+
+    import torch
+
+    cpu, gpu = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+
+    def event(key, device, us, count=1, note=False):
+        return Event(key=key, device_type=device, self_device_time_total=us,
+                     self_cpu_time_total=5.0, count=count, is_user_annotation=note)  # fmt: skip
+
+    events = [
+        event("aten::mm", cpu, 3000.0, count=2),  # launched the gemm below
+        event("sm90_xmma_gemm_bf16bf16_bf16f32", gpu, 3000.0, count=2),
+        event("triton_poi_fused_add_0", gpu, 1000.0, count=4),
+        event("## Call CompiledFxGraph ##", gpu, 9000.0, note=True),
+    ]
+    kinds = train_profile.time_by_kind(events, cuda=True, steps=2)
+    assert kinds["matrix products"] == 1.5 and kinds["fused by the compiler"] == 0.5
+    assert kinds["kernels"] == 3 and sum(v for k, v in kinds.items() if k != "kernels") == 2.0
 
 
 @pytest.mark.parametrize(
@@ -111,7 +169,7 @@ def test_accumulated_micro_batches_all_reach_the_one_optimizer_step(
     assert "of the step's" in floor and "(96 tokens)" in floor
 
 
-def test_a_synchronising_call_is_placed_in_the_code_that_made_it(bench_train):
+def test_a_synchronising_call_is_placed_in_the_code_that_made_it(train_profile):
     """A device run names where a step waits for the device, not only how often."""
     import warnings
 
@@ -122,7 +180,7 @@ def test_a_synchronising_call_is_placed_in_the_code_that_made_it(bench_train):
         warnings.warn("something else", stacklevel=1)
         optimizer_step()
 
-    places = bench_train.warned_at(step, "synchroniz")
+    places = train_profile.warned_at(step, "synchroniz")
     assert len(places) == 1
     assert places[0].startswith("test_bench_train.py:") and "optimizer_step <- " in places[0]
     assert places[0].split(" <- ")[1].endswith(" step")
