@@ -85,7 +85,7 @@ for preset in ${TRAIN_PRESETS-small}; do
         --optimizers "$optimizer" --fused-kernels "$kernels" --no-baseline --steps "$STEPS" \
         --rounds "$ROUNDS" --warmup "$WARMUP" --profile 2>&1 \
         | tee "$OUT/train-$preset.log" \
-        | grep -E "ready|tokens/s|ratio|Muon|profiled|synchronisations|same comp|shape|Error|by kind|optimizer steps|^  (attention|matrix|fused|copies|other|all kinds|wall|kernels) " \
+        | grep -E "ready|tokens/s|ratio|Muon|profiled|synchronisations|same comp|shape|Error|by kind|optimizer steps|^  (attention|matrix|fused|optimizer|copies|other|all kinds|wall|kernels|operators)" \
         | tail -45
     echo "bench/train.py $preset exit: ${PIPESTATUS[0]}"
 done
