@@ -30,8 +30,8 @@
 #   GPU_CHECKS= TRAIN_PRESETS="small small-qwen" OUT=$OUT bash bench/device_run.sh
 # then the checks (~5 minutes; the engine reads the checkpoint train writes):
 #   GPU_CHECKS=train,fsdp,engine TRAIN_PRESETS= MUON_ACCUMULATE= OUT=$OUT bash bench/device_run.sh
-# The quickstart's GPU plan (a 4-minute quickstart, ~5 minutes in all) needs a slice of its
-# own or what is left of one: GPU_CHECKS=plan TRAIN_PRESETS= MUON_ACCUMULATE= ...
+# The quickstart's GPU plan (a 4-minute quickstart, ~4.5 minutes in all: gpu_check builds
+# no corpus of its own for it) needs a slice of its own or what is left of one: GPU_CHECKS=plan TRAIN_PRESETS= MUON_ACCUMULATE= ...
 # gpu_check stops after GPU_CHECK_SECONDS (default 540, under a call's 600).
 #
 # Rehearse here before spending device time: REHEARSE=1 bash bench/device_run.sh runs the

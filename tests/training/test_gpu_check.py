@@ -26,3 +26,29 @@ def test_without_a_cuda_device_it_says_so_and_stops(tmp_path):
     assert done.returncode == 2
     assert "no CUDA device here" in done.stderr and "run it on a machine with one" in done.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def _gpu_check(monkeypatch):
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "cuda_devices", lambda: ["NVIDIA H200"])
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    return module
+
+
+def test_the_plan_alone_builds_no_corpus_of_its_own(monkeypatch, tmp_path, capsys):
+    """The quickstart's plan builds its own corpus and tokenizer: a device call that runs
+    only the plan does not spend its first minute on gpu_check's."""
+    gpu_check, built = _gpu_check(monkeypatch), []
+    monkeypatch.setattr(gpu_check, "materials", lambda workdir: built.append(workdir) or (1, 2))
+    monkeypatch.setattr(gpu_check, "check_plan", lambda workdir: (True, "mini-qwen 36.0M"))
+    monkeypatch.setattr(gpu_check, "check_train", lambda *a: (True, f"given {a[1:3]}"))
+    assert gpu_check.main(["--only", "plan", "--output", str(tmp_path / "r.json")]) == 0
+    assert built == [] and "materials" not in capsys.readouterr().out
+    assert gpu_check.main(["--only", "plan,train"]) == 0
+    assert len(built) == 1 and "given (1, 2)" in capsys.readouterr().out
