@@ -15,7 +15,8 @@
 #   (pure-Python ones resolve to py3-none-any; keep one version of each)
 # Then: bash bench/device_run.sh. What it runs:
 #   GPU_CHECKS     gpu_check's checks (default train,fsdp,engine,plan; empty: skip it; the
-#                  engine check reads the checkpoint the train check writes)
+#                  engine check reads the checkpoint the train check writes; fsdp is FSDP2,
+#                  fsdp1 adds Accelerate's default FSDP1, about 1.5 minutes)
 #   TRAIN_PRESETS  bench/train.py's presets (default small; "small small-qwen" for both;
 #                  empty for none); a Qwen3 preset times each of KERNEL_VARIANTS (default
 #                  default: train's choice of Liger's kernels, which under --compile leaves

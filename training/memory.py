@@ -120,7 +120,7 @@ def _fitting(config: Any, floor: MemoryFloor, memory: int) -> str:
     if fits < 1:
         return (
             "no batch fits beside the weights and optimizer state; choose a smaller --preset "
-            "or --seq-length, or launch with FSDP (accelerate launch --use_fsdp)"
+            "or --seq-length, or launch with FSDP (accelerate launch --use_fsdp --fsdp_version 2)"
         )
     accumulate = -(-config.batch_size * config.gradient_accumulation_steps // fits)
     return (

@@ -52,3 +52,21 @@ def test_the_plan_alone_builds_no_corpus_of_its_own(monkeypatch, tmp_path, capsy
     assert built == [] and "materials" not in capsys.readouterr().out
     assert gpu_check.main(["--only", "plan,train"]) == 0
     assert len(built) == 1 and "given (1, 2)" in capsys.readouterr().out
+
+
+def test_fsdp_is_checked_as_the_docs_ask_and_a_misspelt_check_is_named(monkeypatch, capsys):
+    """``fsdp`` launches FSDP2 (``--fsdp_version 2``: what docs/training.md asks for and the
+    suite checks on a CPU); Accelerate's default FSDP1 only where ``fsdp1`` is named."""
+    import pytest
+
+    gpu_check, launched = _gpu_check(monkeypatch), []
+    monkeypatch.setattr(gpu_check, "check_fsdp_resume", lambda c, run, gpus: launched.append(c))
+    gpu_check.check_launch(Path("w"), Path("c"), Path("t"), 1, fsdp=2)
+    gpu_check.check_launch(Path("w"), Path("c"), Path("t"), 1, fsdp=1)
+    assert " ".join(launched[0]).startswith("accelerate launch --num_processes 1")
+    assert "--use_fsdp --fsdp_version 2" in " ".join(launched[0])
+    assert "--use_fsdp --fsdp_version 1" in " ".join(launched[1])
+    assert "fsdp" in gpu_check.DEFAULT_CHECKS and "fsdp1" not in gpu_check.DEFAULT_CHECKS
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--only", "train,fsdp3"])
+    assert "--only: no check named fsdp3" in capsys.readouterr().err
