@@ -29,6 +29,10 @@ KINDS = (
     ("copies and casts", r"memcpy|memset|copy|cast|fill|\bcat\b|catarray|clone|contiguous"),
 )
 
+# Ranges the host marks (compiled graphs, optimizer steps), which a device trace may also
+# show as spans over their kernels: never kernels themselves.
+ANNOTATION = re.compile(r"^## |Torch-Compiled Region|CompiledFunction|^Optimizer\.|ProfilerStep")
+
 
 def kind_of(name: str) -> str:
     """The kind of a profiled kernel or operator, by its name (``KINDS``), else "other"."""
@@ -49,7 +53,7 @@ def time_by_kind(events: Any, cuda: bool, steps: int) -> dict[str, float]:
     launched = 0
     for event in events:
         on_device = event.device_type != torch.autograd.DeviceType.CPU
-        if cuda and (not on_device or event.is_user_annotation):
+        if cuda and (not on_device or event.is_user_annotation or ANNOTATION.search(event.key)):
             continue
         self_us = event.self_device_time_total if cuda else event.self_cpu_time_total
         if self_us <= 0:

@@ -112,6 +112,7 @@ def test_device_time_is_counted_once_a_kernel(train_profile):
         event("sm90_xmma_gemm_bf16bf16_bf16f32", gpu, 3000.0, count=2),
         event("triton_poi_fused_add_0", gpu, 1000.0, count=4),
         event("## Call CompiledFxGraph ##", gpu, 9000.0, note=True),
+        event("Optimizer.step#AdamW.step", gpu, 7000.0),  # a span a trace may not mark
     ]
     kinds = train_profile.time_by_kind(events, cuda=True, steps=2)
     assert kinds["matrix products"] == 1.5 and kinds["fused by the compiler"] == 0.5
