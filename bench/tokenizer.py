@@ -118,7 +118,7 @@ def timed_cpu(fn) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=2000, help="training files")
     parser.add_argument("--vocab-size", type=int, default=32768)
@@ -137,36 +137,34 @@ def main() -> None:
     parser.add_argument(
         "--ratio-only", action="store_true", help="train once and measure only (c), the GPT-2 ratio"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="bench-tokenizer-"))
+
+def _corpus(args: argparse.Namespace, work: Path) -> tuple[Path, list[str]]:
+    """(the training corpus directory, the held-out stdlib texts)."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     held_paths = python_files(stdlib, {"site-packages", "test", "tests", "idlelib"})
     held = read_texts(held_paths, args.heldout)
     if args.data:
-        data = args.data
-    else:
-        site = Path(sysconfig.get_paths()["purelib"])
-        # setuptools vendors distutils (setuptools/_distutils): near-copies of held-out files
-        candidates = python_files(site, {"_distutils"})
-        if args.train_on == "python":
-            candidates = held_paths + candidates
-        held_set = set(held)
-        texts = [t for t in read_texts(candidates, args.files + len(held)) if t not in held_set]
-        data = write_corpus(work / "corpus", texts[: args.files])
-    texts = plain_read(data, args.files)
-    mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
-    print(
-        f"training corpus: {len(texts)} files ({args.train_on}), {mb:.1f} MB; "
-        f"vocab {args.vocab_size}; "
-        f"pre-tokenizer {args.pre_tokenizer}"
-    )
-    pattern = pre_tokenizer_pattern(args.pre_tokenizer)
+        return args.data, held
+    site = Path(sysconfig.get_paths()["purelib"])
+    # setuptools vendors distutils (setuptools/_distutils): near-copies of held-out files
+    candidates = python_files(site, {"_distutils"})
+    if args.train_on == "python":
+        candidates = held_paths + candidates
+    held_set = set(held)
+    texts = [t for t in read_texts(candidates, args.files + len(held)) if t not in held_set]
+    return write_corpus(work / "corpus", texts[: args.files]), held
 
-    # (a) training throughput, interleaved in rotating order. transformers is imported
-    # first: its one-off import (seconds) is not training time.
+
+def _time_training(args: argparse.Namespace, data: Path, texts: list[str], work: Path) -> None:
+    """(a) training throughput, ours against the library called directly, interleaved in
+    rotating order."""
+    # transformers is imported first: its one-off import (seconds) is not training time
     import transformers  # noqa: F401
 
+    pattern = pre_tokenizer_pattern(args.pre_tokenizer)
+    mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     config = TokenizerConfig(
         data=data, output=work / "tok", vocab_size=args.vocab_size, files=args.files,
         overwrite=True, progress=False, pre_tokenizer=args.pre_tokenizer,
@@ -185,8 +183,7 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
     for r in range(args.repeats):
-        order = names[r % 3 :] + names[: r % 3]
-        for name in order:
+        for name in names[r % 3 :] + names[: r % 3]:
             wall, used = timed_cpu(runs[name])
             times[name].append(wall)
             cpu[name].append(used)
@@ -210,11 +207,13 @@ def main() -> None:
             f"CPU {ratio_cpu:.3f}x (median)"
         )
 
-    # (b) encoding throughput on held-out stdlib files.
+
+def _time_encoding(tokenizer_json: Path, held: list[str], repeats: int) -> None:
+    """(b) encoding throughput on the held-out stdlib files, batched against one call a file."""
     held_mb = sum(len(t.encode("utf-8")) for t in held) / 1e6
-    backend = Tokenizer.from_file(str(work / "tok" / "tokenizer.json"))
+    backend = Tokenizer.from_file(str(tokenizer_json))
     enc_times: dict[str, list[float]] = {"one call per file": [], "batched (ours)": []}
-    for _ in range(0 if args.ratio_only else max(args.repeats, 3)):
+    for _ in range(repeats):
         enc_times["one call per file"].append(timed(lambda: [backend.encode(t) for t in held]))
         enc_times["batched (ours)"].append(
             timed(lambda: [backend.encode_batch(b) for b in batches_of(held, 256)])
@@ -227,11 +226,13 @@ def main() -> None:
         speedup = enc_best["one call per file"] / enc_best["batched (ours)"]
         print(f"  batched speed-up: {speedup:.2f}x")
 
-    # (c) compression against GPT-2 on the same held-out files.
+
+def _compression(tokenizer: Path, held: list[str], work: Path) -> None:
+    """(c) compression against GPT-2 on the same held-out files."""
     (work / "held").mkdir()
     for i, text in enumerate(held):
         (work / "held" / f"{i:05d}.py").write_text(text, encoding="utf-8")
-    report = tokenizer_report(work / "tok", [work / "held"], max_files=len(held), progress=False)
+    report = tokenizer_report(tokenizer, [work / "held"], max_files=len(held), progress=False)
     gpt2 = report["gpt2"]
     print(
         f"held-out stdlib: {report['tokens']:,} tokens, {report['chars_per_token']:.2f} chars/token, "
@@ -247,6 +248,24 @@ def main() -> None:
         )
     print(f"keywords not single tokens: {report['keywords']['split'] or 'none'}")
     print(f"indentation tokens: {report['indentation']}")
+
+
+def main() -> None:
+    args = _arguments()
+    work = Path(tempfile.mkdtemp(prefix="bench-tokenizer-"))
+    data, held = _corpus(args, work)
+    texts = plain_read(data, args.files)
+    mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    print(
+        f"training corpus: {len(texts)} files ({args.train_on}), {mb:.1f} MB; "
+        f"vocab {args.vocab_size}; "
+        f"pre-tokenizer {args.pre_tokenizer}"
+    )
+    _time_training(args, data, texts, work)
+    _time_encoding(
+        work / "tok" / "tokenizer.json", held, 0 if args.ratio_only else max(args.repeats, 3)
+    )
+    _compression(work / "tok", held, work)
 
 
 if __name__ == "__main__":
