@@ -33,7 +33,7 @@ from typing import Any
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=Path("runs/quality"))
     parser.add_argument(
@@ -88,11 +88,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=100, help="HumanEval samples per problem")
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.2, 0.8])
     parser.add_argument("--limit", type=int, default=None, help="only the first K problems")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    from codeparrot.eval.config import HumanEvalConfig
-    from codeparrot.eval.humaneval import run
-    from codeparrot.quickstart import QuickstartConfig, run_quickstart
+
+def _config(args: argparse.Namespace) -> Any:
+    """The quickstart's config for this run: its recipe with the data, FIM and vocabulary
+    settings given."""
+    from codeparrot.quickstart import QuickstartConfig
 
     cfg = QuickstartConfig(
         output=args.output,
@@ -111,6 +113,16 @@ def main() -> None:
         cfg = cfg.replace(fim_rate=args.fim_rate)
     if args.vocab_size is not None:
         cfg = cfg.replace(vocab_size=args.vocab_size)
+    return cfg
+
+
+def main() -> None:
+    args = _arguments()
+    from codeparrot.eval.config import HumanEvalConfig
+    from codeparrot.eval.humaneval import run
+    from codeparrot.quickstart import run_quickstart
+
+    cfg = _config(args)
     state = run_quickstart(cfg)
     train = state["steps"]["train"]["facts"]
     model = cfg.model_dir
@@ -131,8 +143,13 @@ def main() -> None:
             )
         )
         rows.append((temperature, summary))
+    _report(args, cfg.preset, train, rows)
+
+
+def _report(args: argparse.Namespace, preset: str, train: dict, rows: list) -> None:
+    """The model's figures and pass@k per temperature, printed and kept in quality.json."""
     print(
-        f"\n{cfg.preset} preset with {args.n_positions} positions, {train['minutes']:.0f} min, {train['tokens_seen'] / 1e6:.1f}M tokens, "
+        f"\n{preset} preset with {args.n_positions} positions, {train['minutes']:.0f} min, {train['tokens_seen'] / 1e6:.1f}M tokens, "
         f"{train['parameters'] / 1e6:.1f}M parameters: held-out loss {train['eval_loss']:.3f}, "
         f"perplexity {train['perplexity']:.1f}"
     )
