@@ -250,48 +250,10 @@ async def run_server(
     typing: list[float] = []
     try:
         if not cache:
-            # cold start: no warm-up; the first request waits for the model to load
-            for i, (name, line, col) in enumerate(points):
-                if i == COLD_REQUESTS and compile_wait:
-                    await asyncio.sleep(compile_wait)  # --compile: let it finish
-                uri = f"file:///iso{i}/{name}"
-                s.open(uri, document_until(texts[name], line, col))
-                ms, _ = await s.inline(uri, line, col)
-                if i == 0:
-                    results["since_spawn"] = [(time.perf_counter() - client.spawned_at) * 1000]
-                results["first20" if i < COLD_REQUESTS else "isolated"].append(ms)
-            for i, (name, line, col) in enumerate(bursts):
-                uri = f"file:///burst{i}/{name}"
-                start_col = max(0, col - 3)
-                s.open(uri, document_until(texts[name], line, start_col))
-                typed = texts[name].split("\n")[line][start_col:col]
-                older = []
-                for k, ch in enumerate(typed[:-1]):
-                    s.insert(uri, line, start_col + k, ch)
-                    older.append(asyncio.ensure_future(s.inline(uri, line, start_col + k + 1)))
-                    await asyncio.sleep(KEYSTROKE_S)
-                s.insert(uri, line, col - 1, typed[-1])
-                ms, _ = await s.inline(uri, line, col)
-                results["burst_last"].append(ms)
-                for fut in older:
-                    old_ms, items = await fut
-                    results["burst_older"].append(old_ms)
-                    # strict (see measure): no superseded request may answer
-                    if items:
-                        results["burst_older_answered"].append(old_ms)
-                    assert strict is False or items == [], "a superseded request answered"
+            await _isolated(s, client, texts, points, compile_wait, results)
+            await _bursts(s, texts, bursts, strict, results)
         else:
-            for i, (name, line, col) in enumerate(points):
-                uri = f"file:///type{i}/{name}"
-                s.open(uri, document_until(texts[name], line, col))
-                _, items = await s.inline(uri, line, col)
-                if not items or len(items[0].insert_text) < 2:
-                    continue
-                ch = items[0].insert_text[0]
-                s.insert(uri, line, col, ch)
-                ms, rest = await s.inline(uri, line, col + 1)
-                if rest and rest[0].insert_text == items[0].insert_text[1:]:
-                    typing.append(ms)
+            typing = await _typing_through(s, texts, points)
         stats = await client.workspace_execute_command_async(
             t.ExecuteCommandParams("codeparrot.stats", [])
         )
@@ -300,6 +262,62 @@ async def run_server(
         client.exit(None)
         await client.stop()
     return results, typing, stats
+
+
+async def _isolated(s: Any, client: Any, texts, points, compile_wait: float, results) -> None:
+    """Cold start, no warm-up (the first request waits for the model to load), then
+    isolated requests."""
+    for i, (name, line, col) in enumerate(points):
+        if i == COLD_REQUESTS and compile_wait:
+            await asyncio.sleep(compile_wait)  # --compile: let it finish
+        uri = f"file:///iso{i}/{name}"
+        s.open(uri, document_until(texts[name], line, col))
+        ms, _ = await s.inline(uri, line, col)
+        if i == 0:
+            results["since_spawn"] = [(time.perf_counter() - client.spawned_at) * 1000]
+        results["first20" if i < COLD_REQUESTS else "isolated"].append(ms)
+
+
+async def _bursts(s: Any, texts, bursts, strict: bool, results) -> None:
+    """Three keystrokes a burst, a request each: the last one's time, and the older ones'
+    (strict, see measure: no superseded request may answer)."""
+    for i, (name, line, col) in enumerate(bursts):
+        uri = f"file:///burst{i}/{name}"
+        start_col = max(0, col - 3)
+        s.open(uri, document_until(texts[name], line, start_col))
+        typed = texts[name].split("\n")[line][start_col:col]
+        older = []
+        for k, ch in enumerate(typed[:-1]):
+            s.insert(uri, line, start_col + k, ch)
+            older.append(asyncio.ensure_future(s.inline(uri, line, start_col + k + 1)))
+            await asyncio.sleep(KEYSTROKE_S)
+        s.insert(uri, line, col - 1, typed[-1])
+        ms, _ = await s.inline(uri, line, col)
+        results["burst_last"].append(ms)
+        for fut in older:
+            old_ms, items = await fut
+            results["burst_older"].append(old_ms)
+            if items:
+                results["burst_older_answered"].append(old_ms)
+            assert strict is False or items == [], "a superseded request answered"
+
+
+async def _typing_through(s: Any, texts, points) -> list[float]:
+    """Type the suggestion's first character: the time of the request after it, where the
+    rest of the suggestion came back."""
+    typing = []
+    for i, (name, line, col) in enumerate(points):
+        uri = f"file:///type{i}/{name}"
+        s.open(uri, document_until(texts[name], line, col))
+        _, items = await s.inline(uri, line, col)
+        if not items or len(items[0].insert_text) < 2:
+            continue
+        ch = items[0].insert_text[0]
+        s.insert(uri, line, col, ch)
+        ms, rest = await s.inline(uri, line, col + 1)
+        if rest and rest[0].insert_text == items[0].insert_text[1:]:
+            typing.append(ms)
+    return typing
 
 
 WORD = re.compile(r"\w+|\s+|[^\w\s]+")
@@ -426,7 +444,7 @@ def baseline(
     return wall, cpu
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=60)
     parser.add_argument("--bursts", type=int, default=30)
@@ -503,7 +521,11 @@ def main() -> None:
         action="store_true",
         help="skip the typing-through scenario (a second server run)",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = _arguments()
 
     texts = stdlib_texts()
     points = cursors(texts, args.requests + COLD_REQUESTS, args.seed)
