@@ -23,6 +23,7 @@ import shutil
 import sysconfig
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 STOPS = ("\ndef ", "\nclass ", "\n    def ", "\n@", "\nif __name__")
@@ -154,7 +155,7 @@ def control(args: argparse.Namespace) -> None:
     )
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--package", default="click", help="installed package to fine-tune on")
     parser.add_argument("--minutes", type=float, default=10.0, help="fine-tuning budget")
@@ -168,7 +169,11 @@ def main() -> None:
         help="instead: train the base as long on its own corpus (run beside a normal run)",
     )
     parser.add_argument("--control-steps", type=int, default=10_000)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = _arguments()
     if args.control:
         control(args)
         return
@@ -209,6 +214,12 @@ def main() -> None:
     before = completions(base, prompts)
     after = completions(result.model, prompts)
 
+    _report(args, base, base_s, result, prompts, before, after)
+
+
+def _report(args: argparse.Namespace, base: Path, base_s: float, result: Any, prompts: list,
+            before: list, after: list) -> None:  # fmt: skip
+    """The losses before and after, three held-out completions, and report.json."""
     ratio = result.valid_loss_after / result.valid_loss_before
     ppl_ratio = math.exp(result.valid_loss_after - result.valid_loss_before)
     print()
