@@ -246,10 +246,15 @@ def main() -> None:
             f"{base_cpu / best_cpu[cores]:.1f}x"
         )
 
-    if args.skip_rss:
-        return
+    if not args.skip_rss:
+        _peak_rss(args.rss_files)
+
+
+def _peak_rss(n_files: int) -> None:
+    """Peak RSS of build_corpus on N and 4N files of the embedded default, each in a fresh
+    process."""
     print("peak RSS of build_corpus on the embedded default (fresh process each):")
-    for n in (args.rss_files, 4 * args.rss_files):
+    for n in (n_files, 4 * n_files):
         with tempfile.TemporaryDirectory() as out:
             done = subprocess.run(
                 [sys.executable, __file__, "--rss-child", str(n), str(Path(out) / "c")],
