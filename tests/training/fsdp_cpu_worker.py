@@ -1,6 +1,7 @@
-"""Two gloo processes on CPU train a tied GPT-2 under FSDP2 (fully_shard), save the state
-with codeparrot's save_state, resume it into a differently initialised model and export
-it: what tests/training/test_sharded.py checks. Usage: python fsdp_cpu_worker.py OUT PORT"""
+"""Two gloo processes on CPU train a tied GPT-2 under FSDP2 (fully_shard), its optimizer
+wrapped by Accelerate as training's is, save the state with codeparrot's save_state, resume
+it into a differently initialised model and export it: what tests/training/test_sharded.py
+checks. Usage: python fsdp_cpu_worker.py OUT PORT"""
 
 from __future__ import annotations
 
@@ -24,9 +25,12 @@ def build(seed: int, mesh):
     for block in model.transformer.h:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
+    from accelerate.optimizer import AcceleratedOptimizer
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + s))
-    return model, optimizer, scheduler
+    # the optimizer as training holds it: Accelerate's wrapper (accelerator.prepare's)
+    return model, AcceleratedOptimizer(optimizer, device_placement=False), scheduler
 
 
 def step(model, optimizer, scheduler, n: int, rank: int) -> None:
@@ -50,6 +54,11 @@ def worker(rank: int, world: int, out: str, port: int) -> None:
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    # Accelerate's state over this process group (its optimizer wrapper reads it)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    from accelerate import Accelerator
+
+    Accelerator(cpu=True)
     mesh = init_device_mesh("cpu", (world,))
     acc = SimpleNamespace(distributed_type=DistributedType.FSDP, is_main_process=rank == 0,
                           process_index=rank, unwrap_model=lambda m: m, scaler=None, step=0)  # fmt: skip
@@ -70,11 +79,12 @@ def worker(rank: int, world: int, out: str, port: int) -> None:
     resumed, _ = gather_full_state(model, optimizer)
     export = export_weights(acc, model)
     if rank == 0:
+        keys = sorted(export)  # before saving: save_pretrained empties the dict it is given
         model.save_pretrained(Path(out) / "export", state_dict=export)
         same = sorted(straight) == sorted(resumed) and all(
             torch.equal(straight[k], resumed[k]) for k in straight
         )
-        result = {"bitwise": same, "step": saved["step"], "keys": sorted(export),
+        result = {"bitwise": same, "step": saved["step"], "keys": keys,
                   "weights": {k: v.tolist() for k, v in resumed.items() if "wte" in k}}  # fmt: skip
         (Path(out) / "result.json").write_text(json.dumps(result))
     dist.barrier()

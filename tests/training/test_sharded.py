@@ -46,7 +46,9 @@ def test_fsdp2_state_resumes_bitwise_and_exports_a_tied_model(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["bitwise"] and result["step"] == 2
-    assert "lm_head.weight" not in result["keys"]
+    # the export names every weight once: the embedding, not the output layer tied to it
+    assert "lm_head.weight" not in result["keys"] and "transformer.wte.weight" in result["keys"]
+    assert len(result["keys"]) == 28  # 2 blocks of 12 weights, wte, wpe and ln_f's 2
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "export")
     assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
     expected = torch.tensor(result["weights"]["transformer.wte.weight"])
