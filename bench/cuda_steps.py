@@ -223,7 +223,7 @@ def report(result: dict) -> list[str]:
         f"{ms['captured']:.2f} ({ms['eager'] / ms['captured']:.2f}x; target <= {MS_TARGET}), "
         f"same greedy text: {'yes' if result['same_greedy_text'] else 'no'}"
     ]
-    for case, sides in result["sampling"].items():
+    for case, sides in result.get("sampling", {}).items():  # none yet: (a) alone
         base = sides["hf-static"]["samples_per_s"]
         shown = ", ".join(
             f"{name} {s['samples_per_s']:.1f}/s ({s['samples_per_s'] / base:.2f}x, "
@@ -263,19 +263,31 @@ def main(argv: list[str] | None = None) -> int:
         "samples": args.samples,
         "new_tokens": args.new_tokens,
     }
+    print(f"{result['device']}, {result['dtype']}, attention {result['attention']}, "
+          f"{result['parameters'] / 1e6:.1f}M parameters", flush=True)  # fmt: skip
     result |= ms_per_token(engines, args.tokens, args.repeats, args.device)
+    # (a) kept at once: should transformers' compile in (b) outrun a caller's time limit,
+    # the engine's own figures are not lost with it
+    print(report(result)[0], flush=True)
+    write_result(args.json, result)
     result["prompt"], prompt = humaneval_prompt()
     result["sampling"] = sampling(engines, args, prompt)
-    shapes = engines["captured"].decoder.static_slots.shapes()
-    result["static_shapes"] = shapes
-    print(f"{result['device']}, {result['dtype']}, attention {result['attention']}, "
-          f"{result['parameters'] / 1e6:.1f}M parameters, static caches {shapes}")  # fmt: skip
-    for line in report(result):
+    result["static_shapes"] = engines["captured"].decoder.static_slots.shapes()
+    print(f"static caches {result['static_shapes']}")
+    for line in report(result)[1:]:
         print(line)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+    write_result(args.json, result)
     return 0
+
+
+def write_result(path: Path | None, result: dict) -> None:
+    """``result`` as JSON at ``path`` (none: nothing), replacing it whole (a temp, renamed)."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(result, indent=2))
+    partial.replace(path)
 
 
 if __name__ == "__main__":

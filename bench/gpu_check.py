@@ -107,8 +107,10 @@ def run_command(command: list[str], timeout: float) -> tuple[bool, str]:
     try:
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return False, f"timed out after {timeout:.0f} s"
+    except subprocess.TimeoutExpired as e:  # what it printed before is kept (bytes, always)
+        said = b"".join(part for part in (e.stdout, e.stderr) if isinstance(part, bytes))
+        lines = said.decode("utf-8", "replace").strip().splitlines()[-6:]
+        return False, "\n".join([*lines, f"timed out after {timeout:.0f} s"])
     lines = (done.stdout + done.stderr).strip().splitlines()
     return done.returncode == 0, "\n".join(lines[-6:])
 
@@ -171,15 +173,18 @@ def check_engine(workdir: Path, output: Path | None) -> tuple[bool, str]:
     out = workdir / "engine.json" if output is None else output.with_name("cuda_steps.json")
     command = [sys.executable, "bench/cuda_steps.py", "--checkpoint", str(workdir / "train"),
                "--json", str(out)]  # fmt: skip
+    out.unlink(missing_ok=True)  # an earlier run's figures are not this one's
     ok, tail = run_command(command, ENGINE_SECONDS)
-    if not ok or not out.is_file():
+    if not out.is_file():
         return False, tail
-    result = json.loads(out.read_text())
-    ok = result["dtype"] == "torch.bfloat16" and result["attention"] == "sdpa"
+    result = json.loads(out.read_text())  # after (a) alone where (b) did not end
+    ok = ok and result["dtype"] == "torch.bfloat16" and result["attention"] == "sdpa"
     from cuda_steps import report  # this folder is first on sys.path when run as a script
 
-    return ok, "\n".join([f"dtype {result['dtype']}, attention {result['attention']}",
-                          *report(result)])  # fmt: skip
+    lines = [f"dtype {result['dtype']}, attention {result['attention']}", *report(result)]
+    if "sampling" not in result:
+        lines.append(tail)
+    return ok, "\n".join(lines)
 
 
 def check_lsp(workdir: Path) -> tuple[bool, str]:

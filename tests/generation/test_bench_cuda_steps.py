@@ -64,3 +64,27 @@ def test_fixed_lengths_run_through_special_tokens(tiny_checkpoint, tmp_path):
     assert all(side["new_tokens_per_sample"] == 4 for side in fixed_sides.values())
     ending_sides = result["sampling"]["stop strings"]  # both end at the special token
     assert {side["new_tokens_per_sample"] for side in ending_sides.values()} <= {0, 1}
+
+
+def test_the_engines_own_figures_are_kept_when_the_comparison_does_not_end(
+    tiny_checkpoint, tmp_path, monkeypatch
+):
+    """(a), the engine's ms a token, is written before (b) compiles transformers' generate:
+    a device call whose time runs out in (b) still brings (a) back."""
+    import pytest
+
+    bench = load_bench()
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("the caller's time limit")
+
+    monkeypatch.setattr(bench, "sampling", killed)
+    out_file = tmp_path / "steps.json"
+    argv = ["--checkpoint", str(tiny_checkpoint), "--device", "cpu", "--tokens", "4",
+            "--repeats", "1", "--json", str(out_file)]  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(argv)
+    result = json.loads(out_file.read_text())
+    assert result["ms_per_token"]["captured"] > 0 and "sampling" not in result
+    (line,) = bench.report(result)
+    assert line.startswith("(a) ms/token, greedy 4 tokens: eager ")

@@ -70,3 +70,12 @@ def test_fsdp_is_checked_as_the_docs_ask_and_a_misspelt_check_is_named(monkeypat
     with pytest.raises(SystemExit):
         gpu_check.main(["--only", "train,fsdp3"])
     assert "--only: no check named fsdp3" in capsys.readouterr().err
+
+
+def test_a_command_out_of_time_keeps_what_it_printed(monkeypatch):
+    import sys
+
+    gpu_check = _gpu_check(monkeypatch)
+    code = "import time; print('(a) ms/token: 1.2', flush=True); time.sleep(30)"
+    ok, tail = gpu_check.run_command([sys.executable, "-c", code], timeout=3)
+    assert not ok and tail.splitlines() == ["(a) ms/token: 1.2", "timed out after 3 s"]
