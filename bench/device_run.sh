@@ -39,6 +39,8 @@
 # same bench commands on this CPU with .venv/bin/python at a toy size (64 tokens, batch 1,
 # one step a round; no install, no gpu_check), so a broken command fails here, not there.
 set -u
+# every line reaches its log as printed: a command its timeout stops keeps what it measured
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
 PY=python3 DEVICE=cuda BLOCK=1024 BATCH=32 STEPS=10 ROUNDS=2 WARMUP=3 MUON_STEPS=10 MUON_ROUNDS=3
