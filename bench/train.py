@@ -422,19 +422,16 @@ def _build_steps(args: argparse.Namespace, workdir: Path) -> tuple[dict, dict]:
         name = f"ours {precision} {optimizer}"
         if kernels != args.fused_kernels[0]:
             name += f" kernels={_variant_name(kernels)}"
-        t0 = time.perf_counter()
-        if qwen3:
-            _rope(stock_rope)  # an earlier variant's Liger rotary embedding is not this one's
-        steps[name], runs[name] = ours_step_fn(
-            workdir, args.compile, optimizer, args.preset, precision, kernels
-        )
-        if qwen3:
-            steps[name] = _with_rope(steps[name], _rope())
-        breaks = _graph_breaks()
-        for _ in range(args.warmup):
-            steps[name]()
-        print(f"{name} ready after {time.perf_counter() - t0:.0f} s{_breaks_since(breaks)}",
-              flush=True)  # fmt: skip
+
+        def make(optimizer=optimizer, precision=precision, kernels=kernels, name=name):
+            if qwen3:
+                _rope(stock_rope)  # an earlier variant's Liger rotary embedding is not this one's
+            step, runs[name] = ours_step_fn(
+                workdir, args.compile, optimizer, args.preset, precision, kernels
+            )
+            return _with_rope(step, _rope()) if qwen3 else step
+
+        _ready(steps, name, make, args.warmup)
     others = {}
     if args.baseline:
         others["baseline"] = baseline_step_fn
@@ -443,14 +440,29 @@ def _build_steps(args: argparse.Namespace, workdir: Path) -> tuple[dict, dict]:
     if args.peer and get_preset(args.preset).architecture == "qwen3":  # GPT-2's is "peer"
         others["same-model peer"] = lambda: same_model_peer_step_fn(args.preset, args.optimizers[0])
     for name, make in others.items():
-        t0 = time.perf_counter()
-        steps[name] = make()
-        breaks = _graph_breaks()
-        for _ in range(args.warmup):
-            steps[name]()
-        print(f"{name} ready after {time.perf_counter() - t0:.0f} s{_breaks_since(breaks)}",
+        _ready(steps, name, make, args.warmup)
+    return steps, {name: run for name, run in runs.items() if name in steps}
+
+
+def _ready(steps: dict, name: str, make, warmup: int) -> None:
+    """``steps[name]``: the step ``make()`` builds, warmed up (compiled); a side that fails
+    there is named with its error and left out, so that one failure (a kernel that does not
+    compile on this torch, an out-of-memory) does not cost the other sides' figures."""
+    t0 = time.perf_counter()
+    breaks = _graph_breaks()
+    try:
+        step = make()
+        for _ in range(warmup):
+            step()
+    except Exception as e:  # torch, triton and CUDA raise many types
+        print(f"{name} FAILED before timing, left out: {type(e).__name__}: {str(e)[:400]}",
               flush=True)  # fmt: skip
-    return steps, runs
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
+        return
+    steps[name] = step
+    print(f"{name} ready after {time.perf_counter() - t0:.0f} s{_breaks_since(breaks)}",
+          flush=True)  # fmt: skip
 
 
 def _rope(function=None):
@@ -550,7 +562,7 @@ def _report(args: argparse.Namespace, rates: dict, peaks: dict, runs: dict, step
         )
     for optimizer in args.optimizers:
         names = {p: f"ours {p} {optimizer}" for p in args.precisions}
-        if {"auto", "no", "bf16"} <= set(names):
+        if {"auto", "no", "bf16"} <= set(names) and set(names.values()) <= set(rates):
             ratios = [
                 a / max(n, b)
                 for a, n, b in zip(*(rates[names[p]] for p in ("auto", "no", "bf16")), strict=True)
@@ -561,7 +573,9 @@ def _report(args: argparse.Namespace, rates: dict, peaks: dict, runs: dict, step
                 " target >= 0.95x)"
             )
     if {"adamw", "muon"} <= set(args.optimizers):
-        for p in args.precisions:
+        for p in [
+            p for p in args.precisions if {f"ours {p} adamw", f"ours {p} muon"} <= set(rates)
+        ]:
             ratios = [
                 a / m
                 for a, m in zip(rates[f"ours {p} adamw"], rates[f"ours {p} muon"], strict=True)
@@ -571,8 +585,11 @@ def _report(args: argparse.Namespace, rates: dict, peaks: dict, runs: dict, step
                 f"of per-round ratios: {', '.join(f'{r:.2f}' for r in ratios)}; target <= "
                 f"{'1.05' if DEVICE == 'cuda' else '1.2'}x)"
             )
-        print(muon_floor(runs[f"ours {args.precisions[0]} muon"]))
+        if f"ours {args.precisions[0]} muon" in runs:
+            print(muon_floor(runs[f"ours {args.precisions[0]} muon"]))
     ours = f"ours {args.precisions[0]} {args.optimizers[0]}"
+    if ours not in rates:  # it failed before timing: the first of ours that ran instead
+        ours = next(iter(runs))
     for variant in [n for n in rates if n.startswith(f"{ours} kernels=")]:
         for other in (ours, "same-model peer", "peer"):
             if other in rates:
@@ -608,6 +625,8 @@ def main() -> None:
         if args.check and not same_losses(Path(tmp), args.preset):
             raise SystemExit("ours and the peer compute different losses: speed not compared")
         steps, runs = _build_steps(args, Path(tmp))
+        if not runs:
+            raise SystemExit("no variant of our step could be built and warmed up: none timed")
         for name, run in runs.items():
             print(f"{name}: {run.precision.describe()}")
         rates: dict[str, list[float]] = {name: [] for name in steps}

@@ -185,3 +185,33 @@ def test_a_synchronising_call_is_placed_in_the_code_that_made_it(train_profile):
     assert len(places) == 1
     assert places[0].startswith("test_bench_train.py:") and "optimizer_step <- " in places[0]
     assert places[0].split(" <- ")[1].endswith(" step")
+
+
+def test_a_side_that_fails_before_timing_is_named_and_the_others_still_run(
+    bench_train, monkeypatch, capsys
+):
+    """One side that cannot be built or compiled on the device (a kernel, an optimizer an
+    older torch lacks, an out-of-memory) costs its own figures only: the others are timed
+    and compared, and the report names what is missing."""
+    from argparse import Namespace
+    from types import SimpleNamespace
+
+    def no_muon(preset, optimizer):
+        raise RuntimeError("torch.optim.Muon: not in this torch")
+
+    monkeypatch.setattr(bench_train, "peer_step_fn", lambda preset: lambda: None)
+    monkeypatch.setattr(bench_train, "same_model_peer_step_fn", no_muon)
+    args = Namespace(optimizers=["adamw"], precisions=[], fused_kernels=[None], baseline=False,
+                     peer=True, preset="small-qwen", warmup=1, compile=False)  # fmt: skip
+    steps, runs = bench_train._build_steps(args, None)
+    assert sorted(steps) == ["peer"] and runs == {}
+    assert "same-model peer FAILED before timing, left out: RuntimeError: torch.optim.Muon" in (
+        capsys.readouterr().out
+    )
+    # the report over what ran: ours with AdamW, its Muon side failed, and the peer
+    run = SimpleNamespace(flops_per_token=1e6, precision=SimpleNamespace(mixed_precision="bf16"))
+    args = Namespace(optimizers=["adamw", "muon"], precisions=["bf16"], preset="small-qwen")
+    rates = {"ours bf16 adamw": [2.0, 2.0], "peer": [4.0, 4.0]}
+    bench_train._report(args, rates, {"no": [1e12], "bf16": [2e12]}, {"ours bf16 adamw": run},
+                        {"peer": lambda: None})  # fmt: skip
+    assert "ours bf16 adamw / peer: median of per-round ratios 0.50x" in capsys.readouterr().out
