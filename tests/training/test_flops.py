@@ -62,17 +62,23 @@ def test_the_cuda_peak_is_measured_in_a_product_that_fills_the_device(monkeypatc
 
     def fake(seconds=1.0, n=1024, dtype="bfloat16", device="cpu"):
         sizes.append((n, dtype, device))
-        return 1e12
+        return {"bfloat16": 7.8e14, "float32": 5e13}[dtype]
 
     monkeypatch.setattr(flops, "measure_peak_flops", fake)
     monkeypatch.setattr(flops, "device_name", lambda _type: "NVIDIA H200")
     choice = SimpleNamespace(device="cuda", mixed_precision="bf16", bf16_fast=True)
-    assert measure_peaks(choice) == {"bfloat16": 1e12, "float32": 1e12}
+    assert measure_peaks(choice) == {"bfloat16": 7.8e14, "float32": 5e13}
     assert sizes[0] == (CUDA_PEAK_N, "bfloat16", "cuda") and CUDA_PEAK_N >= 8192
+    assert sizes[1] == (CUDA_PEAK_N, "float32", "cuda")
     said = []
     peaks = peak_flops(choice, said.append, None)
-    assert peaks.measured == 1e12 and peaks.datasheet == 989e12
+    # a bf16 run's MFU is over the bf16 product's peak, not fp32's (which would read 15x)
+    assert peaks.measured == 7.8e14 and peaks.datasheet == 989e12
     assert "NVIDIA H200" in said[0] and "datasheet dense bf16 989.0 TFLOP/s" in said[0]
+    assert "MFU is measured against the bf16 peak" in said[0]
+    fp32 = peak_flops(SimpleNamespace(device="cuda", mixed_precision="no", bf16_fast=True),
+                      said.append, None)  # fmt: skip
+    assert fp32.measured == 5e13 and "against the fp32 peak" in said[-1]
     # on a CPU the product stays small (an emulated bf16 takes seconds)
     sizes.clear()
     measure_peaks(SimpleNamespace(device="cpu", mixed_precision="no", bf16_fast=False))

@@ -114,7 +114,9 @@ def test_newton_schulz_in_fp32_orthogonalises_like_bf16():
     fp32 = _orthogonalize(updates, coefficients, 5, 1e-7, torch.float32)
     bf16 = _orthogonalize(updates, coefficients, 5, 1e-7, torch.bfloat16)
     assert fp32.dtype == torch.float32 and bf16.dtype == torch.bfloat16
-    assert torch.allclose(fp32, bf16.float(), atol=0.05)
+    # five iterations in either precision end within bf16's rounding of each other (0.01
+    # here); three iterations in fp32 would be 0.035 or more away
+    assert torch.allclose(fp32, bf16.float(), atol=0.025)
 
 
 def test_the_choice_is_recorded_in_the_run(tmp_path, corpus, tiny_checkpoint, cpu):

@@ -82,6 +82,10 @@ def test_init_writes_a_loadable_checkpoint(tmp_path, tiny_tokenizer_dir):
     assert again.parameters == result.parameters
     a = AutoModelForCausalLM.from_pretrained(tmp_path / "b").state_dict()
     assert all(v.equal(a[k]) for k, v in model.state_dict().items())
+    # and another seed other weights (the seed given is the one used)
+    init_checkpoint(InitConfig(tokenizer=tiny_tokenizer_dir, output=tmp_path / "c", seed=4))
+    c = AutoModelForCausalLM.from_pretrained(tmp_path / "c").state_dict()
+    assert any(not v.equal(c[k]) for k, v in model.state_dict().items())
     with pytest.raises(CheckpointError, match="already exists"):
         init_checkpoint(InitConfig(tokenizer=tiny_tokenizer_dir, output=out))
 
