@@ -19,6 +19,8 @@ from codeparrot.eval.sandbox import Isolation, Limits, detect_isolation
 SECRET = "codeparrot-fake-secret-7f3a9c"
 TEST = "assert f(1) == 2\nassert f(2) == 3\n"
 GOOD = "def f(x):\n    return x + 1\n"
+# HumanEval's form: a check(candidate) the test calls on the entry point
+CHECK_TEST = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(2) == 3\n\n\ncheck(f)\n"
 # Attacks only run where the PID/mount namespaces contain them (not in mode "none").
 NEEDS_NAMESPACES = (
     "fork bomb",  # bounded by RLIMIT_NPROC, but its processes share the host's PIDs
@@ -26,6 +28,7 @@ NEEDS_NAMESPACES = (
     "ptrace / read the checker's memory",
     "orphan via fork",
     "orphan via Popen setsid nohup",
+    "read environment secret",  # without a PID namespace the parent's /proc environ is readable
 )
 
 
@@ -88,7 +91,7 @@ def hostile_programs(tmp: Path, port: int, marker: str, strong: bool) -> dict[st
             "            found += open(f'/proc/{pid}/environ').read()\n"
             "        except OSError:\n"
             "            pass\n"
-            f"    return {SECRET!r} if {SECRET!r} in found else -1\n"
+            "    return x + 1 if " + repr(SECRET) + " in found else -1\n"  # a leak forges a pass
         ),
         "fork bomb": "import os\ndef f(x):\n    while True:\n        os.fork()\n",
         "memory bomb": "def f(x):\n    blocks = []\n    while True:\n        blocks.append(bytearray(1 << 26))\n",
@@ -160,6 +163,8 @@ def hostile_programs(tmp: Path, port: int, marker: str, strong: bool) -> dict[st
             "builtins.abs = lambda *a: 0\n"
             f"def f(x):\n{wrong}"
         ),
+        # against a test of HumanEval's form (CHECK_TEST): a sample that defines its own
+        # check must not replace the test's
         "define check itself": (f"def check(candidate):\n    return None\ndef f(x):\n{wrong}"),
     }
     if not strong:  # without namespaces these would hit the host itself
@@ -191,7 +196,8 @@ def test_hostile_completions_are_contained_and_fail(tmp_path: Path, isolation: I
     attacks = hostile_programs(tmp_path, port, marker, strong)
     assert len(attacks) >= 20
     names = list(attacks)
-    programs = [way.program(attacks[n], TEST, GOOD) for n in names]
+    tests = {"define check itself": CHECK_TEST}
+    programs = [way.program(attacks[n], tests.get(n, TEST), GOOD) for n in names]
     programs += [way.program(GOOD, TEST, GOOD)] * 4  # the harness keeps going
     verdicts = way.run(
         programs, workers=8, limits=Limits(timeout=3.0, memory=512 << 20), isolation=isolation
@@ -213,7 +219,6 @@ def test_hostile_completions_are_contained_and_fail(tmp_path: Path, isolation: I
         while marker_processes(marker) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert marker_processes(marker) == []
-    assert os.environ["CODEPARROT_FAKE_SECRET"] == SECRET
 
 
 def test_timeouts_are_killed_and_do_not_block_other_samples(isolation: Isolation):
