@@ -660,7 +660,8 @@ COUNTER_READERS = {
 }
 
 
-PROC_READER = "import os\ndef f(x):\n    return x + len(os.listdir('/proc'))\n"
+# right only where the sample's /proc is empty (a wrong answer on any other /proc)
+PROC_READER = "import os\ndef f(x):\n    return x + 1 + len(os.listdir('/proc'))\n"
 
 
 def test_a_sample_can_read_no_kernel_global_counter_nor_lock_a_shared_file(strong, way):
@@ -669,4 +670,4 @@ def test_a_sample_can_read_no_kernel_global_counter_nor_lock_a_shared_file(stron
     verdicts = way.run(programs, workers=2, isolation=strong)
     for name, verdict in zip(COUNTER_READERS, verdicts, strict=False):
         assert "PermissionError" in verdict.result, f"{name}: {verdict.result}"
-    assert "AssertionError" in verdicts[-1].result, "/proc is not empty for the sample"
+    assert verdicts[-1].passed, f"/proc is not empty for the sample: {verdicts[-1].result}"
