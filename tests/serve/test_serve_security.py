@@ -27,7 +27,8 @@ GREEDY = {"prompt": "def fibonacci(n):\n", "max_tokens": 4, "temperature": 0, "s
 
 
 class CountingEngine:
-    """The real engine, counting the generations asked of it."""
+    """The real engine, counting the generations it takes on (a prompt of text or of token
+    ids; one the engine itself refuses, before any model work, is not one)."""
 
     def __init__(self, engine) -> None:
         self.engine = engine
@@ -37,8 +38,14 @@ class CountingEngine:
         return getattr(self.engine, name)
 
     def stream(self, *args, **kwargs):
+        events = self.engine.stream(*args, **kwargs)
         self.calls += 1
-        return self.engine.stream(*args, **kwargs)
+        return events
+
+    def stream_ids(self, *args, **kwargs):
+        events = self.engine.stream_ids(*args, **kwargs)
+        self.calls += 1
+        return events
 
 
 @pytest.fixture(scope="module")
@@ -320,6 +327,15 @@ BAD_VALUES = [
     ("invalid UTF-8", b'{"prompt": "\xff\xfe"}', None),
     ("deeply nested", b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", None),
 ]
+
+
+@pytest.mark.parametrize("prompt", ["def f(x):\n", [1, 2]], ids=["text", "token ids"])
+def test_a_good_request_is_counted(server, engine, prompt):
+    """The count the refusals below rely on sees a generation of either kind of prompt."""
+    before = engine.calls
+    status, _, answer = request(server, body=json.dumps(GREEDY | {"prompt": prompt}).encode())
+    assert status == 200, answer
+    assert engine.calls == before + 1
 
 
 @pytest.mark.parametrize(
