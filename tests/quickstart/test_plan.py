@@ -203,3 +203,29 @@ def test_the_summary_says_the_tokens_against_the_recipes_and_the_device():
     assert "model       mini-qwen:" in gpu
     assert "device NVIDIA H100 80GB HBM3 (80 GiB): 900,000 tokens/s steady" in gpu
     assert "200.0 TFLOP/s, MFU 25.0% of 800 TFLOP/s" in gpu
+
+
+def test_the_summary_mfu_is_the_steady_rate_of_the_documented_flops_over_the_peak(tmp_path):
+    """The GPU summary's MFU, from the run's own metrics: its steady tokens/s (the first
+    window, which holds the compilation, left out) times 6N + 12·L·d·T over the product
+    peak measured before training."""
+    from types import SimpleNamespace
+
+    from codeparrot.models.presets import get_preset
+    from codeparrot.quickstart.plan import TrainingPlan
+
+    rates = [9_000.0, 400_000.0, 420_000.0, 410_000.0]  # the first window compiles
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": 10 * i, "tokens_per_s": r}) + "\n" for i, r in enumerate(rates))
+    )
+    plan = TrainingPlan(device=Device("cuda", "NVIDIA H100 80GB HBM3", 80 * 2**30),
+                        preset="mini-qwen", batch_size=64, n_positions=1024, max_steps=500,
+                        recipe_steps=1000, fills=True, seq_length=1024, peak_flops=8e14)  # fmt: skip
+    facts = quickstart._device_facts(plan, SimpleNamespace(parameters=36_000_000), tmp_path)
+    shape = get_preset("mini-qwen")
+    per_token = 6 * 36_000_000 + 12 * shape.n_layer * shape.n_embd * 1024
+    assert facts["device"] == "NVIDIA H100 80GB HBM3 (80 GiB)"
+    assert facts["steady_tokens_per_s"] == 410_000.0
+    assert facts["flops_per_s"] == pytest.approx(410_000.0 * per_token)
+    assert facts["mfu"] == pytest.approx(410_000.0 * per_token / 8e14) and facts["mfu"] < 1
+    assert quickstart._device_facts(None, None, tmp_path) == {}  # no plan: nothing to say
