@@ -153,3 +153,23 @@ def test_a_cpu_run_beyond_the_machines_memory_stops_before_any_step(
     with pytest.raises(ConfigError, match=r"--batch-size 4: .*this machine's available memory"):
         train(tiny_config(corpus, tiny_checkpoint, out))
     assert not (out / "checkpoints").exists() and not (out / "metrics.jsonl").exists()
+
+
+def test_an_out_of_memory_on_a_gpu_names_the_device_and_a_batch_from_its_memory(monkeypatch):
+    """On CUDA the batch that would fit comes from the device's memory (aiming at half of
+    what the floor allows, since the peak passed it), not from halving the batch."""
+    import re
+
+    fake_gpu(monkeypatch, name="NVIDIA H200", gib=139)
+    floor = memory_floor(**GPT2_SMALL, seq_length=1024, optimizer="adamw",
+                         mixed_precision="bf16", gradient_checkpointing=False)  # fmt: skip
+    config = SimpleNamespace(batch_size=256, gradient_accumulation_steps=2, seq_length=1024)
+    message = memory_module.out_of_memory_message(config, floor, SimpleNamespace(type="cuda"), 2)
+    assert message.startswith("--batch-size 256: NVIDIA H200 (139.0 GiB) ran out of memory in "
+                              "step 2, one of the first; --batch-size ")  # fmt: skip
+    fits, accumulate = map(int, re.search(
+        r"--batch-size (\d+) would fit \(with --gradient-accumulation-steps (\d+)", message
+    ).groups())  # fmt: skip
+    half_the_floor = memory_module.MemoryFloor(floor.fixed, 2 * floor.per_sequence)
+    assert fits == half_the_floor.largest_batch(139 * GIB) and 1 <= fits < 128
+    assert fits * accumulate >= 256 * 2 > fits * (accumulate - 1)  # the same tokens a step
