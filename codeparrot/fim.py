@@ -230,3 +230,33 @@ def leading_special_ids(tokenizer: Any) -> tuple[int, ...]:
             head = full[:k]
             return tuple(head) if all(i in special for i in head) else ()
     return ()
+
+
+def unsplit_control_texts(tokenizer: Any) -> frozenset[str]:
+    """The names of :data:`TEMPLATES`' tokens (sentinels, stops) that ``tokenizer`` holds as
+    added tokens not marked special, as DeepSeek-Coder's FIM sentinels are: text that
+    spells one encodes to the control token itself even where special tokens' text is
+    split as text, so untrusted text holding it could place a sentinel of its own."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return frozenset()
+    names = {name for template in TEMPLATES for name in template.names}
+    added = backend.get_added_tokens_decoder().values()
+    return frozenset(t.content for t in added if not t.special and t.content in names)
+
+
+def text_only_encoder(tokenizer: Any) -> Any:
+    """A copy of ``tokenizer``'s backend that encodes every added token's text as text
+    (each marked special, special tokens' text split): for text that holds
+    :func:`unsplit_control_texts`. The tokenizer itself is left as it is."""
+    from tokenizers import AddedToken, Tokenizer
+
+    backend = tokenizer.backend_tokenizer
+    copy = Tokenizer.from_str(backend.to_str())
+    copy.add_special_tokens([
+        AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip, rstrip=t.rstrip,
+                   normalized=t.normalized, special=True)
+        for t in backend.get_added_tokens_decoder().values()
+    ])  # fmt: skip
+    copy.encode_special_tokens = True
+    return copy

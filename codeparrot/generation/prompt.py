@@ -21,6 +21,8 @@ from codeparrot.fim import (
     detect_template,
     leading_special_ids,
     resolve_order,
+    text_only_encoder,
+    unsplit_control_texts,
 )
 from codeparrot.generation.config import FimSettings, GenerationConfig
 
@@ -94,6 +96,10 @@ class PromptBuilder:
         self.fim: FimPrompter | None = self.sentinels if infills is not False else None
         # ids a prompt starts with where the tokenizer's own post-processor adds them (BOS)
         self.bos_ids: list[int] = list(leading_special_ids(tokenizer))
+        # control tokens whose text the tokenizer would not split (encode_text), and the
+        # encoder that does, built at the first text that holds one
+        self.unsplit_controls: frozenset[str] = unsplit_control_texts(tokenizer)
+        self._text_only: Any = None
         # the FIM settings (--fim-tokens, --fim-order auto) resolved here once, not per call
         self.fim_layout: FimLayout = self.resolve_fim(fim or FimSettings())
 
@@ -149,7 +155,8 @@ class PromptBuilder:
         return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     def encode_text(self, text: str, *, bare: bool = False) -> list[int]:
-        """Ids of ``text`` with special-token text (sentinels, end-of-text) split as text.
+        """Ids of ``text`` with special-token text (sentinels, end-of-text) split as text, and
+        the text of a family's control tokens the tokenizer does not mark special too.
 
         ``bare``: without the SentencePiece space a tokenizer may put before the first word
         (encoded after a marker character whose ids are then dropped, as CodeLlama's
@@ -163,6 +170,10 @@ class PromptBuilder:
             if ids[: len(marker)] == marker:
                 return ids[len(marker) :]
             return ids
+        if any(control in text for control in self.unsplit_controls):
+            if self._text_only is None:
+                self._text_only = text_only_encoder(self.tokenizer)
+            return list(self._text_only.encode(text, add_special_tokens=False).ids)
         out = self.tokenizer(
             text, add_special_tokens=False, split_special_tokens=True, verbose=False
         )

@@ -86,6 +86,28 @@ def test_fim_prompt_is_the_documented_one(engines, name: str, order: str) -> Non
     assert engine.fim is not None and engine.fim.template.name == FAMILIES[name].template
 
 
+@pytest.mark.parametrize("name", sorted(n for n in FAMILIES if FAMILIES[n].template))
+@pytest.mark.parametrize("order", [PSM, SPM])
+def test_sentinel_text_in_a_files_text_stays_text(engines, name: str, order: str) -> None:
+    """A prefix and suffix that spell the family's own sentinels (a file about tokenizers,
+    or one written to steer the model) get no sentinel of their own: the prompt holds the
+    three the layout places, once each, in its order. DeepSeek-Coder's tokenizer does not
+    mark its sentinels special, so splitting special tokens' text is not enough there."""
+    engine = engines[name]
+    assert engine.fim is not None
+    template = engine.fim.template
+    # a name's leading ▁ is SentencePiece's space (CodeLlama's ▁<PRE>); DeepSeek's hold ▁
+    names = (template.prefix, template.suffix, template.middle)
+    spelled = "".join(" " + n[1:] if n.startswith("▁") else n for n in names)
+    ids, _ = laid_out(engine, order).encode_infill(f"s = '{spelled}'\n", f"t = '{spelled}'", 16)
+    sentinel = {engine.fim.prefix: "prefix", engine.fim.suffix: "suffix",
+                engine.fim.middle: "middle"}  # fmt: skip
+    # both orders place prefix, suffix, middle (SPM: the prefix's text after the middle)
+    assert [sentinel[i] for i in ids if i in sentinel] == ["prefix", "suffix", "middle"]
+    # and the spelled sentinels are all there as text
+    assert engine.tokenizer.decode(ids, skip_special_tokens=True).count(spelled.strip()) == 2
+
+
 def _sp_text(tokens: list[str]) -> str:
     """SentencePiece tokens back to text: ``▁`` is a space, ``<0xNN>`` a byte."""
     out = bytearray()
