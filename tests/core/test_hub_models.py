@@ -231,3 +231,29 @@ def test_a_revision_with_dot_dot_is_refused(hub_cache, tiny_checkpoint):
     cache_model(hub_cache, "someorg/tiny-coder", tiny_checkpoint)
     with pytest.raises(CheckpointError, match="not a branch, tag or commit"):
         resolve_model("someorg/tiny-coder@main/../../..")
+
+
+def test_a_hub_download_takes_no_pickle_and_no_code():
+    """What ``snapshot_download`` keeps of a repository (huggingface_hub's own filter over
+    MODEL_PATTERNS): configs, tokenizer files and safetensors weights, never pickles or
+    Python files, whatever else the repository holds. The tests above run offline, where
+    the cache is read without the filter."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    from codeparrot.hub import MODEL_PATTERNS
+
+    repository = [
+        "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+        "vocab.json", "merges.txt", "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+        "pytorch_model.bin", "pytorch_model-00001-of-00002.bin", "model.pt", "model.pth",
+        "training_args.bin", "optimizer.pt", "rng_state.pkl", "model.ckpt",
+        "modeling_custom.py", "configuration_custom.py", "tokenization_custom.py",
+        "custom_code/__init__.py", "onnx/model.onnx", "README.md", ".gitattributes",
+    ]  # fmt: skip
+    kept = set(filter_repo_objects(repository, allow_patterns=list(MODEL_PATTERNS)))
+    assert kept == {
+        "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+        "vocab.json", "merges.txt", "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+    }  # fmt: skip
