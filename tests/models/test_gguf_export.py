@@ -79,13 +79,22 @@ def test_a_checkpoint_reads_back_from_gguf(tokenizers, tmp_path, preset, arch) -
     tokens = reader.fields["tokenizer.ggml.tokens"]
     listed = [bytes(tokens.parts[i]).decode() for i in tokens.data]
     assert all(listed[i] == t for t, i in vocab.items())
-    assert "tokenizer.ggml.fim_pre_token_id" in reader.fields
+    # llama.cpp's /infill lays its prompt out from these ids: each the tokenizer's own
+    ids = json.loads((ckpt / "tokenizer.json").read_text())["added_tokens"]
+    ids = {t["content"]: t["id"] for t in ids}
+    for name, key in (("<fim_prefix>", "pre"), ("<fim_suffix>", "suf"), ("<fim_middle>", "mid"),
+                      ("<fim_pad>", "pad")):  # fmt: skip
+        field = reader.fields[f"tokenizer.ggml.fim_{key}_token_id"]
+        assert int(field.parts[field.data[0]][0]) == ids[name], name
 
     q8 = gguf.GGUFReader(str(tmp_path / "out" / "model-q8_0.gguf"))
     kinds = {t.name: t.tensor_type for t in q8.tensors}
     assert kinds["token_embd.weight"] == gguf.GGMLQuantizationType.Q8_0
     modelfile = (tmp_path / "out" / "Modelfile").read_text()
-    assert "FROM ./model-q8_0.gguf" in modelfile and "{{ .Suffix }}" in modelfile
+    assert "FROM ./model-q8_0.gguf" in modelfile
+    # Ollama's suffix prompt in SPM, the order our checkpoints complete best in
+    spm = "<fim_prefix><fim_suffix>{{ .Suffix }}<fim_middle>{{ .Prompt }}"
+    assert f"{{{{- if .Suffix }}}}{spm}{{{{- else }}}}{{{{ .Prompt }}}}{{{{- end }}}}" in modelfile
     assert 'PARAMETER stop "<|endoftext|>"' in modelfile
 
 
