@@ -200,7 +200,7 @@ async def test_typing_through_a_suggestion_uses_the_cache(
 # -- positions ----------------------------------------------------------------------------
 
 
-async def test_utf16_positions_with_emoji(client: LanguageClient):
+async def test_utf16_positions_with_emoji(client: LanguageClient, suggesting: LanguageClient):
     line0 = 's = "😀😀" + go'
     uri = open_doc(client, line0 + "\nnext = 1\n", "file:///project/emoji.py")
     end16 = utf16_len(line0)  # 16 units for 14 code points
@@ -212,9 +212,12 @@ async def test_utf16_positions_with_emoji(client: LanguageClient):
     assert ctx["lineHead"] == 's = "😀'
     ctx = await context(client, uri, 0, 8)
     assert ctx["lineHead"] == 's = "😀' and ctx["position"]["character"] == 7
-    listing = await complete(client, uri, 0, end16)
+    # a model that suggests at every position: its item replaces the word "go", in units
+    uri = open_doc(suggesting, line0 + "\nnext = 1\n", "file:///project/emoji.py")
+    listing = await complete(suggesting, uri, 0, end16)
+    assert listing.items
     for item in listing.items:
-        assert item.text_edit.range.start == t.Position(0, end16 - 2)  # the word "go"
+        assert item.text_edit.range.start == t.Position(0, end16 - 2)
         assert item.text_edit.range.end == t.Position(0, end16)
 
 
@@ -235,24 +238,28 @@ async def test_crlf_document(client: LanguageClient):
         assert "\n" not in item.insert_text.replace("\r\n", "")
 
 
-async def test_last_line_and_beyond(client: LanguageClient):
+async def test_last_line_and_beyond(client: LanguageClient, suggesting: LanguageClient):
     text = "x = 1\ny = x +"
     uri = open_doc(client, text, "file:///project/last.py")
     ctx = await context(client, uri, 1, 7)
     assert ctx["lineHead"] == "y = x +" and ctx["offset"] == len(text)
     ctx = await context(client, uri, 9, 0)  # past the last line: the end of the text
     assert ctx["offset"] == len(text)
-    for item in (await inline(client, uri, 1, 7)).items:
-        assert item.range.start == t.Position(1, 7)
+    uri_s = open_doc(suggesting, text, "file:///project/last.py")
+    items = (await inline(suggesting, uri_s, 1, 7)).items
+    assert items and all(item.range.start == t.Position(1, 7) for item in items)
     # a document ending with a line break has an empty last line
     uri2 = open_doc(client, "x = 1\n", "file:///project/last2.py")
     ctx = await context(client, uri2, 1, 0)
     assert ctx["lineCount"] == 2 and ctx["offset"] == 6 and ctx["lineHead"] == ""
 
 
-async def test_empty_document(client: LanguageClient):
+async def test_empty_document(client: LanguageClient, suggesting: LanguageClient):
     uri = open_doc(client, "", "file:///project/empty.py")
-    result = await inline(client, uri, 0, 0)
+    await inline(client, uri, 0, 0)
+    uri_s = open_doc(suggesting, "", "file:///project/empty.py")
+    result = await inline(suggesting, uri_s, 0, 0)
+    assert result.items
     for item in result.items:
         check_suggestion(item.insert_text)
         assert item.range.start == t.Position(0, 0)
@@ -561,7 +568,8 @@ async def test_unwritable_or_corrupt_statistics_file_keeps_serving(
     finally:
         await stop(c)
     assert generated == 3  # kept serving
-    assert log.read_text().count("acceptance statistics off for this session") <= 1
+    # said once, not at every event
+    assert log.read_text().count("acceptance statistics off for this session") == 1
 
     corrupt = tmp_path / "corrupt.jsonl"
     corrupt.write_bytes(b"\x00garbage{not json")
@@ -573,5 +581,6 @@ async def test_unwritable_or_corrupt_statistics_file_keeps_serving(
         await stop(c)
     lines = corrupt.read_bytes().split(b"\n")
     assert lines[0] == b"\x00garbage{not json"  # left as it was, the records after it
-    assert all(json.loads(line)["event"] for line in lines[1:] if line)
+    records = [json.loads(line) for line in lines[1:] if line]
+    assert len(records) >= 2 and all(r["event"] for r in records)  # a suggestion each
     assert log.read_text().count("ended in a torn or foreign line") == 1
