@@ -139,3 +139,39 @@ def test_typing_lines_at_the_default_budget_rarely_reads_the_whole_prompt_again(
         parts = prompt_parts(count, doc[lo:], "", budget, suffix_share=0.25)
         starts.add(len(doc) - len(parts.text))
     assert len(starts) <= 3
+
+
+class Scripted(Spy):
+    """The engine's tokenizer and prompts, with a model that writes ``pieces``."""
+
+    def __init__(self, engine, pieces: list[str]) -> None:
+        super().__init__(engine)
+        self.pieces = pieces
+        self.sent = 0
+
+    def stream(self, prompt, config, cancel=None, suffix=None):
+        from codeparrot.generation.events import Completion, StreamEvent
+
+        self.prompts.append(prompt)
+        self.config = config
+        for piece in self.pieces:
+            self.sent += 1
+            yield StreamEvent(0, piece)
+        done = Completion("".join(self.pieces), "length", 4, len(self.pieces), 0.01)
+        yield StreamEvent(0, "", done)
+
+
+def test_a_block_suggestion_ends_where_the_block_does(engine):
+    """In an empty block the suggestion may take several lines, all inside the block: the
+    model's first finished line back at the block's indent ends it, and the model is
+    stopped there."""
+    pieces = ["\n", "    return", " 3.14 * radius", " ** 2", "\n", "print(", "area(2))", "\n",
+              "more", " = 1", "\n"]  # fmt: skip
+    model = Scripted(engine, pieces)
+    w = window_at("def area(radius):|")
+    out = suggest(model, w, block_indent(w), LspConfig(multiline_max_new_tokens=24),
+                  threading.Event())  # fmt: skip
+    assert out is not None and out.finish_reason == "block"
+    assert out.suggestion == "\n    return 3.14 * radius ** 2"
+    # stopped once the dedented line was finished, not run to its end
+    assert model.sent == pieces.index("area(2))") + 2 < len(pieces)
