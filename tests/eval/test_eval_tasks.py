@@ -202,13 +202,15 @@ def test_humanevalplus_base_and_plus_side_by_side(tmp_path, allowed, capsys):
             ("HumanEval/2", "    return number % 1.0 + 1e-9\n"),
             # numpy's tolerance alone takes [0.5] for 0.5; evalplus's evaluator checks the type
             ("HumanEval/2", "    return [number % 1.0]\n"),
+            # another within the tolerance: base and plus then differ (2 of 6 against 3)
+            ("HumanEval/2", "    return number % 1.0 + 2e-9\n"),
         ],
     )
     argv = ["eval", "execute", str(samples), "--task", "humanevalplus", "--problem-file",
             str(problems), "--ks", "1", "--workers", "2"]  # fmt: skip
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "pass@1: 40.00% (base tests), 40.00% (base + plus)" in printed
+    assert "pass@1: 33.33% (base tests), 50.00% (base + plus)" in printed
     rows = [json.loads(line) for line in (tmp_path / "s_results.jsonl").read_text().splitlines()]
     assert [(r["passed"], r["plus_passed"]) for r in rows] == [
         (True, True),
@@ -216,11 +218,12 @@ def test_humanevalplus_base_and_plus_side_by_side(tmp_path, allowed, capsys):
         (False, False),
         (False, True),
         (False, False),
+        (False, True),
     ]
-    assert [r["note"] for r in rows] == ["#0", "#1", "#2", "#3", "#4"]
+    assert [r["note"] for r in rows] == ["#0", "#1", "#2", "#3", "#4", "#5"]
     summary = json.loads((tmp_path / "s_results.summary.json").read_text())
-    assert summary["pass_at_k"]["pass@1"] == pytest.approx(2 / 5)
-    assert summary["pass_at_k_plus"]["pass@1"] == pytest.approx(2 / 5)
+    assert summary["pass_at_k"]["pass@1"] == pytest.approx(2 / 6)
+    assert summary["pass_at_k_plus"]["pass@1"] == pytest.approx(3 / 6)
     assert summary["scoring"]["task"] == "humanevalplus"
 
 
