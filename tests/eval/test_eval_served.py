@@ -189,14 +189,18 @@ def test_refused_and_dropped_requests_are_retried_with_backoff(flaky, status):
 
 
 def test_a_rate_limit_outlasting_the_retries_stops_the_run_and_keeps_samples(flaky, tmp_path):
-    flaky.failures, flaky.status = 10**6, 429
     problems = select_problems(load_problems(), limit=2)
     config = GenerateConfig(backend="openai", base_url=url(flaky), model="m",
                             output=tmp_path, n=1, batch_size=1, retries=1)  # fmt: skip
+    generate_samples(config, select_problems(load_problems(), limit=1), progress=False)
+    flaky.failures, flaky.status = 10**6, 429  # from now on every request is refused
     with pytest.raises(BackendError, match=r"after 1 retries.*--retries"):
         generate_samples(config, problems, progress=False)
-    flaky.failures = 0  # the limit lifts: the rerun completes the file
+    # the sample written before the limit is kept
+    assert [r["task_id"] for r in read(tmp_path / "samples.jsonl")] == ["HumanEval/0"]
+    flaky.failures, posts = 0, flaky.posts  # the limit lifts: the rerun completes the file
     generate_samples(config, problems, progress=False)
+    assert flaky.posts - posts == 1  # HumanEval/1 alone: the kept sample is not asked again
     assert [r["task_id"] for r in read(tmp_path / "samples.jsonl")] == [
         "HumanEval/0",
         "HumanEval/1",
