@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -166,4 +167,6 @@ def test_every_subcommand_explains_its_flags(command, capsys):
         main([*command, "--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    assert "--" in out and "option_strings" not in out  # no help text mangled by "%"
+    # a flag of its own besides --help, explained, and no help text mangled by "%"
+    assert re.search(r"^\s+(-\w, )?--(?!help\b)[\w-]+.*\S", out, re.M), out
+    assert "option_strings" not in out

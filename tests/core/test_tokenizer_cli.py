@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 import sysconfig
@@ -86,5 +87,5 @@ def test_help_lists_both_actions(capsys):
     except SystemExit as e:
         assert e.code == 0
     out = capsys.readouterr().out
-    assert "train" in out
-    assert "report" in out
+    # each action listed on a line of its own (the description names "report" too)
+    assert re.search(r"^\s+train\s", out, re.M) and re.search(r"^\s+report\s", out, re.M)
