@@ -92,7 +92,9 @@ def test_served_generation_resumes_after_a_kill(tiny_checkpoint, served, tmp_pat
     assert kept == 6
     with open(path, "a") as fh:  # the kill tore the line being written
         fh.write('{"task_id": "HumanEval/1", "compl')
-    generate_samples(config, problems, progress=False)
+    again = []
+    generate_samples(config, problems, progress=False, on_sample=again.append)
+    assert len(again) == 12 - kept  # only the samples the kill left unwritten are asked for
     assert comparable(read(path)) == comparable(read(whole))
 
 
