@@ -10,8 +10,11 @@ And after every test: no worker cgroup of this process outlives it."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,6 +48,20 @@ class Way:
 @pytest.fixture(params=["call by call", "replayed"])
 def way(request: pytest.FixtureRequest) -> Way:
     return Way(request.param)
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A folder any uid may reach and write, for host files a sandboxed sample must not
+    see or touch: pytest's own tmp_path lies under a folder only its owner may enter, which
+    would hide it from the sample's uid with or without the sandbox (mode root)."""
+    made = Path(tempfile.mkdtemp(prefix="codeparrot-open-", dir="/tmp"))
+    try:
+        made.chmod(0o777)
+        assert all(p.stat().st_mode & 0o001 for p in made.parents), f"{made}: a closed parent"
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -28,6 +28,7 @@ NEEDS_NAMESPACES = (
     "ptrace / read the checker's memory",
     "orphan via fork",
     "orphan via Popen setsid nohup",
+    "orphan via fork, no exec",
     "read environment secret",  # without a PID namespace the parent's /proc environ is readable
 )
 
@@ -52,6 +53,22 @@ def marker_processes(marker: str) -> list[int]:
     return found
 
 
+def sample_uid_processes() -> list[int]:
+    """Host processes running as a sample's uid (mode root gives each sample its own)."""
+    from codeparrot.eval.zygote.sample import UID_BASE
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                uid = entry.stat().st_uid
+            except OSError:
+                continue
+            if UID_BASE <= uid < UID_BASE + 1_000_000:
+                found.append(int(entry.name))
+    return found
+
+
 def hostile_programs(tmp: Path, port: int, marker: str, strong: bool) -> dict[str, str]:
     victim = tmp / "victim.txt"
     escape = tmp / "escaped.txt"
@@ -60,7 +77,8 @@ def hostile_programs(tmp: Path, port: int, marker: str, strong: bool) -> dict[st
         # -- escaping the sandbox ---------------------------------------------------
         "write outside": f"def f(x):\n    open({str(escape)!r}, 'w').write('x')\n{wrong}",
         "write via posix.system": (
-            f"import posix\ndef f(x):\n    posix.system('echo x > {escape}')\n{wrong}"
+            "import posix\ndef f(x):\n"  # a shell that runs at all forges a pass
+            f"    return x + 1 if posix.system('echo x > {escape}') == 0 else -1\n"
         ),
         "delete outside": (
             f"import os, shutil\ndef f(x):\n    os.remove({str(victim)!r})\n"
@@ -68,7 +86,8 @@ def hostile_programs(tmp: Path, port: int, marker: str, strong: bool) -> dict[st
         ),
         "ctypes libc system": (
             "import ctypes\ndef f(x):\n"
-            f"    ctypes.CDLL(None).system(b'rm -f {victim}; echo x > {escape}')\n{wrong}"
+            f"    done = ctypes.CDLL(None).system(b'rm -f {victim}; echo x > {escape}')\n"
+            "    return x + 1 if done == 0 else -1\n"
         ),
         "reload os then system": (
             "import importlib, os\ndef f(x):\n    importlib.reload(os)\n"
@@ -102,6 +121,11 @@ def hostile_programs(tmp: Path, port: int, marker: str, strong: bool) -> dict[st
         "orphan via fork": (
             "import os\ndef f(x):\n    if os.fork() == 0:\n        os.setsid()\n"
             f"        os.execv('/bin/sleep', ['sleep', '{marker}1'])\n{wrong}"
+        ),
+        # no exec: the sandbox has no /bin/sh or sleep, so the child stays this Python
+        "orphan via fork, no exec": (
+            "import os, time\ndef f(x):\n    if os.fork() == 0:\n        os.setsid()\n"
+            f"        while True:\n            time.sleep(1)\n{wrong}"
         ),
         "orphan via Popen setsid nohup": (
             "import subprocess\ndef f(x):\n"
@@ -181,8 +205,8 @@ def hostile_programs(tmp: Path, port: int, marker: str, strong: bool) -> dict[st
     return attacks
 
 
-def test_hostile_completions_are_contained_and_fail(tmp_path: Path, isolation: Isolation, way):
-    tmp_path.chmod(0o777)
+def test_hostile_completions_are_contained_and_fail(open_tmp: Path, isolation: Isolation, way):
+    tmp_path = open_tmp  # a folder the sample's uid could reach but for the sandbox
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     victim.chmod(0o666)
@@ -202,6 +226,7 @@ def test_hostile_completions_are_contained_and_fail(tmp_path: Path, isolation: I
     verdicts = way.run(
         programs, workers=8, limits=Limits(timeout=3.0, memory=512 << 20), isolation=isolation
     )
+    assert len(verdicts) == len(programs)
     for name, verdict in zip(names, verdicts, strict=False):
         assert not verdict.passed, f"{name}: forged a pass ({verdict.result})"
         assert verdict.result != "passed"
@@ -219,6 +244,10 @@ def test_hostile_completions_are_contained_and_fail(tmp_path: Path, isolation: I
         while marker_processes(marker) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert marker_processes(marker) == []
+        if isolation.mode == "root":  # each sample has a uid of its own: none runs on
+            while sample_uid_processes() and time.monotonic() < deadline + 5:
+                time.sleep(0.1)
+            assert sample_uid_processes() == []
 
 
 def test_timeouts_are_killed_and_do_not_block_other_samples(isolation: Isolation):

@@ -102,6 +102,16 @@ def test_answers_beyond_the_cap_fail_and_a_flood_is_cut_short(root):
         verdict = box.run(flood, test, "f", plan=plan(1000))
         assert verdict.result == "failed: answers larger than the cap of 1000 bytes"
         assert verdict.duration < 5.0, verdict.duration
+        # a writer without end on every descriptor it holds, the answers' pipe among them:
+        # only a reader that stops at the cap ends this one (one reading to the end waits)
+        endless = (
+            "import os\ndef f(x):\n    while True:\n        for fd in range(3, 16):\n"
+            "            try:\n                os.write(fd, b'a' * 65536)\n"
+            "            except OSError:\n                pass\n"
+        )
+        verdict = box.run(endless, test, "f", plan=plan(1000))
+        assert verdict.result == "failed: answers larger than the cap of 1000 bytes"
+        assert verdict.duration < 5.0, verdict.duration
 
 
 def test_a_sample_that_keeps_running_after_answering_still_gets_its_verdict(root):
