@@ -33,6 +33,14 @@ def latest_step(run: Path) -> int:
     return max(steps, default=0)
 
 
+def _step(line: str) -> int | None:
+    """The step of a metrics line (None for the line a kill tore)."""
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError):
+        return None
+
+
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_sigkill_then_resume_gives_the_uninterrupted_weights(tmp_path, tiny_checkpoint, compiled):
     from safetensors.torch import load_file
@@ -67,6 +75,9 @@ def test_sigkill_then_resume_gives_the_uninterrupted_weights(tmp_path, tiny_chec
     assert proc.wait() == -signal.SIGKILL, "the run finished before it could be killed"
     stopped_at = latest_step(killed)
     assert 0 < stopped_at < 30
+    kept = [line for line in (killed / "metrics.jsonl").read_text().splitlines()
+            if _step(line) is not None and _step(line) <= stopped_at]  # fmt: skip
+    assert kept
 
     resumed = subprocess.run(
         [*args, "--output", str(killed), "--resume"], env=ENV, capture_output=True, text=True,
@@ -90,3 +101,6 @@ def test_sigkill_then_resume_gives_the_uninterrupted_weights(tmp_path, tiny_chec
         if '"loss"' in x
     ]
     assert train_steps == list(range(1, 31))  # lines logged after the checkpoint were redone once
+    # resumed from the latest checkpoint: the steps before it were not trained (and logged,
+    # with their own times) again
+    assert (killed / "metrics.jsonl").read_text().splitlines()[: len(kept)] == kept
