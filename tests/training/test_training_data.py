@@ -204,10 +204,20 @@ def test_training_from_pretokenized_shards(tmp_path, tiny_checkpoint):
         output=tmp_path / "run", pretokenized=True, seq_length=32, batch_size=2,
         max_steps=2, warmup_steps=1, eval_batches=1, log_with="none", mixed_precision="no",
         peak_tflops=1.0, progress=False, gradient_checkpointing=True,
-        gradient_accumulation_steps=2,
+        gradient_accumulation_steps=2, dropout=0.0,
     )  # fmt: skip
     result = train(config)
     assert result.step == 2 and result.eval_loss is not None
     assert result.tokens_seen == 2 * 2 * 2 * 32  # steps x micro-batches x batch x length
     assert (tmp_path / "run" / "tokens" / "train.bin").exists()
     assert (tmp_path / "run" / "tokens" / "valid.json").exists()
+    # both micro-batches reach each step: the same rows as one batch of 4, the same weights
+    import torch
+
+    from .test_training_loop import read_weights
+
+    whole = train(config.replace(output=tmp_path / "whole", batch_size=4,
+                                 gradient_accumulation_steps=1))  # fmt: skip
+    assert whole.tokens_seen == result.tokens_seen
+    a, b = read_weights(tmp_path / "run"), read_weights(tmp_path / "whole")
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
