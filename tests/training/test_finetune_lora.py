@@ -80,14 +80,30 @@ def lora_run(repository: Path, base: Path, out: Path, **changes):
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def adapter_run(request, repository, tiny_checkpoint, tiny_llama, tmp_path_factory):
+    import torch
+
+    import codeparrot.training.lora as lora
+
     base = tiny_checkpoint if request.param == "gpt2" else tiny_llama
-    # GPT-2 recomputes activations in the backward pass (the default), Llama keeps them
-    config, result = lora_run(
-        repository,
-        base,
-        tmp_path_factory.mktemp("lora") / "run",
-        activation_checkpointing=request.param == "gpt2",
-    )
+    trained = []  # the trained model's own logits, taken as it is saved
+
+    def save_adapter(model, *args, **kwargs):
+        with torch.no_grad():
+            trained.append(model(input_ids=torch.tensor(PROMPT)).logits.float())
+        return real(model, *args, **kwargs)
+
+    real = lora.save_adapter
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lora, "save_adapter", save_adapter)
+        # GPT-2 recomputes activations in the backward pass (the default), Llama keeps them
+        config, result = lora_run(
+            repository,
+            base,
+            tmp_path_factory.mktemp("lora") / "run",
+            activation_checkpointing=request.param == "gpt2",
+        )
+    assert len(trained) == 1
+    result.trained_logits = trained[0]  # what the loaded adapter must give again
     return base, config, result
 
 
@@ -105,8 +121,9 @@ def test_an_adapter_trains_saves_and_loads_in_the_engine(adapter_run):
     saved = json.loads((adapter / "adapter_config.json").read_text())
     assert Path(saved["base_model_name_or_path"]) == base.resolve()
     assert result.steps == 6 and result.train_loss_after < result.train_loss_before
-    # the adapter changes the model: base + adapter is not the base
+    # the adapter changes the model: base + adapter is not the base, but the trained model
     assert not torch.allclose(logits(adapter), logits(base), atol=1e-4)
+    assert torch.allclose(logits(adapter), result.trained_logits, atol=1e-4)
     engine = Engine.load(adapter)
     out = engine.generate("def f(x):", GenerationConfig(max_new_tokens=5, temperature=0))
     assert out[0].new_tokens > 0 and isinstance(out[0].text, str)
@@ -131,6 +148,7 @@ def test_merging_gives_the_logits_of_base_plus_adapter(adapter_run, tmp_path):
     merged = save_merged(peft_model, tokenizer, tmp_path / "merged", meta)
     assert (merged / "config.json").is_file() and not (merged / "adapter_config.json").exists()
     assert torch.allclose(logits(merged), logits(result.model), atol=1e-5)
+    assert torch.allclose(logits(merged), result.trained_logits, atol=1e-4)  # as trained
 
 
 def test_finetune_merge_writes_a_plain_checkpoint(repository, tiny_checkpoint, tmp_path):
