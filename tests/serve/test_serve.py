@@ -33,10 +33,16 @@ class CountingEngine:
         return getattr(self.engine, name)
 
     def stream(self, *args, **kwargs):
+        return self._started(self.engine.stream(*args, **kwargs))
+
+    def stream_ids(self, *args, **kwargs):  # a prompt of token ids (refused ones raise first)
+        return self._started(self.engine.stream_ids(*args, **kwargs))
+
+    def _started(self, events):
         self.calls += 1
         self.events = 0
         self.finished = threading.Event()
-        return self._counted(self.engine.stream(*args, **kwargs))
+        return self._counted(events)
 
     def _counted(self, events):
         try:
@@ -139,18 +145,22 @@ def test_stream_sends_the_same_text_as_server_sent_events(server, engine):
     chunks = events(text)
     assert all(c["object"] == "text_completion" for c in chunks)
     *pieces, usage = chunks
-    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] >= 1
+    # the usage of the whole answer, as the non-streamed one reports it
+    assert usage["choices"] == [] and usage["usage"] == json.loads(post(server, GREEDY)[2])["usage"]
     assert "".join(c["choices"][0]["text"] for c in pieces) == reference(engine)[0].text
     reasons = [c["choices"][0]["finish_reason"] for c in pieces]
     assert reasons[-1] in ("stop", "length") and set(reasons[:-1]) <= {None}
 
 
-def test_n_two_returns_two_indexed_choices(server):
+def test_n_two_returns_two_indexed_choices(server, engine):
     status, _, text = post(server, GREEDY | {"n": 2, "temperature": 0.8})
     assert status == 200
     choices = json.loads(text)["choices"]
     assert [c["index"] for c in choices] == [0, 1]
     assert all(isinstance(c["text"], str) and c["finish_reason"] for c in choices)
+    # the usage counts the tokens of both choices (greedy: twice the one answer's)
+    usage = json.loads(post(server, GREEDY | {"n": 2})[2])["usage"]
+    assert usage["completion_tokens"] == 2 * reference(engine)[0].new_tokens
 
 
 def test_stop_string_ends_the_text_before_it(server, engine):

@@ -205,11 +205,23 @@ def test_n_cmpl_beyond_the_servers_bound_is_a_400_naming_it(fim, change):
     assert status == 400 and error["param"] == "n_cmpl" and "n_cmpl" in error["message"]
 
 
-def test_extra_context_goes_before_the_prefix(fim):
+def test_extra_context_goes_before_the_prefix(fim, monkeypatch):
+    from codeparrot.generation import Engine
+
     srv, snippet = fim
+    prompts = []
+    real = Engine.stream
+
+    def stream(self, prompt, *args, **kwargs):
+        prompts.append(prompt)
+        return real(self, prompt, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "stream", stream)
     bare = answer(srv, llama_vscode_request(*split(snippet), []))
     with_extra = answer(srv, llama_vscode_request(*split(snippet), EXTRA))
     assert with_extra["tokens_evaluated"] > bare["tokens_evaluated"]
+    # the extra file's text, then the prefix the editor sent (its lines and the cursor's)
+    assert prompts[-1].startswith(EXTRA[0]["text"]) and prompts[-1].endswith(snippet.PREFIX)
 
 
 def test_infill_reuses_the_prompt_start_unless_cache_prompt_is_false(fim):

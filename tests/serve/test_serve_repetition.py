@@ -37,10 +37,13 @@ class ScriptedEngine:
     def stream(self, prompt, generation, cancel, **extra):
         from codeparrot.generation.engine import Completion, StreamEvent
 
+        n = getattr(generation, "n", 1)  # every candidate writes the text, interleaved
         for start in range(0, len(self.text), self.piece):
-            yield StreamEvent(0, self.text[start : start + self.piece])
+            for index in range(n):
+                yield StreamEvent(index, self.text[start : start + self.piece])
         done = Completion(self.text, "length", 3, len(self.text), 0.01, seed=generation.seed)
-        yield StreamEvent(0, "", done)
+        for index in range(n):
+            yield StreamEvent(index, "", done)
 
 
 def serve(tmp_path, engine, **settings):
@@ -79,10 +82,14 @@ DEGENERATE = [
 
 @pytest.mark.parametrize(("prompt", "raw", "expected"), DEGENERATE)
 @pytest.mark.parametrize("stream", [False, True])
-def test_degenerate_suggestions_are_cut_whole_and_streamed(tmp_path, prompt, raw, expected, stream):
+@pytest.mark.parametrize("n", [1, 2])
+def test_degenerate_suggestions_are_cut_whole_and_streamed(
+    tmp_path, prompt, raw, expected, stream, n
+):
+    """Each choice is cut, whole or streamed (its own hold-back where choices interleave)."""
     srv = serve(tmp_path, ScriptedEngine(raw), cut_repetition=True)
     try:
-        assert post(srv, {"prompt": prompt, "stream": stream}) == [expected]
+        assert post(srv, {"prompt": prompt, "stream": stream, "n": n}) == [expected] * n
     finally:
         srv.shutdown()
         srv.server_close()
