@@ -74,9 +74,7 @@ def test_single_line_prompt_fits_the_context(engine):
     assert prompt.endswith("total = ") and engine.count_tokens(prompt) <= budget
     assert prompt.startswith("item_")  # cut at a line start
     assert spy.config.stop == ("\n",) and spy.config.max_new_tokens == 16
-    assert out is not None and out.new_tokens <= 16
-    if out.suggestion is not None:
-        assert "\n" not in out.suggestion and out.suggestion.strip()
+    assert out is not None and out.new_tokens <= 16  # the one-line cut: a Scripted test
 
 
 def test_empty_block_asks_for_several_lines(engine):
@@ -85,10 +83,7 @@ def test_empty_block_asks_for_several_lines(engine):
     base = block_indent(w)
     out = suggest(spy, w, base, LspConfig(multiline_max_new_tokens=24), threading.Event())
     assert base == 0 and "\n" not in spy.config.stop
-    assert out is not None
-    if out.suggestion is not None:
-        for line in out.suggestion.split("\n")[1:]:
-            assert not line.strip() or line.startswith((" ", "\t"))  # inside the block
+    assert out is not None  # where it ends: test_a_block_suggestion_ends_where_the_block_does
 
 
 def test_empty_document_prompt(engine):
@@ -175,3 +170,34 @@ def test_a_block_suggestion_ends_where_the_block_does(engine):
     assert out.suggestion == "\n    return 3.14 * radius ** 2"
     # stopped once the dedented line was finished, not run to its end
     assert model.sent == pieces.index("area(2))") + 2 < len(pieces)
+
+
+def test_a_crlf_document_gets_its_own_line_breaks(tiny_checkpoint, monkeypatch):
+    """A several-line suggestion in a document of CRLF lines comes back with CRLF breaks."""
+    import asyncio
+
+    from lsprotocol import types
+
+    from codeparrot.lsp import server as server_module
+    from codeparrot.lsp.completion import Outcome
+    from codeparrot.lsp.server import build_server
+
+    written = Outcome("\n    return a\n    b = 1", "", "block", 1, 3)
+    monkeypatch.setattr(server_module, "suggest", lambda *args, **kwargs: written)
+    server = build_server(LspConfig(checkpoint=tiny_checkpoint, cache_size=0))
+    uri = "file:///project/crlf.py"
+    server.documents[uri] = Document(uri, "x = 1\r\n\r\ndef g(a):\r\n", 1)
+    server.load_engine()
+    try:
+        found = asyncio.run(server.suggestion(uri, types.Position(2, 9)))
+    finally:
+        server._generator.shutdown(wait=True)
+    assert found.text == "\r\n    return a\r\n    b = 1"
+
+
+def test_a_line_suggestion_ends_at_the_line_end(engine):
+    """Mid-line, the suggestion is the rest of the line: the model's next lines are cut."""
+    model = Scripted(engine, ["x", " + 1", "\n", "y = 2", "\n"])
+    w = window_at("total = |")
+    out = suggest(model, w, block_indent(w), LspConfig(max_new_tokens=16), threading.Event())
+    assert out is not None and out.suggestion == "x + 1"

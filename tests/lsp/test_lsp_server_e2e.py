@@ -233,9 +233,7 @@ async def test_crlf_document(client: LanguageClient):
     # an empty block: the suggestion may span lines, with the document's line breaks
     ctx = await context(client, uri, 4, 9)
     assert ctx["blockIndent"] == 0
-    for item in (await inline(client, uri, 4, 9)).items:
-        check_suggestion(item.insert_text)
-        assert "\n" not in item.insert_text.replace("\r\n", "")
+    await inline(client, uri, 4, 9)  # answered (its CRLF breaks: test_lsp_completion.py)
 
 
 async def test_last_line_and_beyond(client: LanguageClient, suggesting: LanguageClient):
@@ -291,7 +289,7 @@ async def test_incremental_changes_follow_lsp_line_breaks(client: LanguageClient
     assert ctx["lineHead"] == "z = 0" and ctx["lineCount"] == 2
 
 
-async def test_ten_megabyte_document(client: LanguageClient):
+async def test_ten_megabyte_document(client: LanguageClient, suggesting: LanguageClient):
     block = "def helper_{i}(value):\n    return value * {i}\n\n"
     parts, size = [], 0
     i = 0
@@ -304,9 +302,10 @@ async def test_ten_megabyte_document(client: LanguageClient):
     uri = open_doc(client, text, "file:///project/big.py")
     last = text.count("\n")
     col = len("    return helper_1(x) +")
-    result = await asyncio.wait_for(inline(client, uri, last, col), timeout=60)
-    for item in result.items:
-        assert item.range.start == t.Position(last, col)
+    await asyncio.wait_for(inline(client, uri, last, col), timeout=60)
+    uri_s = open_doc(suggesting, text, "file:///project/big.py")  # a model that suggests
+    result = await asyncio.wait_for(inline(suggesting, uri_s, last, col), timeout=60)
+    assert result.items and all(i.range.start == t.Position(last, col) for i in result.items)
     ctx = await context(client, uri, last, col)
     assert ctx["offset"] == len(text)
     mid = await context(client, uri, 3 * 1000 + 1, 4)
@@ -318,6 +317,15 @@ async def test_ten_megabyte_document(client: LanguageClient):
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def slow_suggesting(suggesting_checkpoint: tuple[Path, str]):
+    """The same wait over the model that suggests its word wherever it is asked, so that
+    the newest request's answer can be checked, not only the counters."""
+    c = await start(suggesting_checkpoint[0], "--debounce-ms", "400", "--cache-size", "0")
+    yield c
+    await stop(c)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def slow_client(tiny_checkpoint: Path):
     """A server that waits 400 ms before generating: requests overlap reliably."""
     c = await start(tiny_checkpoint, "--debounce-ms", "400", "--cache-size", "0")
@@ -325,7 +333,10 @@ async def slow_client(tiny_checkpoint: Path):
     await stop(c)
 
 
-async def test_supersession(slow_client: LanguageClient):
+async def test_supersession(
+    slow_suggesting: LanguageClient, suggesting_checkpoint: tuple[Path, str]
+):
+    slow_client = slow_suggesting
     uri = open_doc(slow_client, "def f(a, b):\n    return a +", "file:///project/super.py")
     before = await stats(slow_client)
     burst = [
@@ -341,13 +352,16 @@ async def test_supersession(slow_client: LanguageClient):
     after = await stats(slow_client)
     assert after["superseded"] - before["superseded"] == 3
     assert after["generated"] - before["generated"] == 1  # only the newest ran the model
-    for item in newest.items:
-        check_suggestion(item.insert_text)
+    # and the newest is answered
+    assert [item.insert_text.strip() for item in newest.items] == [suggesting_checkpoint[1]]
 
 
-async def test_the_newest_request_overall_is_served_next(slow_client: LanguageClient):
+async def test_the_newest_request_overall_is_served_next(
+    slow_suggesting: LanguageClient, suggesting_checkpoint: tuple[Path, str]
+):
     """500 requests pending over 500 documents: a new one supersedes them all, so only it
     reaches the model (the debounce keeps the 500 pending while the 501st is sent)."""
+    slow_client = slow_suggesting
     slow_client.workspace_did_change_configuration(
         t.DidChangeConfigurationParams(settings={"debounceMs": 3000})
     )
@@ -370,8 +384,7 @@ async def test_the_newest_request_overall_is_served_next(slow_client: LanguageCl
     assert after["superseded"] - before["superseded"] == 500
     assert after["engineCalls"] - before["engineCalls"] == 1  # the newest, and only it
     assert after["generated"] - before["generated"] == 1
-    for item in newest.items:
-        check_suggestion(item.insert_text)
+    assert [item.insert_text.strip() for item in newest.items] == [suggesting_checkpoint[1]]
 
 
 async def test_cancel_request_and_malformed_params(slow_client: LanguageClient):
